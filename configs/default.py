@@ -1,0 +1,70 @@
+"""Every configuration key, with its meaning: the single source of truth.
+
+Presets (`wmt_base.py`, `wmt_big.py`, `table3.py`, `quickstart.py`) start from
+`get_config()` here and change values only; `t2t_jax.config.validate` refuses any
+key that is not defined in this file.
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+
+  # --- Model (§3; Table 3 "base" values) -------------------------------------------
+  c.vocab_size = 37000            # shared source/target SentencePiece vocabulary (§5.1: ~37000 EN-DE)
+  c.d_model = 512                 # model width d_model (§3.1)
+  c.d_ff = 2048                   # inner width of the position-wise FFN d_ff (§3.3)
+  c.num_heads = 8                 # attention heads h (§3.2.2)
+  c.d_k = 0                       # per-head query/key width; 0 means d_model // num_heads (Table 3 rows A, B)
+  c.d_v = 0                       # per-head value width; 0 means d_model // num_heads (Table 3 row A)
+  c.num_layers = 6                # N, identical layers in both the encoder and the decoder stack (§3.1)
+  c.dropout_rate = 0.1            # P_drop on embeddings+positions and every sub-layer output (§5.4)
+  c.attention_dropout_rate = 0.0  # dropout on attention weights; 0 in the paper, an option
+  c.label_smoothing = 0.1         # epsilon_ls (§5.4)
+  c.positional = 'sinusoidal'     # 'sinusoidal' (§3.5) or 'learned' (Table 3 row E)
+  c.norm_position = 'post'        # 'post': LayerNorm(x + Sublayer(x)) as the paper; 'pre': x + Sublayer(LayerNorm(x))
+  c.max_len = 512                 # largest position the model supports (learned positions, decode cache)
+  c.dtype = 'float32'             # activation/compute dtype: 'float32' or 'bfloat16'; parameters stay float32
+
+  # --- Data (§5.1) -----------------------------------------------------------------
+  c.dataset = 'wmt14_translate/de-en'  # 'wmt14_translate/de-en', 'wmt14_translate/fr-en' or 'local'
+  c.source_lang = 'en'            # source language code
+  c.target_lang = 'de'            # target language code
+  c.data_dir = ''                 # TFDS data dir (prepared datasets); '' means TFDS's default
+  c.local_corpus_dir = ''         # for dataset='local': folder with {train,dev,test}.{src,tgt} or {split}.tsv
+  c.train_split = 'train'         # split used for training
+  c.eval_split = 'dev'            # split used for periodic evaluation ('dev' maps to the dataset's validation split)
+  c.vocab_sample_sentences = 1_000_000  # sentences per language sampled to train the SentencePiece model
+  c.max_length = 256              # drop training pairs whose source or target exceeds this many tokens (counted)
+  c.tokens_per_batch = 25000      # target tokens (and about as many source tokens) per step over all devices (§5.1)
+  c.bucket_lengths = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # padded lengths; bounds the number of compiled shapes
+  c.shuffle_seed = 0              # seed of the data order
+  c.pack_examples = False         # pack several short pairs into one row with segment ids
+
+  # --- Optimisation (§5.3) ---------------------------------------------------------
+  c.adam_b1 = 0.9                 # Adam beta1
+  c.adam_b2 = 0.98                # Adam beta2
+  c.adam_eps = 1e-9               # Adam epsilon
+  c.warmup_steps = 4000           # warmup_steps of the learning-rate schedule (§5.3)
+  c.learning_rate_scale = 1.0     # multiplies d_model^-0.5 * min(step^-0.5, step * warmup^-1.5); 1.0 = paper
+  c.grad_accum_steps = 1          # micro-batches summed per update, to emulate a larger batch on a small machine
+  c.num_train_steps = 100_000     # training steps (base: 100K, big: 300K; §5.2)
+  c.seed = 0                      # parameter initialisation and dropout seed
+
+  # --- Checkpoints, logging, evaluation --------------------------------------------
+  c.checkpoint_every_steps = 0    # save every N steps (0: off)
+  c.checkpoint_every_minutes = 10.0  # save every T minutes (0: off); the paper: 10-minute intervals
+  c.keep_checkpoints = 20         # keep the last K training checkpoints
+  c.log_every_steps = 100         # console/metrics line every N steps
+  c.eval_every_steps = 1000       # teacher-forced dev loss every N steps (0: off)
+  c.eval_batches = 0              # dev batches per periodic eval (0: the whole split)
+  c.eval_bleu_sentences = 0       # decode this many dev sentences for BLEU at each eval (0: off)
+
+  # --- Inference (§6.1) ------------------------------------------------------------
+  c.average_last = 5              # checkpoints averaged for eval/decode (base: 5, big: 20)
+  c.beam_size = 4                 # beam width
+  c.length_penalty_alpha = 0.6    # GNMT length penalty ((5 + |Y|) / 6)^alpha
+  c.max_decode_extra = 50         # maximum output length = input length + this
+  c.decode_batch_sentences = 64   # sentences per decode batch
+  return c
