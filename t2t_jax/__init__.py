@@ -1,0 +1,19 @@
+"""t2t_jax: the original Transformer (Vaswani et al. 2017) in JAX/Flax.
+
+The public API, re-exported from the modules named after the paper's concepts.
+"""
+
+from t2t_jax.attention import (causal_mask, combine_masks, dot_product_attention,
+                               dot_product_attention_reference, merge_heads, padding_mask,
+                               split_heads)
+from t2t_jax.config import ConfigError, validate
+from t2t_jax.layers import (AddPositions, FeedForward, MultiHeadAttention, Residual,
+                            SharedEmbedding, sinusoidal_positions)
+from t2t_jax.losses import (compute_metrics, label_smoothed_cross_entropy,
+                            negative_log_likelihood, padding_weights, perplexity,
+                            token_accuracy)
+from t2t_jax.model import (BOS_ID, EOS_ID, PAD_ID, Transformer, TransformerConfig, count_params,
+                           decode_step, init_cache, init_params, param_shapes, shift_right)
+from t2t_jax.optim import learning_rate_schedule, make_optimizer
+
+__version__ = '0.1.0'

@@ -1,0 +1,45 @@
+"""One row of Table 3 (model variations on EN-DE, on top of the base model).
+
+Select a row with `--config=configs/table3.py:B1`. The rows are the paper's: A1-A4 (heads),
+B1-B2 (key size), C1-C7 (size), D1-D4 (dropout, label smoothing), E (learned positions),
+plus 'base' and 'big'. `PAPER_PARAMS` holds Table 3's parameter counts (millions).
+"""
+
+from configs import wmt_base, wmt_big
+
+ROWS = {
+    'base': {},
+    'A1': dict(num_heads=1, d_k=512, d_v=512),
+    'A2': dict(num_heads=4, d_k=128, d_v=128),
+    'A3': dict(num_heads=16, d_k=32, d_v=32),
+    'A4': dict(num_heads=32, d_k=16, d_v=16),
+    'B1': dict(d_k=16),
+    'B2': dict(d_k=32),
+    'C1': dict(num_layers=2),
+    'C2': dict(num_layers=4),
+    'C3': dict(num_layers=8),
+    'C4': dict(d_model=256, d_k=32, d_v=32),
+    'C5': dict(d_model=1024, d_k=128, d_v=128),
+    'C6': dict(d_ff=1024),
+    'C7': dict(d_ff=4096),
+    'D1': dict(dropout_rate=0.0),
+    'D2': dict(dropout_rate=0.2),
+    'D3': dict(label_smoothing=0.0),
+    'D4': dict(label_smoothing=0.2),
+    'E': dict(positional='learned'),
+}
+PAPER_PARAMS = {'base': 65, 'B1': 58, 'B2': 60, 'C1': 36, 'C2': 50, 'C3': 80, 'C4': 28,
+                'C5': 168, 'C6': 53, 'C7': 90, 'big': 213}
+
+
+def get_config(row: str = 'base'):
+  if row == 'big':
+    return wmt_big.get_config()
+  if row not in ROWS:
+    raise ValueError(f'unknown Table 3 row {row!r}; valid rows: {", ".join(list(ROWS) + ["big"])}')
+  c = wmt_base.get_config()
+  if row in ('B1', 'B2'):
+    c.d_v = 64  # row B changes d_k only; d_v stays the base model's 64
+  for key, value in ROWS[row].items():
+    c[key] = value
+  return c

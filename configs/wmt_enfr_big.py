@@ -1,0 +1,12 @@
+"""The paper's big model on WMT14 English->French (§5.1, §6.1: P_drop 0.1, 32000 word pieces)."""
+
+from configs import wmt_big
+
+
+def get_config():
+  c = wmt_big.get_config()
+  c.dataset = 'wmt14_translate/fr-en'
+  c.source_lang, c.target_lang = 'en', 'fr'
+  c.vocab_size = 32000
+  c.dropout_rate = 0.1
+  return c

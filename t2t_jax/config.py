@@ -1,0 +1,104 @@
+"""Validation of run configurations against `configs/default.py`.
+
+Every check runs before any computation and raises `ConfigError` naming the key, what was
+expected and what was given, so a typo in `--config.key=value` fails in milliseconds.
+"""
+
+import difflib
+from typing import Any, Iterable, Sequence
+
+import ml_collections
+
+from configs import default as default_config
+
+
+class ConfigError(ValueError):
+  """A configuration key is unknown or has an invalid value."""
+
+
+CHOICES = {
+    'positional': ('sinusoidal', 'learned'),
+    'norm_position': ('post', 'pre'),
+    'dtype': ('float32', 'bfloat16'),
+    'dataset': ('wmt14_translate/de-en', 'wmt14_translate/fr-en', 'local'),
+}
+_POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_layers', 'max_len',
+             'max_length', 'tokens_per_batch', 'warmup_steps', 'grad_accum_steps',
+             'keep_checkpoints', 'log_every_steps', 'average_last', 'beam_size',
+             'decode_batch_sentences', 'vocab_sample_sentences', 'learning_rate_scale',
+             'adam_eps')
+_NON_NEGATIVE = ('d_k', 'd_v', 'num_train_steps', 'checkpoint_every_steps',
+                 'checkpoint_every_minutes', 'eval_every_steps', 'eval_batches',
+                 'eval_bleu_sentences', 'length_penalty_alpha', 'max_decode_extra')
+_PROBABILITIES = ('dropout_rate', 'attention_dropout_rate', 'label_smoothing', 'adam_b1',
+                  'adam_b2')
+
+
+def _fail(key: str, expected: str, got: Any) -> None:
+  raise ConfigError(f'config key {key!r}: expected {expected}, got {got!r}')
+
+
+def unknown_keys(keys: Iterable[str]) -> None:
+  """Raises ConfigError for the first key that `configs/default.py` does not define."""
+  known = set(default_config.get_config().keys())
+  for key in keys:
+    if key not in known:
+      close = difflib.get_close_matches(key, sorted(known), n=3)
+      hint = f'; did you mean {", ".join(close)}?' if close else ''
+      raise ConfigError(f'unknown config key {key!r}{hint} Valid keys: {", ".join(sorted(known))}')
+
+
+def _check_type(key: str, value: Any, reference: Any) -> None:
+  if isinstance(reference, bool):
+    if not isinstance(value, bool):
+      _fail(key, 'a bool', value)
+  elif isinstance(reference, int):
+    if isinstance(value, bool) or not isinstance(value, int):
+      _fail(key, 'an integer', value)
+  elif isinstance(reference, float):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+      _fail(key, 'a number', value)
+  elif isinstance(reference, str):
+    if not isinstance(value, str):
+      _fail(key, 'a string', value)
+  elif isinstance(reference, (tuple, list)):
+    if not isinstance(value, (tuple, list)):
+      _fail(key, 'a sequence', value)
+
+
+def _check_buckets(buckets: Sequence[int], max_length: int) -> None:
+  if not buckets or any(isinstance(b, bool) or not isinstance(b, int) or b <= 0 for b in buckets):
+    _fail('bucket_lengths', 'a non-empty sequence of positive integers', buckets)
+  if list(buckets) != sorted(set(buckets)):
+    _fail('bucket_lengths', 'strictly increasing lengths', buckets)
+  if buckets[-1] < max_length:
+    _fail('bucket_lengths', f'a largest bucket >= max_length={max_length}', buckets)
+
+
+def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Checks every key and value of `config`; returns it unchanged or raises ConfigError."""
+  unknown_keys(config.keys())
+  reference = default_config.get_config()
+  for key in config.keys():
+    _check_type(key, config[key], reference[key])
+  for key, choices in CHOICES.items():
+    if config[key] not in choices:
+      _fail(key, 'one of ' + ', '.join(repr(c) for c in choices), config[key])
+  for key in _POSITIVE:
+    if not config[key] > 0:
+      _fail(key, 'a value > 0', config[key])
+  for key in _NON_NEGATIVE:
+    if config[key] < 0:
+      _fail(key, 'a value >= 0', config[key])
+  for key in _PROBABILITIES:
+    if not 0.0 <= config[key] < 1.0:
+      _fail(key, 'a value in [0, 1)', config[key])
+  if (not config.d_k or not config.d_v) and config.d_model % config.num_heads:
+    _fail('d_model', f'a multiple of num_heads={config.num_heads} (or set d_k and d_v)',
+          config.d_model)
+  _check_buckets(tuple(config.bucket_lengths), config.max_length)
+  if config.bucket_lengths[-1] > config.max_len:
+    _fail('max_len', f'>= the largest bucket length {config.bucket_lengths[-1]}', config.max_len)
+  if config.pack_examples:
+    _fail('pack_examples', 'False (packing is not implemented yet)', config.pack_examples)
+  return config

@@ -1,0 +1,202 @@
+"""Linen building blocks of the Transformer (§3.2-§3.5): thin shells over `attention`.
+
+Activations use the module's `dtype` (float32 or bfloat16); parameters are always float32.
+"""
+
+from typing import Any, Callable, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t2t_jax import attention
+
+Array = jax.Array
+Dtype = Any
+
+
+def sinusoidal_positions(length: int, d_model: int) -> np.ndarray:
+  """The fixed encoding of §3.5: `[length, d_model]` float32.
+
+  PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)),
+  interleaved exactly as the paper writes it (tensor2tensor concatenates instead), pos from 0.
+  Computed in float64 with numpy, so it is a compile-time constant.
+  """
+  position = np.arange(length, dtype=np.float64)[:, None]
+  two_i = np.arange(0, d_model, 2, dtype=np.float64)[None, :]
+  angle = position / np.power(10000.0, two_i / d_model)
+  table = np.zeros((length, d_model), dtype=np.float64)
+  table[:, 0::2] = np.sin(angle)
+  table[:, 1::2] = np.cos(angle[:, : d_model // 2])
+  return table.astype(np.float32)
+
+
+class SharedEmbedding(nn.Module):
+  """One matrix for source embedding, target embedding and pre-softmax projection (§3.4).
+
+  Attributes:
+    vocab_size: shared vocabulary size.
+    d_model: model width.
+    dtype: activation dtype.
+  """
+  vocab_size: int
+  d_model: int
+  dtype: Dtype = jnp.float32
+
+  def setup(self):
+    # Normal(0, d_model^-0.5): after the sqrt(d_model) scale the embeddings have unit variance,
+    # comparable to the sinusoids they are added to (tensor2tensor's choice).
+    self.embedding = self.param('embedding', nn.initializers.normal(stddev=self.d_model ** -0.5),
+                                (self.vocab_size, self.d_model), jnp.float32)
+
+  def __call__(self, ids: Array) -> Array:
+    """`[batch, length]` int32 -> `[batch, length, d_model]`, multiplied by sqrt(d_model)."""
+    table = jnp.asarray(self.embedding, self.dtype)
+    return jnp.take(table, ids, axis=0) * jnp.asarray(np.sqrt(self.d_model), self.dtype)
+
+  def attend(self, x: Array) -> Array:
+    """Pre-softmax linear transformation: `[..., d_model]` -> `[..., vocab]` float32 logits."""
+    return jnp.einsum('...d,vd->...v', x, jnp.asarray(self.embedding, self.dtype),
+                      preferred_element_type=jnp.float32)
+
+
+class AddPositions(nn.Module):
+  """Adds sinusoidal (§3.5) or learned (Table 3 row E) positions to `[batch, length, d_model]`.
+
+  In decode mode the input is one position `[batch, 1, d_model]` and the position to use is
+  kept in the 'cache' collection.
+  """
+  max_len: int
+  positional: str = 'sinusoidal'
+  decode: bool = False
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    length, d_model = x.shape[1], x.shape[2]
+    if self.positional == 'learned':
+      table = self.param('positions', nn.initializers.normal(stddev=d_model ** -0.5),
+                         (self.max_len, d_model), jnp.float32)
+    else:
+      table = jnp.asarray(sinusoidal_positions(self.max_len, d_model))
+    if self.decode:
+      is_initialized = self.has_variable('cache', 'position')
+      position = self.variable('cache', 'position', lambda: jnp.zeros((), jnp.int32))
+      if is_initialized:
+        row = jax.lax.dynamic_slice_in_dim(table, position.value, 1, axis=0)
+        position.value = position.value + 1
+        return x + row[None].astype(x.dtype)
+    if length > self.max_len:
+      raise ValueError(f'sequence length {length} exceeds config.max_len={self.max_len}')
+    return x + table[None, :length].astype(x.dtype)
+
+
+class MultiHeadAttention(nn.Module):
+  """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O with per-head projections (§3.2.2).
+
+  The projections W^Q, W^K, W^V, W^O have no biases, as in the paper's equations. In decode
+  mode (self-attention of the decoder) keys and values of past positions live in the 'cache'
+  collection, `[batch, max_decode_len, heads, d]`, and one query position is processed per call.
+
+  Attributes:
+    num_heads: h.
+    d_k: per-head query/key width.
+    d_v: per-head value width.
+    d_model: output width.
+    attention_dropout_rate: dropout on attention weights.
+    dtype: activation dtype.
+    decode: incremental decoding with a key/value cache.
+    attention_impl: passed to `jax.nn.dot_product_attention` (None: backend default).
+  """
+  num_heads: int
+  d_k: int
+  d_v: int
+  d_model: int
+  attention_dropout_rate: float = 0.0
+  dtype: Dtype = jnp.float32
+  decode: bool = False
+  attention_impl: Optional[str] = None
+
+  @nn.compact
+  def __call__(self, inputs_q: Array, inputs_kv: Array, mask: Optional[Array] = None,
+               *, deterministic: bool = True) -> Array:
+    """`[batch, q_len, d_model]` queries attend over `[batch, kv_len, d_model]`; returns `[batch, q_len, d_model]`."""
+    dense = lambda features, name: nn.DenseGeneral(  # noqa: E731
+        features, use_bias=False, dtype=self.dtype, param_dtype=jnp.float32,
+        kernel_init=nn.initializers.xavier_uniform(), name=name)
+    query = dense((self.num_heads, self.d_k), 'query')(inputs_q)
+    key = dense((self.num_heads, self.d_k), 'key')(inputs_kv)
+    value = dense((self.num_heads, self.d_v), 'value')(inputs_kv)
+
+    if self.decode:
+      key, value, mask = self._use_cache(key, value, mask)
+
+    dropout_rate = 0.0 if deterministic else self.attention_dropout_rate
+    dropout_rng = self.make_rng('dropout') if dropout_rate > 0.0 else None
+    out = attention.dot_product_attention(query, key, value, mask, dropout_rate=dropout_rate,
+                                          dropout_rng=dropout_rng,
+                                          implementation=self.attention_impl)
+    return nn.DenseGeneral(self.d_model, axis=(-2, -1), use_bias=False, dtype=self.dtype,
+                           param_dtype=jnp.float32,
+                           kernel_init=nn.initializers.xavier_uniform(), name='out')(out)
+
+  def _use_cache(self, key: Array, value: Array, mask: Optional[Array]):
+    """Writes this step's key/value at the cache index; returns the whole cache and its mask."""
+    is_initialized = self.has_variable('cache', 'cached_key')
+    cached_key = self.variable('cache', 'cached_key', jnp.zeros, key.shape, key.dtype)
+    cached_value = self.variable('cache', 'cached_value', jnp.zeros, value.shape, value.dtype)
+    cache_index = self.variable('cache', 'cache_index', lambda: jnp.zeros((), jnp.int32))
+    if not is_initialized:
+      # Cache creation (the first, shape-only call): behave like the full forward pass.
+      return key, value, mask
+    batch, step_len = key.shape[0], key.shape[1]
+    if step_len != 1:
+      raise ValueError(f'decode mode takes one position per call, got length {step_len}')
+    index = cache_index.value
+    zero = jnp.zeros((), jnp.int32)
+    cached_key.value = jax.lax.dynamic_update_slice(cached_key.value, key, (zero, index, zero, zero))
+    cached_value.value = jax.lax.dynamic_update_slice(cached_value.value, value,
+                                                      (zero, index, zero, zero))
+    cache_index.value = index + 1
+    max_len = cached_key.value.shape[1]
+    # The query at `index` sees cached positions 0..index: the causal mask of §3.2.3, one row.
+    step_mask = (jnp.arange(max_len) <= index)[None, None, None, :]
+    step_mask = jnp.broadcast_to(step_mask, (batch, 1, 1, max_len))
+    return cached_key.value, cached_value.value, attention.combine_masks(step_mask, mask)
+
+
+class FeedForward(nn.Module):
+  """FFN(x) = max(0, x W1 + b1) W2 + b2, applied at every position (§3.3, Eq. 2).
+
+  `[batch, length, d_model]` -> `[batch, length, d_model]`.
+  """
+  d_ff: int
+  d_model: int
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    dense = lambda features, name: nn.Dense(  # noqa: E731
+        features, dtype=self.dtype, param_dtype=jnp.float32,
+        kernel_init=nn.initializers.xavier_uniform(), name=name)
+    return dense(self.d_model, 'wo')(nn.relu(dense(self.d_ff, 'wi')(x)))
+
+
+class Residual(nn.Module):
+  """A residual sub-layer with dropout and layer normalisation (§3.1, §5.4).
+
+  'post' (the paper): LayerNorm(x + Dropout(Sublayer(x))).
+  'pre' (an option): x + Dropout(Sublayer(LayerNorm(x))); the stack then needs a final norm.
+  """
+  norm_position: str = 'post'
+  dropout_rate: float = 0.1
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array, sublayer: Callable[[Array], Array], *,
+               deterministic: bool = True) -> Array:
+    norm = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, param_dtype=jnp.float32, name='norm')
+    dropout = nn.Dropout(self.dropout_rate)
+    if self.norm_position == 'pre':
+      return x + dropout(sublayer(norm(x)), deterministic=deterministic)
+    return norm(x + dropout(sublayer(x), deterministic=deterministic))

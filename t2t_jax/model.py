@@ -1,0 +1,233 @@
+"""The Transformer encoder-decoder (§3.1, Figure 1) and its decode-time key/value cache.
+
+Token conventions: padding id 0; on the decoder side EOS id 1 also serves as the start symbol
+(decoder inputs are the targets shifted right by one, beginning with id 1). Nothing here knows
+about data, files or devices.
+"""
+
+import dataclasses
+import math
+from typing import Any, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from t2t_jax import attention
+from t2t_jax.layers import (AddPositions, FeedForward, MultiHeadAttention, Residual,
+                            SharedEmbedding)
+
+Array = jax.Array
+PAD_ID = 0
+EOS_ID = 1
+BOS_ID = EOS_ID
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """Everything the model needs, frozen; modes derive by `dataclasses.replace`.
+
+  Build it from a run configuration with `TransformerConfig.from_config(cfg)`, which validates.
+  """
+  vocab_size: int = 37000
+  d_model: int = 512
+  d_ff: int = 2048
+  num_heads: int = 8
+  d_k: int = 64
+  d_v: int = 64
+  num_layers: int = 6
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.0
+  positional: str = 'sinusoidal'
+  norm_position: str = 'post'
+  max_len: int = 512
+  dtype: Any = jnp.float32
+  deterministic: bool = False
+  decode: bool = False
+  attention_impl: Optional[str] = None
+
+  @classmethod
+  def from_config(cls, config, **overrides) -> 'TransformerConfig':
+    """Validated model config from a run config (`configs/default.py` keys)."""
+    from t2t_jax import config as config_lib  # local import: config imports this module
+    config_lib.validate(config)
+    heads = config.num_heads
+    return cls(
+        vocab_size=config.vocab_size, d_model=config.d_model, d_ff=config.d_ff,
+        num_heads=heads, d_k=config.d_k or config.d_model // heads,
+        d_v=config.d_v or config.d_model // heads, num_layers=config.num_layers,
+        dropout_rate=config.dropout_rate, attention_dropout_rate=config.attention_dropout_rate,
+        positional=config.positional, norm_position=config.norm_position,
+        max_len=config.max_len, dtype=jnp.dtype(config.dtype), **overrides)
+
+  def replace(self, **changes) -> 'TransformerConfig':
+    return dataclasses.replace(self, **changes)
+
+
+def shift_right(targets: Array, bos_id: int = BOS_ID) -> Array:
+  """Decoder inputs from targets: `[batch, length]` -> `[batch, length]`, bos first, last dropped."""
+  start = jnp.full_like(targets[:, :1], bos_id)
+  return jnp.concatenate([start, targets[:, :-1]], axis=1)
+
+
+def _residual(cfg: TransformerConfig, name: str) -> Residual:
+  return Residual(cfg.norm_position, cfg.dropout_rate, cfg.dtype, name=name)
+
+
+def _attention(cfg: TransformerConfig, name: str, decode: bool = False) -> MultiHeadAttention:
+  return MultiHeadAttention(cfg.num_heads, cfg.d_k, cfg.d_v, cfg.d_model,
+                            cfg.attention_dropout_rate, cfg.dtype, decode=decode,
+                            attention_impl=cfg.attention_impl, name=name)
+
+
+class EncoderLayer(nn.Module):
+  """Self-attention then FFN, each a residual sub-layer (§3.1)."""
+  cfg: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Array) -> Array:
+    cfg, det = self.cfg, self.cfg.deterministic
+    self_attention = _attention(cfg, 'self_attention')
+    x = _residual(cfg, 'attention_block')(
+        x, lambda y: self_attention(y, y, mask, deterministic=det), deterministic=det)
+    ffn = FeedForward(cfg.d_ff, cfg.d_model, cfg.dtype, name='ffn')
+    return _residual(cfg, 'ffn_block')(x, ffn, deterministic=det)
+
+
+class DecoderLayer(nn.Module):
+  """Masked self-attention, encoder-decoder attention, FFN (§3.1)."""
+  cfg: TransformerConfig
+
+  @nn.compact
+  def __call__(self, y: Array, encoded: Array, self_mask: Optional[Array],
+               cross_mask: Array) -> Array:
+    cfg, det = self.cfg, self.cfg.deterministic
+    self_attention = _attention(cfg, 'self_attention', decode=cfg.decode)
+    y = _residual(cfg, 'self_attention_block')(
+        y, lambda z: self_attention(z, z, self_mask, deterministic=det), deterministic=det)
+    cross_attention = _attention(cfg, 'cross_attention')
+    y = _residual(cfg, 'cross_attention_block')(
+        y, lambda z: cross_attention(z, encoded, cross_mask, deterministic=det),
+        deterministic=det)
+    ffn = FeedForward(cfg.d_ff, cfg.d_model, cfg.dtype, name='ffn')
+    return _residual(cfg, 'ffn_block')(y, ffn, deterministic=det)
+
+
+class Encoder(nn.Module):
+  """Embeds `[batch, src_len]` ids and runs N encoder layers -> `[batch, src_len, d_model]`."""
+  cfg: TransformerConfig
+  embed: SharedEmbedding
+
+  @nn.compact
+  def __call__(self, inputs: Array) -> Array:
+    cfg = self.cfg
+    mask = attention.padding_mask(inputs, PAD_ID)
+    x = AddPositions(cfg.max_len, cfg.positional, name='positions')(self.embed(inputs))
+    x = nn.Dropout(cfg.dropout_rate)(x, deterministic=cfg.deterministic)
+    for i in range(cfg.num_layers):
+      x = EncoderLayer(cfg, name=f'layer_{i}')(x, mask)
+    if cfg.norm_position == 'pre':
+      x = nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, name='final_norm')(x)
+    return x
+
+
+class Decoder(nn.Module):
+  """N decoder layers over shifted targets, then the shared pre-softmax projection (§3.4).
+
+  Teacher forcing: `[batch, tgt_len]` decoder inputs -> `[batch, tgt_len, vocab]` float32 logits.
+  Decode mode: `[batch, 1]` -> `[batch, 1, vocab]`, past positions read from the cache.
+  """
+  cfg: TransformerConfig
+  embed: SharedEmbedding
+
+  @nn.compact
+  def __call__(self, decoder_inputs: Array, encoded: Array, inputs: Array) -> Array:
+    cfg = self.cfg
+    cross_mask = attention.padding_mask(inputs, PAD_ID)
+    # In decode mode the causal mask comes from the cache index instead.
+    self_mask = None if cfg.decode else attention.causal_mask(decoder_inputs.shape[1])
+    y = AddPositions(cfg.max_len, cfg.positional, decode=cfg.decode,
+                     name='positions')(self.embed(decoder_inputs))
+    y = nn.Dropout(cfg.dropout_rate)(y, deterministic=cfg.deterministic)
+    for i in range(cfg.num_layers):
+      y = DecoderLayer(cfg, name=f'layer_{i}')(y, encoded, self_mask, cross_mask)
+    if cfg.norm_position == 'pre':
+      y = nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, name='final_norm')(y)
+    return self.embed.attend(y)
+
+
+class Transformer(nn.Module):
+  """The full model; `apply` is a pure function of (params, batch).
+
+  Methods (use with `model.apply(variables, ..., method=...)`):
+    __call__(inputs, targets): teacher-forced logits `[batch, tgt_len, vocab]` float32.
+    encode(inputs): `[batch, src_len, d_model]`.
+    decode(decoder_inputs, encoded, inputs): logits for the given decoder inputs.
+  """
+  cfg: TransformerConfig
+
+  def setup(self):
+    cfg = self.cfg
+    self.shared_embedding = SharedEmbedding(cfg.vocab_size, cfg.d_model, cfg.dtype)
+    self.encoder = Encoder(cfg, self.shared_embedding)
+    self.decoder = Decoder(cfg, self.shared_embedding)
+
+  def encode(self, inputs: Array) -> Array:
+    return self.encoder(inputs)
+
+  def decode(self, decoder_inputs: Array, encoded: Array, inputs: Array) -> Array:
+    return self.decoder(decoder_inputs, encoded, inputs)
+
+  def __call__(self, inputs: Array, targets: Array) -> Array:
+    return self.decode(shift_right(targets), self.encode(inputs), inputs)
+
+
+def init_params(cfg: TransformerConfig, rng: Array, batch: int = 1, length: int = 8):
+  """Initial parameters (a nested dict of float32 arrays) for `cfg`."""
+  model = Transformer(cfg.replace(deterministic=True, decode=False))
+  dummy = jnp.ones((batch, length), jnp.int32)
+  return model.init(rng, dummy, dummy)['params']
+
+
+def param_shapes(cfg: TransformerConfig):
+  """Parameter shapes without computing anything: a tree of `jax.ShapeDtypeStruct`."""
+  return jax.eval_shape(lambda rng: init_params(cfg, rng), jax.random.PRNGKey(0))
+
+
+def count_params(tree) -> int:
+  """Total number of scalars in a parameter (or shape) tree."""
+  return sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(tree))
+
+
+def init_cache(cfg: TransformerConfig, batch: int, max_decode_len: int):
+  """A zero decode cache for `batch` sentences and up to `max_decode_len` target positions.
+
+  Leaves: per-layer `cached_key` `[batch, max_decode_len, heads, d_k]`, `cached_value`
+  `[batch, max_decode_len, heads, d_v]`, and 0-d int32 indices (`cache_index`, `position`).
+  """
+  model = Transformer(cfg.replace(deterministic=True, decode=True))
+  src = jnp.ones((batch, 1), jnp.int32)
+  tgt = jnp.ones((batch, max_decode_len), jnp.int32)
+  shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), src, tgt)['cache'])
+  return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+
+def decode_step(cfg: TransformerConfig, params, cache, tokens: Array, encoded: Array,
+                inputs: Array):
+  """One incremental decoder step with the key/value cache.
+
+  Args:
+    cfg: model config (decode and deterministic are forced on).
+    params: model parameters.
+    cache: from `init_cache` or a previous step.
+    tokens: `[batch, 1]` int32, the previous output token (BOS at the first step).
+    encoded: `[batch, src_len, d_model]` encoder output, computed once per sentence.
+    inputs: `[batch, src_len]` source ids, for the padding mask.
+
+  Returns:
+    (`[batch, vocab]` float32 logits for the next position, the updated cache).
+  """
+  model = Transformer(cfg.replace(deterministic=True, decode=True))
+  logits, updated = model.apply({'params': params, 'cache': cache}, tokens, encoded, inputs,
+                                method=Transformer.decode, mutable=['cache'])
+  return logits[:, 0], updated['cache']

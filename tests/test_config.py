@@ -1,0 +1,78 @@
+"""Configs: presets hold the paper's values; bad keys and values fail naming the key."""
+
+import ml_collections
+import pytest
+
+from configs import default, quickstart, table3, wmt_base, wmt_big, wmt_enfr_big
+from t2t_jax import config as config_lib
+from t2t_jax import model
+
+
+def test_presets_hold_the_paper_values():
+  base, big, enfr = wmt_base.get_config(), wmt_big.get_config(), wmt_enfr_big.get_config()
+  assert (base.d_model, base.d_ff, base.num_heads, base.num_layers) == (512, 2048, 8, 6)
+  assert (base.dropout_rate, base.label_smoothing, base.warmup_steps) == (0.1, 0.1, 4000)
+  assert (base.adam_b1, base.adam_b2, base.adam_eps) == (0.9, 0.98, 1e-9)
+  assert (base.vocab_size, base.average_last, base.num_train_steps) == (37000, 5, 100_000)
+  assert (big.d_model, big.d_ff, big.num_heads, big.dropout_rate) == (1024, 4096, 16, 0.3)
+  assert (big.average_last, big.num_train_steps) == (20, 300_000)
+  assert (enfr.dropout_rate, enfr.vocab_size, enfr.target_lang) == (0.1, 32000, 'fr')
+  assert base.norm_position == 'post' and base.positional == 'sinusoidal'
+  for c in (base, big, enfr, quickstart.get_config()):
+    config_lib.validate(c)
+
+
+@pytest.mark.parametrize('row,expected', [
+    ('A1', dict(num_heads=1, d_k=512, d_v=512)), ('A4', dict(num_heads=32, d_k=16, d_v=16)),
+    ('B1', dict(d_k=16, d_v=64)), ('C3', dict(num_layers=8)),
+    ('C4', dict(d_model=256, d_k=32, d_v=32)), ('C7', dict(d_ff=4096)),
+    ('D2', dict(dropout_rate=0.2)), ('D4', dict(label_smoothing=0.2)),
+    ('E', dict(positional='learned')), ('big', dict(d_model=1024, num_heads=16)),
+])
+def test_table3_rows(row, expected):
+  c = table3.get_config(row)
+  config_lib.validate(c)
+  cfg = model.TransformerConfig.from_config(c)
+  for key, value in expected.items():
+    assert getattr(cfg, key, c[key]) == value, key
+    assert c[key] == value or key in ('d_k', 'd_v'), key
+
+
+def test_unknown_table3_row_names_valid_rows():
+  with pytest.raises(ValueError, match=r"'C9'.*A1.*B2.*E"):
+    table3.get_config('C9')
+
+
+def _with(**changes):
+  # Built from a plain dict: ConfigDict's own type safety would refuse some bad values
+  # earlier, and configs built by library users need not go through it.
+  return ml_collections.ConfigDict({**default.get_config().to_dict(), **changes})
+
+
+@pytest.mark.parametrize('changes,message', [
+    (dict(d_model=500, num_heads=8), r"'d_model'.*multiple of num_heads=8"),
+    (dict(dropout_rate=-0.1), r"'dropout_rate'.*\[0, 1\)"),
+    (dict(label_smoothing=1.0), r"'label_smoothing'"),
+    (dict(positional='sine'), r"'positional'.*'sinusoidal', 'learned'.*'sine'"),
+    (dict(norm_position='middle'), r"'norm_position'.*'post', 'pre'"),
+    (dict(dtype='float16'), r"'dtype'.*'float32', 'bfloat16'"),
+    (dict(num_layers=0), r"'num_layers'.*> 0"),
+    (dict(vocab_size=3.5), r"'vocab_size'.*integer"),
+    (dict(bucket_lengths=(8, 64, 32)), r"'bucket_lengths'.*increasing"),
+    (dict(max_length=300), r"'bucket_lengths'.*max_length=300"),
+])
+def test_invalid_values_name_the_key(changes, message):
+  with pytest.raises(config_lib.ConfigError, match=message):
+    config_lib.validate(_with(**changes))
+
+
+def test_d_k_and_d_v_free_d_model_from_heads():
+  c = _with(d_model=500, num_heads=8, d_k=64, d_v=64)
+  assert model.TransformerConfig.from_config(c).d_k == 64
+
+
+def test_unknown_key_is_refused_with_a_suggestion():
+  c = default.get_config()
+  c.d_modle = 3
+  with pytest.raises(config_lib.ConfigError, match=r"unknown config key 'd_modle'; did you mean d_model"):
+    config_lib.validate(c)
