@@ -1,0 +1,129 @@
+"""Orbax checkpoints of training: state, data-iterator position and config, saved together.
+
+Layout: `<workdir>/checkpoints/<step>/{state,data,config}`. `state` is the `TrainState`
+(step, params, optimizer state); `data` the JSON state of the input iterator; `config` the run
+config as JSON, so a rerun can refuse an incompatible config instead of mixing two models.
+Saving follows the paper's policy (every T minutes, §5.2) and/or every N steps; the last K
+checkpoints are kept (orbax deletes only checkpoints it wrote).
+"""
+
+import os
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+import jax
+import ml_collections
+import orbax.checkpoint as ocp
+from absl import logging
+
+# Keys whose change makes an existing checkpoint unusable for this run: the parameter shapes,
+# or the data order and batch shapes the saved iterator position refers to.
+RESUME_KEYS = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'd_k', 'd_v', 'num_layers',
+               'positional', 'norm_position', 'max_len', 'dataset', 'source_lang',
+               'target_lang', 'local_corpus_dir', 'train_split', 'max_length',
+               'tokens_per_batch', 'bucket_lengths', 'shuffle_seed', 'pack_examples',
+               'grad_accum_steps')
+
+
+class CheckpointError(RuntimeError):
+  """A checkpoint is missing, unreadable or incompatible with the run's config."""
+
+
+def config_to_json(config: ml_collections.ConfigDict) -> Dict[str, Any]:
+  """The config as plain JSON values (tuples become lists)."""
+  return {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.to_dict().items()}
+
+
+def incompatible_keys(saved: Dict[str, Any], config: ml_collections.ConfigDict,
+                      keys=RESUME_KEYS) -> List[Tuple[str, Any, Any]]:
+  """[(key, saved value, current value)] for every `keys` entry that differs."""
+  current = config_to_json(config)
+  return [(k, saved.get(k), current.get(k)) for k in keys if saved.get(k) != current.get(k)]
+
+
+class Checkpointer:
+  """Saves and restores training checkpoints under `<workdir>/checkpoints`.
+
+  Args:
+    workdir: the run's directory.
+    keep: how many of the latest checkpoints to keep.
+    every_steps: save when the step is a multiple of this (0: off).
+    every_minutes: save when this many minutes passed since the last save (0: off).
+  """
+
+  def __init__(self, workdir: str, keep: int = 20, every_steps: int = 0,
+               every_minutes: float = 0.0):
+    self.directory = os.path.join(os.path.abspath(workdir), 'checkpoints')
+    self.every_steps = every_steps
+    self.every_minutes = every_minutes
+    self._last_save = time.monotonic()
+    self._manager = ocp.CheckpointManager(
+        self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
+
+  def latest_step(self) -> Optional[int]:
+    return self._manager.latest_step()
+
+  def all_steps(self) -> List[int]:
+    return sorted(self._manager.all_steps())
+
+  def should_save(self, step: int) -> bool:
+    """The save policy: every N steps and/or every T minutes."""
+    if self.every_steps and step % self.every_steps == 0:
+      return True
+    return bool(self.every_minutes) and (
+        time.monotonic() - self._last_save >= 60.0 * self.every_minutes)
+
+  def save(self, step: int, state, data_state: Dict[str, Any],
+           config: ml_collections.ConfigDict) -> None:
+    """Writes a checkpoint at `step` (asynchronously; `wait()` blocks until it is on disk)."""
+    if step in self._manager.all_steps():
+      return
+    self._manager.save(step, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state),
+        config=ocp.args.JsonSave(config_to_json(config))), force=True)
+    self._last_save = time.monotonic()
+    logging.info('checkpoint: saving step %d to %s', step, self.directory)
+
+  def saved_config(self, step: Optional[int] = None) -> Dict[str, Any]:
+    step = self.latest_step() if step is None else step
+    return self._manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))[
+        'config']
+
+  def check_compatible(self, config: ml_collections.ConfigDict) -> None:
+    """Refuses to resume from checkpoints of a different model or data setup.
+
+    Raises CheckpointError naming every differing key, with saved and current values.
+    """
+    step = self.latest_step()
+    if step is None:
+      return
+    diffs = incompatible_keys(self.saved_config(step), config)
+    if diffs:
+      detail = '; '.join(f'{k}: checkpoint has {a!r}, config has {b!r}' for k, a, b in diffs)
+      raise CheckpointError(
+          f'{self.directory} holds checkpoints (latest step {step}) of an incompatible config '
+          f'({detail}). Use another --workdir, or restore those values; nothing was changed.')
+
+  def restore(self, abstract_state, step: Optional[int] = None):
+    """(state, data_state) from `step` (default: the latest), placed like `abstract_state`.
+
+    `abstract_state` is a tree of `jax.ShapeDtypeStruct` with shardings (see `abstract_like`).
+    """
+    step = self.latest_step() if step is None else step
+    if step is None:
+      raise CheckpointError(f'no checkpoint in {self.directory}')
+    restored = self._manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
+    return restored['state'], restored['data']
+
+  def wait(self) -> None:
+    self._manager.wait_until_finished()
+
+  def close(self) -> None:
+    self._manager.wait_until_finished()
+    self._manager.close()
+
+
+def abstract_like(tree) -> Any:
+  """Shape/dtype/sharding skeleton of a tree of arrays, for restoring into the same layout."""
+  return jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, tree)

@@ -1,0 +1,235 @@
+"""One shared SentencePiece BPE vocabulary for source and target (§5.1).
+
+Ids: pad = 0, eos = 1, unk = 2, no bos. The decoder starts from EOS (id 1), so no BOS
+symbol is needed; `encode` adds no EOS (the pipeline appends it).
+
+The model is trained once per workdir, from a deterministic sample of the training text of
+both languages, into `<workdir>/vocab/spm.model` (+ `spm.vocab`). It is trained in a temp
+folder next to it and moved into place with `spm.model` last, so the presence of
+`spm.model` means the vocabulary is complete. Process 0 trains; the other processes wait for
+that file. An existing model is always reused and never overwritten.
+
+Normalisation is 'identity' and character coverage 1.0, so `decode(encode(s)) == s` for any
+text whose characters were in the sample (up to whitespace: SentencePiece strips leading and
+trailing space and collapses runs of spaces).
+"""
+
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+
+from absl import logging
+import numpy as np
+import sentencepiece as spm
+
+PAD_ID = 0
+EOS_ID = 1
+UNK_ID = 2
+VOCAB_SUBDIR = 'vocab'
+MODEL_FILE = 'spm.model'
+
+
+class TokenizerError(ValueError):
+  """A vocabulary that cannot be used, trained or found."""
+
+
+class Tokenizer:
+  """A loaded SentencePiece model. Thread-safe for encode/decode; picklable."""
+
+  def __init__(self, path: str):
+    self.path = path
+    with open(path, 'rb') as f:
+      self._init_from_proto(f.read())
+
+  def _init_from_proto(self, proto: bytes) -> None:
+    self._proto = proto
+    self._sp = spm.SentencePieceProcessor(model_proto=proto)
+    ids = (self._sp.pad_id(), self._sp.eos_id(), self._sp.unk_id(), self._sp.bos_id())
+    if ids != (PAD_ID, EOS_ID, UNK_ID, -1):
+      raise TokenizerError(f'{self.path}: ids (pad, eos, unk, bos) are {ids}; t2t_jax needs '
+                           f'({PAD_ID}, {EOS_ID}, {UNK_ID}, -1).')
+
+  def __getstate__(self) -> dict[str, Any]:
+    return {'path': self.path, 'proto': self._proto}
+
+  def __setstate__(self, state: dict[str, Any]) -> None:
+    self.path = state['path']
+    self._init_from_proto(state['proto'])
+
+  @property
+  def fingerprint(self) -> str:
+    """sha256 of the model file's bytes (keys caches of token lengths)."""
+    return hashlib.sha256(self._proto).hexdigest()
+
+  @property
+  def vocab_size(self) -> int:
+    return self._sp.get_piece_size()
+
+  @property
+  def pad_id(self) -> int:
+    return PAD_ID
+
+  @property
+  def eos_id(self) -> int:
+    return EOS_ID
+
+  def encode(self, text: str) -> list[int]:
+    """Token ids of `text`, without EOS."""
+    return self._sp.encode(text, out_type=int)
+
+  def encode_batch(self, texts: Sequence[str], num_threads: int = 1) -> list[list[int]]:
+    """`encode` of each text (SentencePiece may use `num_threads` C++ threads)."""
+    return self._sp.encode(list(texts), out_type=int, num_threads=num_threads)
+
+  def decode(self, ids: Iterable[int]) -> str:
+    """Text of `ids` up to (not including) the first EOS; padding (0) is ignored.
+
+    Args:
+      ids: a list or a 1-D array of ints, e.g. one row of a decoded [batch, length] array.
+    """
+    out = []
+    for i in np.asarray(ids, dtype=np.int64).reshape(-1).tolist():
+      if i == EOS_ID:
+        break
+      if i != PAD_ID:
+        out.append(i)
+    return self._sp.decode(out)
+
+  def decode_batch(self, rows: Iterable[Iterable[int]]) -> list[str]:
+    """`decode` of each row of a [batch, length] array."""
+    return [self.decode(row) for row in rows]
+
+  def __repr__(self) -> str:
+    return f'Tokenizer({self.path}, vocab_size={self.vocab_size})'
+
+
+def load(path: str) -> Tokenizer:
+  """Loads a SentencePiece model file written by `train`/`load_or_train`."""
+  if not os.path.isfile(path):
+    raise TokenizerError(f'No SentencePiece model at {path}.')
+  return Tokenizer(path)
+
+
+def sample_sentences(source: Any, num_per_language: int, seed: int = 0) -> Iterator[str]:
+  """Yields source and target text of a deterministic sample of pairs.
+
+  Args:
+    source: random access to `{'source': str, 'target': str}` with `len()`.
+    num_per_language: pairs to sample (all pairs if the corpus is smaller).
+    seed: the sample depends only on (len(source), num_per_language, seed).
+  """
+  n = len(source)
+  if num_per_language >= n:
+    indices = np.arange(n)
+  else:
+    rng = np.random.default_rng(seed)
+    # Sorted: sequential reads are much faster on array_record files.
+    indices = np.sort(rng.choice(n, size=num_per_language, replace=False))
+  for start in range(0, len(indices), 4096):
+    chunk = [int(i) for i in indices[start:start + 4096]]
+    getitems = getattr(source, '__getitems__', None)
+    for ex in (getitems(chunk) if getitems else [source[i] for i in chunk]):
+      yield ex['source']
+      yield ex['target']
+
+
+def train(sentences: Iterable[str], vocab_size: int, model_path: str) -> Tokenizer:
+  """Trains a BPE model on `sentences` and writes `model_path` (+ `.vocab`) atomically."""
+  out_dir = os.path.dirname(os.path.abspath(model_path))
+  os.makedirs(out_dir, exist_ok=True)
+  prefix = os.path.splitext(os.path.basename(model_path))[0]
+  tmp = tempfile.mkdtemp(prefix='.tmp-spm-', dir=out_dir)
+  try:
+    count = [0]
+
+    def nonempty() -> Iterator[str]:
+      for s in sentences:
+        if s and s.strip():
+          count[0] += 1
+          yield s
+
+    try:
+      spm.SentencePieceTrainer.train(
+          sentence_iterator=nonempty(), model_prefix=os.path.join(tmp, prefix),
+          model_type='bpe', vocab_size=vocab_size,
+          pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
+          character_coverage=1.0, normalization_rule_name='identity',
+          input_sentence_size=0, shuffle_input_sentence=False,
+          num_threads=os.cpu_count() or 1, minloglevel=1)
+    except RuntimeError as e:
+      raise TokenizerError(f'SentencePiece training of {model_path} with vocab_size='
+                           f'{vocab_size} on {count[0]} sentences failed: {e}') from e
+    # The .vocab first, the .model last: readers wait for the .model.
+    os.replace(os.path.join(tmp, prefix + '.vocab'),
+               os.path.splitext(model_path)[0] + '.vocab')
+    os.replace(os.path.join(tmp, prefix + '.model'), model_path)
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+  logging.info('Trained a %d-piece BPE vocabulary on %d sentences: %s', vocab_size,
+               count[0], model_path)
+  return Tokenizer(model_path)
+
+
+def _checked(tok: Tokenizer, vocab_size: int) -> Tokenizer:
+  if tok.vocab_size != vocab_size:
+    raise TokenizerError(f'{tok.path} has vocab size {tok.vocab_size} but config.vocab_size '
+                         f'is {vocab_size}; use another workdir or set vocab_size='
+                         f'{tok.vocab_size} (the existing vocabulary is never overwritten).')
+  return tok
+
+
+def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable[str]],
+                  process_index: int = 0, process_count: int = 1, *,
+                  timeout_s: float = 7200.0, poll_s: float = 1.0) -> Tokenizer:
+  """The workdir's vocabulary: loaded if `<workdir>/vocab/spm.model` exists, else trained.
+
+  Args:
+    config: uses `vocab_size` and `vocab_sample_sentences`.
+    workdir: the run's folder.
+    sentences_fn: returns an iterable of training sentences of both languages (e.g.
+      `lambda: sample_sentences(train_source, config.vocab_sample_sentences)`); called only
+      by process 0 and only when training; at most 2 * vocab_sample_sentences are used.
+    process_index, process_count: `jax.process_index()`, `jax.process_count()`.
+    timeout_s: how long processes other than 0 wait for process 0's file.
+    poll_s: how often they look.
+
+  Returns:
+    The Tokenizer, whose vocab_size equals config.vocab_size (TokenizerError otherwise).
+  """
+  path = os.path.join(workdir, VOCAB_SUBDIR, MODEL_FILE)
+  if os.path.isfile(path):
+    logging.info('Reusing the vocabulary %s', path)
+    return _checked(Tokenizer(path), config.vocab_size)
+  if process_index == 0:
+    limit = 2 * int(config.vocab_sample_sentences)
+
+    def bounded() -> Iterator[str]:
+      for i, s in enumerate(sentences_fn()):
+        if i >= limit:
+          return
+        yield s
+
+    return _checked(train(bounded(), config.vocab_size, path), config.vocab_size)
+  logging.info('Process %d/%d waits for the vocabulary %s', process_index, process_count,
+               path)
+  deadline = time.monotonic() + timeout_s
+  while not os.path.isfile(path):
+    if time.monotonic() > deadline:
+      raise TokenizerError(f'Process {process_index} waited {timeout_s:g} s for process 0 to '
+                           f'write {path}; it did not appear.')
+    time.sleep(poll_s)
+  return _checked(Tokenizer(path), config.vocab_size)
+
+
+def vocab_path(workdir: str) -> str:
+  """`<workdir>/vocab/spm.model`."""
+  return os.path.join(workdir, VOCAB_SUBDIR, MODEL_FILE)
+
+
+def maybe_load(workdir: str) -> Optional[Tokenizer]:
+  """The workdir's vocabulary if it exists (for eval/decode), else None."""
+  path = vocab_path(workdir)
+  return Tokenizer(path) if os.path.isfile(path) else None

@@ -1,0 +1,174 @@
+"""Data parallelism over a device mesh: sharded train and eval steps (§5.2).
+
+One `Mesh` with a 'data' axis over every device of every process. Per-device work is a
+`jax.shard_map` over 'data' with explicit collectives: each device computes *sums* of the
+loss, its gradient and the non-padding token count on its shard of the batch; the sums are
+`psum`-ed and only then divided, so 8 devices give the same update as 1 device on the same
+global batch. Parameters and optimizer state are replicated.
+"""
+
+import dataclasses
+from typing import Any, Callable, Dict, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from t2t_jax import losses, model
+
+Array = jax.Array
+Batch = Dict[str, np.ndarray]
+DATA = 'data'
+
+
+def make_mesh(devices=None) -> Mesh:
+  """A 1-D mesh named 'data' over `devices` (default: all devices of all processes)."""
+  devices = jax.devices() if devices is None else devices
+  return Mesh(np.asarray(devices), (DATA,))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, P())
+
+
+def data_sharded(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, P(DATA))
+
+
+def replicate(tree, mesh: Mesh):
+  """Places every leaf of `tree` on all devices of `mesh`."""
+  return jax.device_put(tree, replicated(mesh))
+
+
+def shard_batch(batch: Batch, mesh: Mesh) -> Dict[str, Array]:
+  """Builds global arrays from this process's rows: `[local_rows, L]` -> `[global_rows, L]`.
+
+  Each process passes only its own shard; rows must divide evenly over its local devices.
+  """
+  sharding = data_sharded(mesh)
+  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
+          for k, v in batch.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainState:
+  """What a training step changes: step count, parameters, optimizer state (a pytree)."""
+  step: Array
+  params: Any
+  opt_state: Any
+
+
+jax.tree_util.register_dataclass(TrainState, data_fields=['step', 'params', 'opt_state'],
+                                 meta_fields=[])
+
+
+def create_train_state(cfg: model.TransformerConfig, optimizer: optax.GradientTransformation,
+                       seed: int, mesh: Mesh) -> TrainState:
+  """Initial replicated state; parameters come from `seed` (same on every process)."""
+  def init():
+    params = model.init_params(cfg, jax.random.PRNGKey(seed))
+    return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params))
+  return jax.jit(init, out_shardings=replicated(mesh))()
+
+
+def _metric_sums(cfg: model.TransformerConfig, params, batch, dropout_rng,
+                 label_smoothing: float):
+  """Per-device sums of loss, nll, correct tokens and token count for one shard."""
+  logits = model.Transformer(cfg).apply({'params': params}, batch['inputs'], batch['targets'],
+                                        rngs={'dropout': dropout_rng})
+  weights = losses.padding_weights(batch['targets'])
+  return losses.compute_metrics(logits, batch['targets'], weights, label_smoothing)
+
+
+def make_grad_fn(cfg: model.TransformerConfig, mesh: Mesh,
+                 label_smoothing: float) -> Callable:
+  """(params, batch, rng) -> (summed gradients, summed metrics), reduced over all devices.
+
+  Gradients are of the loss *sum*; divide by `metrics['weight']` (after accumulating all
+  micro-batches) to get the gradient of the per-token mean loss.
+  """
+  train_cfg = cfg.replace(deterministic=False, decode=False)
+
+  def per_device(params, batch, rng):
+    # Different dropout masks on every device, reproducible from (rng, device index).
+    rng = jax.random.fold_in(rng, jax.lax.axis_index(DATA))
+    def loss_fn(p):
+      metrics = _metric_sums(train_cfg, p, batch, rng, label_smoothing)
+      return metrics['loss'], metrics
+    grads, metrics = jax.grad(loss_fn, has_aux=True)(params)
+    return jax.lax.psum((grads, metrics), DATA)
+
+  return jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(DATA), P()),
+                       out_specs=(P(), P()), check_vma=False)
+
+
+def apply_gradients(state: TrainState, optimizer: optax.GradientTransformation, grad_sums,
+                    weight: Array) -> TrainState:
+  """One optimizer update with gradients normalised by the global token count."""
+  grads = jax.tree_util.tree_map(lambda g: g / jnp.maximum(weight, 1.0), grad_sums)
+  updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+  return TrainState(state.step + 1, optax.apply_updates(state.params, updates), opt_state)
+
+
+def dropout_rng(seed: int, step: Array) -> Array:
+  """The dropout key of a step: a function of (seed, step) alone, so resume is exact."""
+  return jax.random.fold_in(jax.random.PRNGKey(seed + 1), step)
+
+
+def make_train_step(cfg: model.TransformerConfig, optimizer: optax.GradientTransformation,
+                    mesh: Mesh, *, label_smoothing: float, seed: int) -> Callable:
+  """Jitted (state, batch) -> (state, metrics): one update on one global batch.
+
+  `batch` holds `inputs` and `targets` `[global_rows, length]` int32 sharded over 'data'.
+  The state buffers are donated. `metrics` are global sums (loss, nll, correct, weight).
+  """
+  grad_fn = make_grad_fn(cfg, mesh, label_smoothing)
+
+  def step(state: TrainState, batch):
+    grads, metrics = grad_fn(state.params, batch, dropout_rng(seed, state.step))
+    return apply_gradients(state, optimizer, grads, metrics['weight']), metrics
+
+  return jax.jit(step, donate_argnums=(0,),
+                 out_shardings=(replicated(mesh), replicated(mesh)))
+
+
+def make_accumulating_steps(cfg: model.TransformerConfig, optimizer: optax.GradientTransformation,
+                            mesh: Mesh, *, label_smoothing: float, seed: int):
+  """For gradient accumulation: (grad_step, apply_step) jitted functions.
+
+  grad_step(params, batch, step, micro) -> (grad sums, metric sums) for one micro-batch;
+  apply_step(state, grad sums, metric sums) -> state. Summing token-weighted gradients over
+  micro-batches and dividing once by the total token count is exactly the gradient of the
+  big batch (unlike averaging per-micro-batch means).
+  """
+  grad_fn = make_grad_fn(cfg, mesh, label_smoothing)
+
+  def grad_step(params, batch, step, micro):
+    return grad_fn(params, batch, jax.random.fold_in(dropout_rng(seed, step), micro))
+
+  def apply_step(state, grads, metrics):
+    return apply_gradients(state, optimizer, grads, metrics['weight'])
+
+  return (jax.jit(grad_step, out_shardings=(replicated(mesh), replicated(mesh))),
+          jax.jit(apply_step, donate_argnums=(0,), out_shardings=replicated(mesh)))
+
+
+def make_eval_step(cfg: model.TransformerConfig, mesh: Mesh, *,
+                   label_smoothing: float) -> Callable:
+  """Jitted (params, batch) -> global metric sums, teacher-forced, no dropout."""
+  eval_cfg = cfg.replace(deterministic=True, decode=False)
+
+  def per_device(params, batch):
+    metrics = _metric_sums(eval_cfg, params, batch, jax.random.PRNGKey(0), label_smoothing)
+    return jax.lax.psum(metrics, DATA)
+
+  sharded = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(DATA)), out_specs=P(),
+                          check_vma=False)
+  return jax.jit(sharded, out_shardings=replicated(mesh))
+
+
+def add_metrics(a: Optional[Dict[str, Array]], b: Dict[str, Array]) -> Dict[str, Array]:
+  """Adds two dicts of metric sums (None acts as zero); stays on device."""
+  return b if a is None else jax.tree_util.tree_map(jnp.add, a, b)

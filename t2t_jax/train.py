@@ -1,0 +1,198 @@
+"""The training loop (§5): data, model, optimizer, checkpoints and logging.
+
+`train(config, workdir)` builds the mesh, the vocabulary and the input iterator, restores the
+latest checkpoint of the workdir if there is one (same config required), then runs
+`parallel.train_step` until `config.num_train_steps`, logging every `log_every_steps`,
+evaluating the dev loss every `eval_every_steps` and checkpointing by the step/time policy.
+"""
+
+import os
+import time
+from typing import Any, Dict, Optional
+
+import jax
+import ml_collections
+import numpy as np
+from absl import logging
+
+from t2t_jax import checkpoint, metrics, model, optim, parallel
+from t2t_jax import config as config_lib
+from t2t_jax.data import corpora, pipeline, tokenizer
+
+
+class TrainError(RuntimeError):
+  """The run cannot start (workdir, data or checkpoint problems)."""
+
+
+def check_workdir(workdir: str) -> str:
+  """Creates `workdir` if needed and proves it is writable; returns its absolute path."""
+  workdir = os.path.abspath(workdir)
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    probe = os.path.join(workdir, f'.write_test.{os.getpid()}')
+    with open(probe, 'w') as f:
+      f.write('ok')
+    os.remove(probe)
+  except OSError as e:
+    raise TrainError(f'workdir {workdir} is not writable: {e.strerror or e}') from e
+  return workdir
+
+
+class Data:
+  """Vocabulary, training iterator and dev batches of a run."""
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str, *, with_eval: bool):
+    pi, pc = jax.process_index(), jax.process_count()
+    data_dir = corpora.default_data_dir(config, workdir)
+    train_source = corpora.load_split(config, config.train_split, data_dir, process_index=pi)
+    self.tokenizer = tokenizer.load_or_train(
+        config, workdir,
+        lambda: tokenizer.sample_sentences(train_source, config.vocab_sample_sentences), pi, pc)
+    rows = jax.local_device_count()
+    self.train = pipeline.make_train_iterator(
+        config, train_source, self.tokenizer, rows_multiple=rows, process_index=pi,
+        process_count=pc, cache_dir=os.path.join(workdir, 'data_cache'))
+    self.eval_batches = None
+    if with_eval:
+      dev_source = corpora.load_split(config, config.eval_split, data_dir, process_index=pi)
+      self.eval_batches = pipeline.make_eval_batches(
+          config, dev_source, self.tokenizer, rows_multiple=rows, process_index=pi,
+          process_count=pc)
+      if config.eval_batches:
+        self.eval_batches = self.eval_batches[:config.eval_batches]
+
+
+def summarize(sums: Dict[str, Any]) -> Dict[str, float]:
+  """Per-token loss, nll, perplexity and accuracy from global metric sums."""
+  sums = jax.device_get(sums)
+  weight = max(float(sums['weight']), 1.0)
+  nll = float(sums['nll']) / weight
+  return {'loss': float(sums['loss']) / weight, 'nll': nll,
+          'perplexity': float(np.exp(min(nll, 50.0))),
+          'accuracy': float(sums['correct']) / weight, 'tokens': float(sums['weight'])}
+
+
+def evaluate_batches(eval_step, params, batches, mesh) -> Dict[str, float]:
+  """Teacher-forced metrics over `batches` (summed over all devices and batches)."""
+  total = None
+  for batch in batches:
+    total = parallel.add_metrics(total, eval_step(params, parallel.shard_batch(batch, mesh)))
+  return summarize(total)
+
+
+def _format(step: int, total: int, m: Dict[str, float]) -> str:
+  eta = m.get('eta_s', 0.0)
+  return (f'step {step}/{total} loss {m["loss"]:.4f} nll {m["nll"]:.4f} '
+          f'acc {m["accuracy"]:.3f} lr {m["learning_rate"]:.3e} '
+          f'{m["tokens_per_s"]:,.0f} tok/s ETA {int(eta // 3600)}h{int(eta % 3600 // 60):02d}m'
+          f'{int(eta % 60):02d}s')
+
+
+class _Steps:
+  """The jitted update, with or without gradient accumulation."""
+
+  def __init__(self, cfg, optimizer, mesh, config):
+    self.accum, self.mesh = config.grad_accum_steps, mesh
+    kwargs = dict(label_smoothing=config.label_smoothing, seed=config.seed)
+    if self.accum == 1:
+      self.step = parallel.make_train_step(cfg, optimizer, mesh, **kwargs)
+    else:
+      self.grad_step, self.apply_step = parallel.make_accumulating_steps(
+          cfg, optimizer, mesh, **kwargs)
+    self.shapes = set()
+
+  def __call__(self, state, iterator):
+    """One update from `accum` batches of `iterator`; returns (state, metric sums)."""
+    if self.accum == 1:
+      batch = next(iterator)
+      self._note_shape(batch)
+      return self.step(state, parallel.shard_batch(batch, self.mesh))
+    grads = sums = None
+    for micro in range(self.accum):
+      batch = next(iterator)
+      self._note_shape(batch)
+      g, m = self.grad_step(state.params, parallel.shard_batch(batch, self.mesh), state.step,
+                            micro)
+      grads = g if grads is None else jax.tree_util.tree_map(jax.numpy.add, grads, g)
+      sums = parallel.add_metrics(sums, m)
+    return self.apply_step(state, grads, sums), sums
+
+  def _note_shape(self, batch):
+    shape = batch['targets'].shape
+    if shape not in self.shapes:
+      self.shapes.add(shape)
+      logging.info('compiling the train step for local batch shape %s (%d shapes so far)',
+                   shape, len(self.shapes))
+
+
+def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
+  """Trains until `config.num_train_steps`; returns the last logged metrics."""
+  config_lib.validate(config)
+  workdir = check_workdir(workdir)
+  is_chief = jax.process_index() == 0
+  checkpointer = checkpoint.Checkpointer(workdir, config.keep_checkpoints,
+                                         config.checkpoint_every_steps,
+                                         config.checkpoint_every_minutes)
+  checkpointer.check_compatible(config)  # before any expensive work
+  mesh = parallel.make_mesh()
+  logging.info('mesh: %d devices over %d processes', mesh.size, jax.process_count())
+  data = Data(config, workdir, with_eval=config.eval_every_steps > 0)
+  cfg = model.TransformerConfig.from_config(config)
+  optimizer = optim.make_optimizer(config)
+  schedule = optim.learning_rate_schedule(config.d_model, config.warmup_steps,
+                                          config.learning_rate_scale)
+  state = parallel.create_train_state(cfg, optimizer, config.seed, mesh)
+  start = checkpointer.latest_step()
+  if start is not None:
+    state, data_state = checkpointer.restore(checkpoint.abstract_like(state))
+    data.train.set_state(data_state)
+    logging.info('resumed from step %d of %s', start, checkpointer.directory)
+  step = int(jax.device_get(state.step))
+  writer = metrics.MetricsWriter(workdir, enabled=is_chief)
+  eval_step = (parallel.make_eval_step(cfg, mesh, label_smoothing=config.label_smoothing)
+               if data.eval_batches is not None else None)
+  steps = _Steps(cfg, optimizer, mesh, config)
+  total = config.num_train_steps
+  last: Dict[str, float] = {}
+
+  def run_eval():
+    result = evaluate_batches(eval_step, state.params, data.eval_batches, mesh)
+    logging.info('eval at step %d: %s loss %.4f nll %.4f perplexity %.2f accuracy %.3f', step,
+                 config.eval_split, result['loss'], result['nll'], result['perplexity'],
+                 result['accuracy'])
+    writer.write(step, result, prefix=f'eval_{config.eval_split}')
+    return result
+
+  try:
+    if eval_step is not None and step == 0:
+      last.update({f'eval_{k}': v for k, v in run_eval().items()})
+    sums, window_start, window_steps, run_start = None, time.monotonic(), 0, time.monotonic()
+    while step < total:
+      state, step_sums = steps(state, data.train)
+      sums = parallel.add_metrics(sums, step_sums)
+      step += 1
+      window_steps += 1
+      if step % config.log_every_steps == 0 or step == total:
+        m = summarize(sums)  # the only host-device sync of the loop
+        elapsed = time.monotonic() - window_start
+        m.update(learning_rate=float(schedule(step - 1)),
+                 tokens_per_s=m['tokens'] / max(elapsed, 1e-9),
+                 steps_per_s=window_steps / max(elapsed, 1e-9),
+                 eta_s=(total - step) * elapsed / window_steps,
+                 elapsed_s=time.monotonic() - run_start)
+        if is_chief:
+          logging.info(_format(step, total, m))
+        writer.write(step, m)
+        last.update(m)
+        sums, window_start, window_steps = None, time.monotonic(), 0
+      if eval_step is not None and step % config.eval_every_steps == 0:
+        last.update({f'eval_{k}': v for k, v in run_eval().items()})
+      if checkpointer.should_save(step) or step == total:
+        checkpointer.save(step, state, data.train.get_state(), config)
+  finally:
+    checkpointer.close()
+    writer.close()
+    data.train.close()
+  logging.info('training done at step %d; compiled %d train-step shapes', step,
+               len(steps.shapes))
+  return last

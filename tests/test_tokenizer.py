@@ -1,0 +1,177 @@
+"""Tests for t2t_jax.data.tokenizer: shared BPE vocabulary, ids, reuse, multi-process wait."""
+
+import gzip
+import itertools
+import os
+import pickle
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from configs import default
+from t2t_jax.data import corpora
+from t2t_jax.data import tokenizer
+
+VOCAB = 500
+
+
+def _bible(split, lang, n):
+  path = os.path.join(corpora.BUNDLED_CORPUS_DIR, f'{split}.{lang}.gz')
+  with gzip.open(path, 'rt', encoding='utf-8') as f:
+    return [line.rstrip('\n') for line in itertools.islice(f, n)]
+
+
+@pytest.fixture(scope='module')
+def pairs():
+  return [{'source': s, 'target': t}
+          for s, t in zip(_bible('train', 'en', 2000), _bible('train', 'es', 2000))]
+
+
+def _config(vocab_size=VOCAB, sample=5000):
+  c = default.get_config()
+  c.vocab_size, c.vocab_sample_sentences = vocab_size, sample
+  return c
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory, pairs):
+  workdir = str(tmp_path_factory.mktemp('work'))
+  calls = []
+
+  def sentences():
+    calls.append(1)
+    return tokenizer.sample_sentences(pairs, 5000)
+
+  tok = tokenizer.load_or_train(_config(), workdir, sentences)
+  assert calls == [1]
+  return workdir, tok
+
+
+def test_files_and_ids(trained):
+  workdir, tok = trained
+  assert tok.path == os.path.join(workdir, 'vocab', 'spm.model')
+  assert os.path.isfile(os.path.join(workdir, 'vocab', 'spm.vocab'))
+  # Only the two files: the temp training folder is gone.
+  assert sorted(os.listdir(os.path.join(workdir, 'vocab'))) == ['spm.model', 'spm.vocab']
+  assert tok.vocab_size == VOCAB
+  assert (tok.pad_id, tok.eos_id) == (0, 1)
+  sp = tok._sp  # pylint: disable=protected-access
+  assert [sp.id_to_piece(i) for i in range(3)] == ['<pad>', '</s>', '<unk>']
+  assert sp.bos_id() == -1
+  ids = tok.encode('And God said, Let there be light: and there was light.')
+  assert ids and all(3 <= i < VOCAB for i in ids)  # no pad, EOS or unk
+
+
+def test_round_trip_both_languages(trained, pairs):
+  _, tok = trained
+  for text in [p['source'] for p in pairs[:300]] + [p['target'] for p in pairs[:300]]:
+    assert tok.decode(tok.encode(text)) == text
+  es = 'EN el principio crió Dios los cielos y la tierra.'
+  assert tok.decode(tok.encode(es)) == es
+  batch = tok.encode_batch([pairs[0]['source'], pairs[1]['target']])
+  assert batch == [tok.encode(pairs[0]['source']), tok.encode(pairs[1]['target'])]
+
+
+def test_decode_stops_at_eos_and_ignores_padding(trained):
+  _, tok = trained
+  text = 'And the evening and the morning were the first day.'
+  ids = tok.encode(text)
+  assert tok.decode(ids + [1] + ids) == text
+  assert tok.decode(np.array(ids + [1, 0, 0], np.int32)) == text
+  assert tok.decode([0] + ids[:2] + [0] + ids[2:]) == text
+  assert tok.decode([1] + ids) == ''
+  rows = np.zeros((2, len(ids) + 3), np.int32)
+  rows[0, :len(ids)] = ids
+  rows[0, len(ids)] = 1
+  assert tok.decode_batch(rows) == [text, '']
+
+
+def test_second_call_reuses_the_file(trained):
+  workdir, tok = trained
+  mtime = os.stat(tok.path).st_mtime_ns
+
+  def must_not_train():
+    raise AssertionError('trained again')
+
+  again = tokenizer.load_or_train(_config(), workdir, must_not_train)
+  assert again.fingerprint == tok.fingerprint
+  assert os.stat(tok.path).st_mtime_ns == mtime
+  loaded = tokenizer.load(tok.path)
+  assert loaded.encode('light') == tok.encode('light')
+  clone = pickle.loads(pickle.dumps(tok))
+  assert clone.encode('darkness') == tok.encode('darkness') and clone.path == tok.path
+
+
+def test_size_mismatch_is_refused(trained):
+  workdir, tok = trained
+  before = open(tok.path, 'rb').read()
+  with pytest.raises(tokenizer.TokenizerError, match=r'vocab size 500 .*vocab_size is 600'):
+    tokenizer.load_or_train(_config(vocab_size=600), workdir, lambda: [])
+  assert open(tok.path, 'rb').read() == before
+
+
+def test_sample_is_deterministic_and_bounded(pairs):
+  a = list(tokenizer.sample_sentences(pairs, 50, seed=3))
+  assert a == list(tokenizer.sample_sentences(pairs, 50, seed=3))
+  assert a != list(tokenizer.sample_sentences(pairs, 50, seed=4))
+  assert len(a) == 100
+  # Source then target of each sampled pair, in corpus order.
+  src = a[0::2]
+  idx = [next(i for i, p in enumerate(pairs) if p['source'] == s) for s in src]
+  assert idx == sorted(idx)
+  assert a[1::2] == [pairs[i]['target'] for i in idx]
+  assert len(list(tokenizer.sample_sentences(pairs[:10], 50))) == 20
+
+
+def test_training_reads_at_most_the_sample_size(tmp_path, pairs):
+  consumed = []
+
+  def endless():
+    for i, p in enumerate(itertools.cycle(pairs)):
+      consumed.append(i)
+      yield p['source']
+
+  tok = tokenizer.load_or_train(_config(vocab_size=300, sample=400), str(tmp_path), endless)
+  assert tok.vocab_size == 300
+  assert len(consumed) <= 801  # 2 * vocab_sample_sentences (+ the one that stops it)
+
+
+def test_other_process_waits_for_process_zero(tmp_path, pairs):
+  workdir = str(tmp_path)
+  results = {}
+
+  def process_zero():
+    time.sleep(0.3)  # process 1 starts waiting first
+    results[0] = tokenizer.load_or_train(
+        _config(vocab_size=300), workdir,
+        lambda: tokenizer.sample_sentences(pairs[:1000], 1000), 0, 2)
+
+  thread = threading.Thread(target=process_zero)
+  thread.start()
+
+  def must_not_train():
+    raise AssertionError('only process 0 trains')
+
+  waiting = tokenizer.load_or_train(_config(vocab_size=300), workdir, must_not_train, 1, 2,
+                                    timeout_s=60, poll_s=0.05)
+  thread.join()
+  assert waiting.fingerprint == results[0].fingerprint
+  assert waiting.vocab_size == 300
+
+
+def test_wait_times_out_with_a_clear_error(tmp_path):
+  with pytest.raises(tokenizer.TokenizerError, match=r'waited 0.2 s .*spm\.model'):
+    tokenizer.load_or_train(_config(), str(tmp_path), lambda: [], 1, 2, timeout_s=0.2,
+                            poll_s=0.05)
+  with pytest.raises(tokenizer.TokenizerError, match='No SentencePiece model'):
+    tokenizer.load(str(tmp_path / 'missing.model'))
+
+
+def test_too_large_vocab_fails_clearly(tmp_path):
+  with pytest.raises(tokenizer.TokenizerError, match='vocab_size=5000'):
+    tokenizer.load_or_train(_config(vocab_size=5000), str(tmp_path),
+                            lambda: ['a tiny corpus', 'with few words'])
+  assert not os.path.exists(tmp_path / 'vocab' / 'spm.model')
+  assert os.listdir(tmp_path / 'vocab') == []  # the temp folder is gone
