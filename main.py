@@ -7,7 +7,9 @@ Dispatch only; every mode lives in the library. With no --config the embedded de
 import os
 import sys
 
-from absl import app, flags
+import logging as logging_std
+
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,7 +40,15 @@ flags.DEFINE_enum('mode', 'train', MODES, 'What to do.')
 FLAGS = flags.FLAGS
 
 
+class _QuietLibraries(logging_std.Filter):
+  """Drops the INFO chatter of orbax (several lines per checkpoint); warnings still show."""
+
+  def filter(self, record: logging_std.LogRecord) -> bool:
+    return record.levelno >= logging_std.WARNING or '/orbax/' not in record.pathname
+
+
 def main(argv) -> None:
+  logging.get_absl_handler().addFilter(_QuietLibraries())
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   config = config_lib.validate(FLAGS.config)
@@ -53,8 +63,16 @@ def main(argv) -> None:
     train.train(config, FLAGS.workdir)
 
 
+def _user_errors():
+  """Exceptions that mean bad input, reported as one line instead of a traceback."""
+  from t2t_jax import checkpoint, train
+  from t2t_jax.data import corpora, pipeline, tokenizer
+  return (config_lib.ConfigError, checkpoint.CheckpointError, train.TrainError,
+          corpora.DataError, pipeline.PipelineError, tokenizer.TokenizerError)
+
+
 if __name__ == '__main__':
   try:
     app.run(main)
-  except config_lib.ConfigError as e:
+  except _user_errors() as e:
     sys.exit(f'error: {e}')

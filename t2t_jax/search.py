@@ -1,0 +1,269 @@
+"""Batched beam search and greedy decoding (Vaswani et al. 2017, section 6.1).
+
+The paper decodes with "beam search with a beam size of 4 and length penalty
+alpha = 0.6", "maximum output length during inference to input length + 50",
+and terminates "early when possible". This module is model-agnostic: it only
+sees a `logits_fn` and a decode cache (see `beam_search`).
+
+Semantics, in the order a step applies them:
+
+* Every live hypothesis is extended by every token; candidates are ranked by
+  raw log probability (live hypotheses keep raw log probs).
+* An EOS extension is *finished* if it ranks among the top `beam_size` of all
+  candidates of its sentence (it is "in the beam"). Its score is the GNMT
+  length penalised log prob `logprob / ((5 + |Y|) / 6) ** alpha`, |Y| counting
+  the EOS. The `beam_size` best finished hypotheses are kept.
+* The `beam_size` best non-EOS extensions become the new live hypotheses; the
+  cache is reordered by their parent beams.
+* A sentence whose hypotheses reach `max_lengths[b] - 1` tokens may only emit
+  EOS, so no output (EOS included) is longer than `max_lengths[b]`.
+* A sentence is done when it reached its maximum length, or when it holds
+  `beam_size` finished hypotheses and the best live one cannot beat the worst
+  of them even at its most favourable length. Done sentences are frozen, so a
+  sentence decodes the same whatever else is in its batch. The loop stops when
+  every sentence is done, or after `max_decode_len` steps.
+
+Ranking EOS against the other candidates (rather than finishing every EOS
+extension) makes beam size 1 with alpha 0 exactly greedy decoding, which is
+how `greedy_search` is implemented: one code path for both.
+
+Padding id 0 is not special here: the search never masks it, a trained model
+gives it negligible probability. Outputs are `eos_id` then 0-padding.
+"""
+
+from typing import Any, Callable, NamedTuple, Optional, Union
+
+import jax
+import jax.numpy as jnp
+
+# Stands in for log(0): finite, so sums, divisions and comparisons never make
+# NaNs. Impossible states hold exactly this value (assigned, never summed).
+NEG_INF = -1.0e9
+# Floor for per-token log probs. exp(-1e4) is 0 in float32 anyway, and the floor
+# keeps every possible hypothesis (up to 1e5 tokens) strictly above NEG_INF.
+MIN_LOG_PROB = -1.0e4
+
+Cache = Any
+LogitsFn = Callable[[jax.Array, Cache], tuple[jax.Array, Cache]]
+ArrayLike = Union[jax.Array, float, int]
+
+
+class _State(NamedTuple):
+  """Loop carry. B = batch, K = beam, L = max_decode_len."""
+  step: jax.Array         # [] int32: tokens generated so far.
+  live_tok: jax.Array     # [B, K] int32: last token of each live hypothesis.
+  live_seqs: jax.Array    # [B, K, L] int32: live tokens, 0 after `step`.
+  live_lp: jax.Array      # [B, K] float32: raw log prob, sorted descending.
+  live_ok: jax.Array      # [B, K] bool: slot holds a possible hypothesis.
+  fin_seqs: jax.Array     # [B, K, L] int32: finished tokens, EOS then 0s.
+  fin_scores: jax.Array   # [B, K] float32: length-normalised, sorted desc.
+  fin_ok: jax.Array       # [B, K] bool.
+  done: jax.Array         # [B] bool: sentence frozen.
+  cache: Cache            # leaves [B * K, ...] (sentence-major) or 0-d.
+
+
+def length_penalty(length: ArrayLike, alpha: ArrayLike) -> jax.Array:
+  """GNMT length penalty ((5 + length) / 6) ** alpha (Wu et al. 2016), float32.
+
+  Args:
+    length: int or float array of any shape: output length including EOS.
+    alpha: float; 0 gives 1 (raw log probs), the paper uses 0.6.
+  Returns:
+    float32 array shaped like `length`.
+  """
+  return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
+
+
+def _tile_beams(cache: Cache, beam_size: int) -> Cache:
+  """[B, ...] -> [B * K, ...]: each sentence K times (row b * K + k)."""
+  return jax.tree_util.tree_map(
+      lambda x: x if jnp.ndim(x) == 0 else jnp.repeat(x, beam_size, axis=0),
+      cache)
+
+
+def _gather_beams(cache: Cache, flat_index: jax.Array) -> Cache:
+  """Selects rows `flat_index` [B * K] of every non-scalar leaf.
+
+  0-d leaves (e.g. a decode position shared by all rows) are not per
+  hypothesis, so they pass through unchanged.
+  """
+  return jax.tree_util.tree_map(
+      lambda x: x if jnp.ndim(x) == 0 else jnp.take(x, flat_index, axis=0),
+      cache)
+
+
+def _top_k_gather(scores: jax.Array, k: int,
+                  *others: jax.Array) -> tuple[jax.Array, ...]:
+  """Top `k` of `scores` [B, N] on axis 1, and `others` [B, N, ...] alike."""
+  top, index = jax.lax.top_k(scores, k)
+  gathered = [
+      jnp.take_along_axis(x, index.reshape(index.shape + (1,) * (x.ndim - 2)),
+                          axis=1) for x in others]
+  return (top, *gathered)
+
+
+def _search(
+    logits_fn: LogitsFn, cache: Cache, *, batch_size: int, beam_size: int,
+    alpha: ArrayLike, max_decode_len: int, max_lengths: Optional[jax.Array],
+    eos_id: int, bos_id: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """The beam search loop; `beam_search` documents the arguments.
+
+  Returns:
+    sequences [B, K, max_decode_len] int32, scores [B, K] float32 (both best
+    first), and the number of decode steps taken ([] int32; also the number of
+    `logits_fn` calls), which is < max_decode_len after early termination.
+  """
+  b, k, length = batch_size, beam_size, max_decode_len
+  if max_lengths is None:
+    max_lengths = jnp.full((b,), length, jnp.int32)
+  # Forced EOS needs max_length >= 1, and nothing may outgrow the arrays.
+  max_lengths = jnp.clip(jnp.asarray(max_lengths, jnp.int32), 1, length)
+  positions = jnp.arange(length, dtype=jnp.int32)
+
+  # Only beam 0 starts alive, so step 0 does not yield K copies of each token.
+  first_beam = jnp.arange(k) == 0
+  init = _State(
+      step=jnp.array(0, jnp.int32),
+      live_tok=jnp.full((b, k), bos_id, jnp.int32),
+      live_seqs=jnp.zeros((b, k, length), jnp.int32),
+      live_lp=jnp.broadcast_to(jnp.where(first_beam, 0.0, NEG_INF), (b, k)
+                               ).astype(jnp.float32),
+      live_ok=jnp.broadcast_to(first_beam, (b, k)),
+      fin_seqs=jnp.zeros((b, k, length), jnp.int32),
+      fin_scores=jnp.full((b, k), NEG_INF, jnp.float32),
+      fin_ok=jnp.zeros((b, k), bool),
+      done=jnp.zeros((b,), bool),
+      cache=_tile_beams(cache, k))
+
+  def cond(s: _State) -> jax.Array:
+    return (s.step < length) & ~jnp.all(s.done)
+
+  def body(s: _State) -> _State:
+    i = s.step
+    logits, new_cache = logits_fn(s.live_tok.reshape(b * k, 1), s.cache)
+    vocab = logits.shape[-1]
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    logp = jnp.maximum(logp.reshape(b, k, vocab), MIN_LOG_PROB)
+
+    # At the last allowed position only EOS may follow (per sentence).
+    forced = i >= max_lengths - 1                                   # [B]
+    token_ok = ~forced[:, None] | (jnp.arange(vocab) == eos_id)     # [B, V]
+    ok = (s.live_ok[:, :, None] & token_ok[:, None, :]).reshape(b, k * vocab)
+    cand_lp = jnp.where(
+        ok, (s.live_lp[:, :, None] + logp).reshape(b, k * vocab), NEG_INF)
+
+    # At most K candidates are EOS (one per parent), so the top 2K hold both
+    # the top K overall and the top K non-EOS.
+    top_lp, top_index = jax.lax.top_k(cand_lp, 2 * k)               # [B, 2K]
+    top_ok = jnp.take_along_axis(ok, top_index, axis=1)
+    parent, token = top_index // vocab, top_index % vocab
+    is_eos = token == eos_id
+    top_seqs = jnp.take_along_axis(s.live_seqs, parent[:, :, None], axis=1)
+    top_seqs = jnp.where(positions == i, token[:, :, None], top_seqs)
+
+    # Finished: EOS candidates inside the beam proper (rank < K).
+    new_fin = top_ok & is_eos & (jnp.arange(2 * k) < k)
+    new_scores = jnp.where(new_fin, top_lp / length_penalty(i + 1, alpha),
+                           NEG_INF)
+    # Old entries come first, so ties keep the earlier (shorter) hypothesis.
+    fin_scores, fin_seqs, fin_ok = _top_k_gather(
+        jnp.concatenate([s.fin_scores, new_scores], axis=1), k,
+        jnp.concatenate([s.fin_seqs, top_seqs], axis=1),
+        jnp.concatenate([s.fin_ok, new_fin], axis=1))
+
+    # Live: the K best non-EOS candidates.
+    live = top_ok & ~is_eos
+    live_lp, live_ok, live_seqs, live_tok, live_parent = _top_k_gather(
+        jnp.where(live, top_lp, NEG_INF), k, live, top_seqs, token, parent)
+    flat_parent = (jnp.arange(b)[:, None] * k + live_parent).reshape(b * k)
+    new_cache = _gather_beams(new_cache, flat_parent)
+
+    # Early termination (T2T style). Log probs only decrease, so a live
+    # hypothesis's final score is at most live_lp / (largest penalty among the
+    # lengths it can still reach), which is at max_lengths for alpha >= 0.
+    n = i + 1
+    best_penalty = jnp.maximum(length_penalty(n + 1, alpha),
+                               length_penalty(max_lengths, alpha))
+    bound = live_lp[:, 0] / best_penalty
+    hopeless = fin_ok[:, k - 1] & (bound < fin_scores[:, k - 1])
+    done = s.done | (n >= max_lengths) | ~live_ok[:, 0] | hopeless
+    # Freeze done sentences. The bound already says no live hypothesis can
+    # enter the finished set; freezing also rules out float rounding in it, so
+    # a sentence's result never depends on how long its batch mates decode.
+    live_ok = live_ok & ~done[:, None]
+    live_lp = jnp.where(live_ok, live_lp, NEG_INF)
+    return _State(n, live_tok, live_seqs, live_lp, live_ok, fin_seqs,
+                  fin_scores, fin_ok, done, new_cache)
+
+  s = jax.lax.while_loop(cond, body, init)
+
+  # Should not trigger (forced EOS always finishes a hypothesis), but a
+  # sentence without any finished hypothesis returns its live ones.
+  any_fin = jnp.any(s.fin_ok, axis=1, keepdims=True)                # [B, 1]
+  live_scores = s.live_lp / length_penalty(s.step, alpha)
+  ok = jnp.where(any_fin, s.fin_ok, s.live_ok)
+  scores = jnp.where(ok, jnp.where(any_fin, s.fin_scores, live_scores), NEG_INF)
+  # Empty slots may hold leftovers of impossible candidates: blank them.
+  sequences = jnp.where((any_fin & ok)[:, :, None], s.fin_seqs,
+                        jnp.where(ok[:, :, None], s.live_seqs, 0))
+  return sequences, scores, s.step
+
+
+def beam_search(
+    logits_fn: LogitsFn, cache: Cache, *, batch_size: int,
+    beam_size: int = 4, alpha: ArrayLike = 0.6, max_decode_len: int,
+    max_lengths: Optional[jax.Array] = None, eos_id: int = 1, bos_id: int = 1,
+    n_best: bool = False) -> tuple[jax.Array, jax.Array]:
+  """Batched beam search with GNMT length penalty (paper section 6.1).
+
+  Jittable with `logits_fn` closed over; `batch_size`, `beam_size`,
+  `max_decode_len`, `eos_id`, `bos_id` must be static (one compilation per
+  combination), `cache`, `max_lengths` and `alpha` may be traced.
+
+  Args:
+    logits_fn: (tokens [batch*beam, 1] int32, cache) -> (logits
+      [batch*beam, vocab] float (any float dtype, unnormalised), new_cache).
+      Rows are sentence-major: row r is sentence r // beam, beam r % beam.
+      new_cache must keep the structure, shapes and dtypes of cache.
+    cache: pytree for `batch_size` sentences. Leaves with ndim >= 1 have
+      leading dim batch_size; they are tiled to batch*beam here and reordered
+      by parent beam every step. 0-d leaves (e.g. a shared decode position)
+      pass through untouched: logits_fn owns them.
+    batch_size: number of sentences B.
+    beam_size: beam width K (paper: 4).
+    alpha: length penalty exponent (paper: 0.6); 0 ranks by raw log prob.
+    max_decode_len: L, the length of the output arrays, and the most steps.
+    max_lengths: [B] int32 per-sentence maximum output length including EOS
+      (paper: source length + 50), clipped to [1, L]; None means L.
+    eos_id: end token, also the only token allowed at max_lengths[b] - 1.
+    bos_id: first decoder input (not part of the output).
+    n_best: documentation only: every hypothesis is always returned sorted;
+      with n_best=False the caller uses [:, 0].
+
+  Returns:
+    sequences: [B, K, L] int32, best first, each ending with eos_id then 0s
+      (a slot with no possible hypothesis is all 0s with score NEG_INF).
+    scores: [B, K] float32, length-normalised log probs.
+  """
+  del n_best  # One code path: the full sorted beam is always returned.
+  sequences, scores, _ = _search(
+      logits_fn, cache, batch_size=batch_size, beam_size=beam_size,
+      alpha=alpha, max_decode_len=max_decode_len, max_lengths=max_lengths,
+      eos_id=eos_id, bos_id=bos_id)
+  return sequences, scores
+
+
+def greedy_search(
+    logits_fn: LogitsFn, cache: Cache, *, batch_size: int,
+    max_decode_len: int, max_lengths: Optional[jax.Array] = None,
+    eos_id: int = 1, bos_id: int = 1) -> tuple[jax.Array, jax.Array]:
+  """Greedy decoding: `beam_search` with beam 1 and alpha 0 (argmax per step).
+
+  Arguments as in `beam_search`. Returns sequences [B, L] int32 (EOS then 0s)
+  and scores [B] float32, the sum of the chosen tokens' log probs.
+  """
+  sequences, scores = beam_search(
+      logits_fn, cache, batch_size=batch_size, beam_size=1, alpha=0.0,
+      max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=eos_id,
+      bos_id=bos_id)
+  return sequences[:, 0], scores[:, 0]
