@@ -4,6 +4,7 @@ Dispatch only; every mode lives in the library. With no --config the embedded de
 `configs/quickstart.py` (the bundled EN->ES corpus) is used.
 """
 
+import json
 import os
 import sys
 
@@ -18,25 +19,52 @@ if _HERE not in sys.path:
 
 from t2t_jax import config as config_lib  # noqa: E402
 
-MODES = ('train', 'info')
+MODES = ('train', 'eval', 'decode', 'average', 'info')
+
+
+def _override_keys(argv):
+  """The KEYs of `--config.KEY=VALUE` arguments, in order."""
+  return [arg[len('--config.'):].split('=', 1)[0].split('.', 1)[0]
+          for arg in argv[1:] if arg.startswith('--config.')]
 
 
 def _check_override_keys(argv) -> None:
   """Refuses `--config.KEY=...` for unknown keys: config_flags would raise a raw traceback
   while the flag is being defined, before absl can report anything."""
-  keys = [arg[len('--config.'):].split('=', 1)[0].split('.', 1)[0]
-          for arg in argv[1:] if arg.startswith('--config.')]
   try:
-    config_lib.unknown_keys(keys)
+    config_lib.unknown_keys(_override_keys(argv))
   except config_lib.ConfigError as e:
     sys.exit(f'error: {e}')
+
+
+def _env_int(name):
+  value = os.environ.get(name)
+  return int(value) if value not in (None, '') else None
 
 
 _check_override_keys(sys.argv)
 config_flags.DEFINE_config_file('config', os.path.join(_HERE, 'configs', 'quickstart.py'),
                                 'Configuration file (configs/*.py[:ROW]).', lock_config=True)
 flags.DEFINE_string('workdir', None, 'Directory for the vocabulary, checkpoints and metrics.')
-flags.DEFINE_enum('mode', 'train', MODES, 'What to do.')
+flags.DEFINE_enum('mode', 'train', MODES,
+                  'train; eval (loss and BLEU on --split); decode (--input -> --output); '
+                  'average (the last config.average_last checkpoints); info (sizes, no data).')
+flags.DEFINE_string('input', None, 'decode: text file to translate (default: stdin).')
+flags.DEFINE_string('output', None, 'decode: file to write, must not exist (default: stdout).')
+flags.DEFINE_string('checkpoint', None,
+                    'eval/decode: a training step or a checkpoint path (default: the newest '
+                    'averaged checkpoint, else the latest training checkpoint).')
+flags.DEFINE_string('split', 'dev', 'eval: the split to evaluate (dev or test).')
+flags.DEFINE_bool('distributed', False, 'Initialise jax.distributed, detecting the cluster '
+                  '(TPU pod, SLURM, Open MPI, ...) unless the flags below are given.')
+flags.DEFINE_string('coordinator_address', os.environ.get('T2T_COORDINATOR_ADDRESS'),
+                    'HOST:PORT of process 0 (env T2T_COORDINATOR_ADDRESS); implies --distributed.')
+flags.DEFINE_integer('num_processes', _env_int('T2T_NUM_PROCESSES'),
+                     'Number of processes (env T2T_NUM_PROCESSES).')
+flags.DEFINE_integer('process_id', _env_int('T2T_PROCESS_ID'),
+                     'This process, 0..num_processes-1 (env T2T_PROCESS_ID).')
+flags.DEFINE_float('distributed_timeout_s', 300.0,
+                   'How long to wait for the coordinator and the other processes.')
 FLAGS = flags.FLAGS
 
 
@@ -51,6 +79,13 @@ def main(argv) -> None:
   logging.get_absl_handler().addFilter(_QuietLibraries())
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  if FLAGS.distributed or FLAGS.coordinator_address:
+    from t2t_jax import parallel
+    parallel.initialize_distributed(FLAGS.coordinator_address, FLAGS.num_processes,
+                                    FLAGS.process_id, timeout_s=FLAGS.distributed_timeout_s)
+    import jax
+    if jax.process_index() != 0:
+      logging.set_verbosity(logging.WARNING)  # one process speaks for the run
   config = config_lib.validate(FLAGS.config)
   if FLAGS.mode == 'info':
     from t2t_jax import info
@@ -61,14 +96,62 @@ def main(argv) -> None:
   if FLAGS.mode == 'train':
     from t2t_jax import train
     train.train(config, FLAGS.workdir)
+  elif FLAGS.mode == 'average':
+    _average(FLAGS.workdir)
+  elif FLAGS.mode == 'decode':
+    _decode(FLAGS.workdir)
+  elif FLAGS.mode == 'eval':
+    from t2t_jax import evaluate
+    inference_config, _ = _inference(FLAGS.workdir)
+    result = evaluate.evaluate(inference_config, FLAGS.workdir, FLAGS.split, FLAGS.checkpoint)
+    print(json.dumps(result, indent=2, sort_keys=True))
+
+
+def _inference(workdir):
+  """(config, params) for eval/decode: the checkpoint's own config plus command-line
+  overrides of inference and data keys."""
+  from t2t_jax import checkpoint
+  inference = checkpoint.load_inference_params(workdir, FLAGS.checkpoint)
+  logging.info('using %s', inference.description)
+  config = config_lib.apply_overrides(config_lib.from_json(inference.config_json), FLAGS.config,
+                                      _override_keys(sys.argv))
+  return config, inference
+
+
+def _average(workdir) -> None:
+  from t2t_jax import checkpoint
+  saved = checkpoint.latest_training_config(workdir)
+  config = config_lib.apply_overrides(config_lib.from_json(saved), FLAGS.config,
+                                      _override_keys(sys.argv))
+  result = checkpoint.average_checkpoints(workdir, config.average_last)
+  print(f'averaged steps {", ".join(map(str, result.steps))} into {result.path}')
+
+
+def _decode(workdir) -> None:
+  from t2t_jax import textio, translate
+  from t2t_jax.data import tokenizer
+  if FLAGS.output and os.path.exists(FLAGS.output):
+    raise FileExistsError(f'{FLAGS.output} already exists; choose another --output or remove it')
+  lines = (textio.read_lines(FLAGS.input) if FLAGS.input
+           else textio.decode_lines(sys.stdin.buffer.read(), '<stdin>'))
+  config, inference = _inference(workdir)
+  tok = tokenizer.load(tokenizer.vocab_path(workdir))
+  translator = translate.from_config(config, inference.params, tok)
+  outputs = translator.translate(lines, progress=translate.print_progress)
+  if FLAGS.output:
+    textio.write_lines_atomic(FLAGS.output, outputs)
+  else:
+    sys.stdout.write(''.join(line + '\n' for line in outputs))
 
 
 def _user_errors():
   """Exceptions that mean bad input, reported as one line instead of a traceback."""
-  from t2t_jax import checkpoint, train
+  from t2t_jax import checkpoint, parallel, textio, train, workdir
   from t2t_jax.data import corpora, pipeline, tokenizer
   return (config_lib.ConfigError, checkpoint.CheckpointError, train.TrainError,
-          corpora.DataError, pipeline.PipelineError, tokenizer.TokenizerError)
+          workdir.WorkdirError, parallel.DistributedError,
+          corpora.DataError, pipeline.PipelineError, tokenizer.TokenizerError,
+          textio.TextFileError, FileNotFoundError, FileExistsError)
 
 
 if __name__ == '__main__':

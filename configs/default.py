@@ -51,6 +51,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.grad_accum_steps = 1          # micro-batches summed per update, to emulate a larger batch on a small machine
   c.num_train_steps = 100_000     # training steps (base: 100K, big: 300K; §5.2)
   c.seed = 0                      # parameter initialisation and dropout seed
+  c.max_consecutive_nonfinite = 10  # stop after this many consecutive skipped (non-finite) steps
+  c.debug_nonfinite_steps = (0,)  # test hook: 1-based steps whose loss is forced to NaN; (0,) = none
 
   # --- Checkpoints, logging, evaluation --------------------------------------------
   c.checkpoint_every_steps = 0    # save every N steps (0: off)

@@ -25,6 +25,8 @@ from typing import Optional, Sequence
 
 from sacrebleu.metrics import BLEU
 
+from t2t_jax.textio import read_lines  # noqa: F401  (re-exported: bleu.read_lines)
+
 # tensor2tensor's get_ende_bleu.sh: perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'.
 # Perl reads the file as bytes there, so \s is ASCII whitespace only and every
 # non-ASCII byte counts as \S; re.ASCII gives the same classes on str. Matches
@@ -171,36 +173,6 @@ def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str],
   metric = BLEU(tokenize='none', force=True, smooth_method='none')
   suffix = f'|pretok:moses-{lang}+atat|sacremoses:{_sacremoses_version()}'
   return _score(metric, hyp_tok, ref_tok, suffix)
-
-
-def read_lines(path: str) -> list[str]:
-  """The lines of a UTF-8 text file, without their line endings.
-
-  Lines are split on '\\n' only (with a trailing '\\r' removed), so a line count
-  agrees with `wc -l` even when a sentence holds U+2028 or similar characters
-  that `str.splitlines` would also split on.
-
-  Raises:
-    FileNotFoundError / OSError: the file cannot be read (message names it).
-    ValueError: the file is not valid UTF-8 (message names it and the line).
-  """
-  try:
-    with open(path, 'rb') as f:
-      data = f.read()
-  except FileNotFoundError:
-    raise FileNotFoundError(f'no such file: {path}') from None
-  except OSError as e:
-    raise OSError(f'cannot read {path}: {e.strerror or e}') from None
-  try:
-    text = data.decode('utf-8')
-  except UnicodeDecodeError as e:
-    line_no = data.count(b'\n', 0, e.start) + 1
-    raise ValueError(
-        f'{path} is not valid UTF-8: byte {e.start} (line {line_no}): {e.reason}') from None
-  lines = text.split('\n')
-  if lines and lines[-1] == '':
-    lines.pop()  # the newline that ends the last line starts no new line
-  return [line[:-1] if line.endswith('\r') else line for line in lines]
 
 
 def bleu_from_files(hyp_path: str, ref_path: str, tokenized: bool = False,

@@ -26,7 +26,7 @@ _POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_layers', 'max_le
              'max_length', 'tokens_per_batch', 'warmup_steps', 'grad_accum_steps',
              'keep_checkpoints', 'log_every_steps', 'average_last', 'beam_size',
              'decode_batch_sentences', 'vocab_sample_sentences', 'learning_rate_scale',
-             'adam_eps')
+             'adam_eps', 'max_consecutive_nonfinite')
 _NON_NEGATIVE = ('d_k', 'd_v', 'num_train_steps', 'checkpoint_every_steps',
                  'checkpoint_every_minutes', 'eval_every_steps', 'eval_batches',
                  'eval_bleu_sentences', 'length_penalty_alpha', 'max_decode_extra')
@@ -99,6 +99,38 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   _check_buckets(tuple(config.bucket_lengths), config.max_length)
   if config.bucket_lengths[-1] > config.max_len:
     _fail('max_len', f'>= the largest bucket length {config.bucket_lengths[-1]}', config.max_len)
+  if any(isinstance(s, bool) or not isinstance(s, int) or s < 0
+         for s in config.debug_nonfinite_steps):
+    _fail('debug_nonfinite_steps', 'a tuple of step numbers >= 1 (or (0,) for none)',
+          config.debug_nonfinite_steps)
   if config.pack_examples:
     _fail('pack_examples', 'False (packing is not implemented yet)', config.pack_examples)
   return config
+
+
+# Keys that fix the parameter shapes: a checkpoint's values win and overrides are refused.
+MODEL_KEYS = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'd_k', 'd_v', 'num_layers',
+              'positional', 'norm_position', 'max_len')
+
+
+def from_json(values: dict) -> ml_collections.ConfigDict:
+  """A validated config from the JSON a checkpoint stores (lists back to tuples)."""
+  unknown_keys(values.keys())
+  config = default_config.get_config()
+  for key, value in values.items():
+    config[key] = tuple(value) if isinstance(config[key], tuple) else value
+  return validate(config)
+
+
+def apply_overrides(base: ml_collections.ConfigDict, source: ml_collections.ConfigDict,
+                    keys: Iterable[str]) -> ml_collections.ConfigDict:
+  """Copies `keys` from `source` (the command line) onto `base` (a checkpoint's config).
+
+  Refuses model-shape keys, which the checkpoint fixes.
+  """
+  for key in keys:
+    if key in MODEL_KEYS and source[key] != base[key]:
+      raise ConfigError(f'config key {key!r} is fixed by the checkpoint ({base[key]!r}); '
+                        f'got {source[key]!r}. Only inference and data keys can be overridden.')
+    base[key] = source[key]
+  return validate(base)

@@ -8,7 +8,9 @@ global batch. Parameters and optimizer state are replicated.
 """
 
 import dataclasses
-from typing import Any, Callable, Dict, Optional
+import socket
+import time
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +23,48 @@ from t2t_jax import losses, model
 Array = jax.Array
 Batch = Dict[str, np.ndarray]
 DATA = 'data'
+
+
+class DistributedError(RuntimeError):
+  """The multi-process runtime could not be set up."""
+
+
+def _wait_for_coordinator(address: str, timeout_s: float) -> None:
+  """Polls the coordinator's TCP port; DistributedError naming it after `timeout_s`.
+
+  JAX aborts the whole process (a fatal C++ check, no Python exception) when it cannot reach
+  the coordinator, so reachability is checked here first to give a clear, bounded error.
+  """
+  host, _, port = address.rpartition(':')
+  if not host or not port.isdigit():
+    raise DistributedError(f'coordinator address {address!r} is not HOST:PORT')
+  deadline = time.monotonic() + timeout_s
+  while True:
+    try:
+      with socket.create_connection((host.strip('[]'), int(port)), timeout=2.0):
+        return
+    except OSError as e:
+      if time.monotonic() >= deadline:
+        raise DistributedError(f'could not reach the coordinator at {address} within '
+                               f'{timeout_s:g} s ({e.strerror or e}); is process 0 running '
+                               'and is the address right?') from None
+      time.sleep(0.5)
+
+
+def initialize_distributed(coordinator_address: Optional[str] = None,
+                           num_processes: Optional[int] = None,
+                           process_id: Optional[int] = None, *, timeout_s: float = 300.0) -> None:
+  """`jax.distributed.initialize`, with a bounded, clear error when the coordinator is away.
+
+  With no arguments JAX detects the cluster (TPU pods, SLURM, Open MPI, ...). On CPU the
+  collectives go through gloo, so several processes on one machine form one mesh.
+  """
+  jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  if coordinator_address and process_id:
+    _wait_for_coordinator(coordinator_address, timeout_s)
+  jax.distributed.initialize(coordinator_address=coordinator_address,
+                             num_processes=num_processes, process_id=process_id,
+                             initialization_timeout=int(max(timeout_s, 1)))
 
 
 def make_mesh(devices=None) -> Mesh:
@@ -105,11 +149,34 @@ def make_grad_fn(cfg: model.TransformerConfig, mesh: Mesh,
 
 
 def apply_gradients(state: TrainState, optimizer: optax.GradientTransformation, grad_sums,
-                    weight: Array) -> TrainState:
-  """One optimizer update with gradients normalised by the global token count."""
-  grads = jax.tree_util.tree_map(lambda g: g / jnp.maximum(weight, 1.0), grad_sums)
+                    metrics: Dict[str, Array]) -> Tuple[TrainState, Dict[str, Array]]:
+  """One optimizer update with gradients normalised by the global token count.
+
+  Guarded: if the loss or any gradient is not finite, parameters and optimizer state stay as
+  they were (the step counter still advances past the batch), the step's metric sums are
+  zeroed and `metrics['nonfinite']` is 1.
+  """
+  grads = jax.tree_util.tree_map(lambda g: g / jnp.maximum(metrics['weight'], 1.0), grad_sums)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-  return TrainState(state.step + 1, optax.apply_updates(state.params, updates), opt_state)
+  params = optax.apply_updates(state.params, updates)
+  finite = jnp.isfinite(metrics['loss']) & jnp.all(jnp.stack(
+      [jnp.all(jnp.isfinite(g)) for g in jax.tree_util.tree_leaves(grads)]))
+  keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
+  state = TrainState(state.step + 1, jax.tree_util.tree_map(keep, params, state.params),
+                     jax.tree_util.tree_map(keep, opt_state, state.opt_state))
+  metrics = {k: jnp.where(finite, v, 0.0) for k, v in metrics.items()}
+  metrics['nonfinite'] = 1.0 - finite.astype(jnp.float32)
+  return state, metrics
+
+
+def _inject_nonfinite(metrics: Dict[str, Array], step: Array,
+                      steps: Sequence[int]) -> Dict[str, Array]:
+  """Test hook (`config.debug_nonfinite_steps`): a NaN loss at the given 1-based steps."""
+  steps = tuple(int(s) for s in steps if s > 0)
+  if not steps:
+    return metrics
+  hit = jnp.any(step + 1 == jnp.asarray(steps, jnp.int32))
+  return dict(metrics, loss=jnp.where(hit, jnp.nan, metrics['loss']))
 
 
 def dropout_rng(seed: int, step: Array) -> Array:
@@ -118,28 +185,32 @@ def dropout_rng(seed: int, step: Array) -> Array:
 
 
 def make_train_step(cfg: model.TransformerConfig, optimizer: optax.GradientTransformation,
-                    mesh: Mesh, *, label_smoothing: float, seed: int) -> Callable:
+                    mesh: Mesh, *, label_smoothing: float, seed: int,
+                    debug_nonfinite_steps: Sequence[int] = ()) -> Callable:
   """Jitted (state, batch) -> (state, metrics): one update on one global batch.
 
   `batch` holds `inputs` and `targets` `[global_rows, length]` int32 sharded over 'data'.
-  The state buffers are donated. `metrics` are global sums (loss, nll, correct, weight).
+  The state buffers are donated. `metrics` are global sums (loss, nll, correct, weight) and
+  `nonfinite` (1 if the update was skipped, see `apply_gradients`).
   """
   grad_fn = make_grad_fn(cfg, mesh, label_smoothing)
 
   def step(state: TrainState, batch):
     grads, metrics = grad_fn(state.params, batch, dropout_rng(seed, state.step))
-    return apply_gradients(state, optimizer, grads, metrics['weight']), metrics
+    metrics = _inject_nonfinite(metrics, state.step, tuple(debug_nonfinite_steps))
+    return apply_gradients(state, optimizer, grads, metrics)
 
   return jax.jit(step, donate_argnums=(0,),
                  out_shardings=(replicated(mesh), replicated(mesh)))
 
 
 def make_accumulating_steps(cfg: model.TransformerConfig, optimizer: optax.GradientTransformation,
-                            mesh: Mesh, *, label_smoothing: float, seed: int):
+                            mesh: Mesh, *, label_smoothing: float, seed: int,
+                            debug_nonfinite_steps: Sequence[int] = ()):
   """For gradient accumulation: (grad_step, apply_step) jitted functions.
 
   grad_step(params, batch, step, micro) -> (grad sums, metric sums) for one micro-batch;
-  apply_step(state, grad sums, metric sums) -> state. Summing token-weighted gradients over
+  apply_step(state, grad sums, metric sums) -> (state, metrics). Summing token-weighted gradients over
   micro-batches and dividing once by the total token count is exactly the gradient of the
   big batch (unlike averaging per-micro-batch means).
   """
@@ -149,10 +220,12 @@ def make_accumulating_steps(cfg: model.TransformerConfig, optimizer: optax.Gradi
     return grad_fn(params, batch, jax.random.fold_in(dropout_rng(seed, step), micro))
 
   def apply_step(state, grads, metrics):
-    return apply_gradients(state, optimizer, grads, metrics['weight'])
+    metrics = _inject_nonfinite(metrics, state.step, tuple(debug_nonfinite_steps))
+    return apply_gradients(state, optimizer, grads, metrics)
 
   return (jax.jit(grad_step, out_shardings=(replicated(mesh), replicated(mesh))),
-          jax.jit(apply_step, donate_argnums=(0,), out_shardings=replicated(mesh)))
+          jax.jit(apply_step, donate_argnums=(0,),
+                  out_shardings=(replicated(mesh), replicated(mesh))))
 
 
 def make_eval_step(cfg: model.TransformerConfig, mesh: Mesh, *,

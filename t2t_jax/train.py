@@ -8,34 +8,21 @@ evaluating the dev loss every `eval_every_steps` and checkpointing by the step/t
 
 import os
 import time
-from typing import Any, Dict, Optional
+from typing import Dict
 
 import jax
 import ml_collections
-import numpy as np
 from absl import logging
 
-from t2t_jax import checkpoint, metrics, model, optim, parallel
+from t2t_jax import checkpoint, metrics, model, optim, parallel, preemption, translate
+from t2t_jax import workdir as workdir_lib
+from t2t_jax.evaluate import decoded_bleu, evaluate_batches, summarize
 from t2t_jax import config as config_lib
 from t2t_jax.data import corpora, pipeline, tokenizer
 
 
 class TrainError(RuntimeError):
-  """The run cannot start (workdir, data or checkpoint problems)."""
-
-
-def check_workdir(workdir: str) -> str:
-  """Creates `workdir` if needed and proves it is writable; returns its absolute path."""
-  workdir = os.path.abspath(workdir)
-  try:
-    os.makedirs(workdir, exist_ok=True)
-    probe = os.path.join(workdir, f'.write_test.{os.getpid()}')
-    with open(probe, 'w') as f:
-      f.write('ok')
-    os.remove(probe)
-  except OSError as e:
-    raise TrainError(f'workdir {workdir} is not writable: {e.strerror or e}') from e
-  return workdir
+  """Training cannot go on (e.g. too many consecutive non-finite steps)."""
 
 
 class Data:
@@ -53,6 +40,7 @@ class Data:
         config, train_source, self.tokenizer, rows_multiple=rows, process_index=pi,
         process_count=pc, cache_dir=os.path.join(workdir, 'data_cache'))
     self.eval_batches = None
+    self.bleu_pairs = []
     if with_eval:
       dev_source = corpora.load_split(config, config.eval_split, data_dir, process_index=pi)
       self.eval_batches = pipeline.make_eval_batches(
@@ -60,24 +48,8 @@ class Data:
           process_count=pc)
       if config.eval_batches:
         self.eval_batches = self.eval_batches[:config.eval_batches]
-
-
-def summarize(sums: Dict[str, Any]) -> Dict[str, float]:
-  """Per-token loss, nll, perplexity and accuracy from global metric sums."""
-  sums = jax.device_get(sums)
-  weight = max(float(sums['weight']), 1.0)
-  nll = float(sums['nll']) / weight
-  return {'loss': float(sums['loss']) / weight, 'nll': nll,
-          'perplexity': float(np.exp(min(nll, 50.0))),
-          'accuracy': float(sums['correct']) / weight, 'tokens': float(sums['weight'])}
-
-
-def evaluate_batches(eval_step, params, batches, mesh) -> Dict[str, float]:
-  """Teacher-forced metrics over `batches` (summed over all devices and batches)."""
-  total = None
-  for batch in batches:
-    total = parallel.add_metrics(total, eval_step(params, parallel.shard_batch(batch, mesh)))
-  return summarize(total)
+      n = min(config.eval_bleu_sentences, len(dev_source))
+      self.bleu_pairs = [dev_source[i] for i in range(n)]
 
 
 def _format(step: int, total: int, m: Dict[str, float]) -> str:
@@ -93,7 +65,8 @@ class _Steps:
 
   def __init__(self, cfg, optimizer, mesh, config):
     self.accum, self.mesh = config.grad_accum_steps, mesh
-    kwargs = dict(label_smoothing=config.label_smoothing, seed=config.seed)
+    kwargs = dict(label_smoothing=config.label_smoothing, seed=config.seed,
+                  debug_nonfinite_steps=tuple(config.debug_nonfinite_steps))
     if self.accum == 1:
       self.step = parallel.make_train_step(cfg, optimizer, mesh, **kwargs)
     else:
@@ -115,7 +88,7 @@ class _Steps:
                             micro)
       grads = g if grads is None else jax.tree_util.tree_map(jax.numpy.add, grads, g)
       sums = parallel.add_metrics(sums, m)
-    return self.apply_step(state, grads, sums), sums
+    return self.apply_step(state, grads, sums)
 
   def _note_shape(self, batch):
     shape = batch['targets'].shape
@@ -125,10 +98,63 @@ class _Steps:
                    shape, len(self.shapes))
 
 
+class _NonfiniteWatch:
+  """Counts consecutive skipped (non-finite) steps, reading each step's flag one step late.
+
+  Reading the flag of the previous step while the current one is already dispatched keeps
+  the device busy: no per-step host-device sync stalls the pipeline.
+  """
+
+  def __init__(self, limit: int):
+    self.limit, self.run, self.total, self.first = limit, 0, 0, None
+    self._pending = None
+
+  def push(self, step: int, flag) -> None:
+    """Records the (device) flag of `step`; checks the one pushed before it."""
+    pending, self._pending = self._pending, (step, flag)
+    if pending is not None:
+      self._check(*pending)
+
+  def flush(self) -> None:
+    if self._pending is not None:
+      self._check(*self._pending)
+      self._pending = None
+
+  def _check(self, step: int, flag) -> None:
+    if float(flag) > 0:
+      self.total += 1
+      self.run += 1
+      self.first = step if self.run == 1 else self.first
+      logging.warning('step %d: non-finite loss or gradients; update skipped (%d in a row)',
+                      step, self.run)
+    else:
+      self.run = 0
+    if self.run >= self.limit:
+      raise TrainError(f'{self.run} consecutive steps ({self.first}-{step}) had a non-finite '
+                       'loss or gradients, so training stopped (config.max_consecutive_'
+                       'nonfinite). The checkpoints already written are intact; lower the '
+                       'learning rate or check the data.')
+
+
 def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
-  """Trains until `config.num_train_steps`; returns the last logged metrics."""
+  """Trains until `config.num_train_steps`; returns the last logged metrics.
+
+  Resumes from the workdir's latest checkpoint; SIGTERM/SIGINT stop after the current step
+  with a checkpoint (see `preemption`).
+  """
   config_lib.validate(config)
-  workdir = check_workdir(workdir)
+  is_chief = jax.process_index() == 0
+  workdir = workdir_lib.check_writable(workdir) if is_chief else os.path.abspath(workdir)
+  lock = workdir_lib.WorkdirLock(workdir).acquire() if is_chief else None
+  try:
+    with preemption.PreemptionHandler() as handler:
+      return _train(config, workdir, handler)
+  finally:
+    if lock is not None:
+      lock.release()
+
+
+def _train(config, workdir: str, handler: preemption.PreemptionHandler) -> Dict[str, float]:
   is_chief = jax.process_index() == 0
   checkpointer = checkpoint.Checkpointer(workdir, config.keep_checkpoints,
                                          config.checkpoint_every_steps,
@@ -142,9 +168,8 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
   schedule = optim.learning_rate_schedule(config.d_model, config.warmup_steps,
                                           config.learning_rate_scale)
   state = parallel.create_train_state(cfg, optimizer, config.seed, mesh)
-  start = checkpointer.latest_step()
-  if start is not None:
-    state, data_state = checkpointer.restore(checkpoint.abstract_like(state))
+  if checkpointer.latest_step() is not None:
+    state, data_state, start = checkpointer.restore_latest_good(checkpoint.abstract_like(state))
     data.train.set_state(data_state)
     logging.info('resumed from step %d of %s', start, checkpointer.directory)
   step = int(jax.device_get(state.step))
@@ -152,11 +177,21 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
   eval_step = (parallel.make_eval_step(cfg, mesh, label_smoothing=config.label_smoothing)
                if data.eval_batches is not None else None)
   steps = _Steps(cfg, optimizer, mesh, config)
+  translator = (translate.from_config(config, None, data.tokenizer) if data.bleu_pairs
+                else None)
+  watch = _NonfiniteWatch(config.max_consecutive_nonfinite)
   total = config.num_train_steps
   last: Dict[str, float] = {}
 
   def run_eval():
     result = evaluate_batches(eval_step, state.params, data.eval_batches, mesh)
+    if translator is not None:
+      translator.params = state.params  # an argument of the jitted decode: no recompilation
+      scores = decoded_bleu(translator, [p['source'] for p in data.bleu_pairs],
+                            [p['target'] for p in data.bleu_pairs], config.target_lang)
+      result.update(bleu=scores['bleu'], tokenized_bleu=scores['tokenized_bleu'])
+      logging.info('eval at step %d: BLEU %.2f on %d %s sentences', step, scores['bleu'],
+                   len(data.bleu_pairs), config.eval_split)
     logging.info('eval at step %d: %s loss %.4f nll %.4f perplexity %.2f accuracy %.3f', step,
                  config.eval_split, result['loss'], result['nll'], result['perplexity'],
                  result['accuracy'])
@@ -172,23 +207,37 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
       sums = parallel.add_metrics(sums, step_sums)
       step += 1
       window_steps += 1
-      if step % config.log_every_steps == 0 or step == total:
-        m = summarize(sums)  # the only host-device sync of the loop
+      watch.push(step, step_sums['nonfinite'])
+      stopping = handler.stop_requested()
+      if step % config.log_every_steps == 0 or step == total or stopping:
+        watch.flush()
+        m = summarize(sums)  # the only regular host-device sync of the loop
         elapsed = time.monotonic() - window_start
         m.update(learning_rate=float(schedule(step - 1)),
                  tokens_per_s=m['tokens'] / max(elapsed, 1e-9),
                  steps_per_s=window_steps / max(elapsed, 1e-9),
                  eta_s=(total - step) * elapsed / window_steps,
-                 elapsed_s=time.monotonic() - run_start)
+                 elapsed_s=time.monotonic() - run_start,
+                 nonfinite_steps=float(jax.device_get(sums['nonfinite'])))
         if is_chief:
           logging.info(_format(step, total, m))
         writer.write(step, m)
         last.update(m)
         sums, window_start, window_steps = None, time.monotonic(), 0
-      if eval_step is not None and step % config.eval_every_steps == 0:
+      if eval_step is not None and step % config.eval_every_steps == 0 and not stopping:
         last.update({f'eval_{k}': v for k, v in run_eval().items()})
-      if checkpointer.should_save(step) or step == total:
+      if checkpointer.should_save(step) or step == total or stopping:
+        watch.flush()  # never checkpoint past a run of failures that should stop training
         checkpointer.save(step, state, data.train.get_state(), config)
+      if stopping:
+        checkpointer.wait()
+        signalled = handler.received_at or time.monotonic()
+        logging.warning('stopped by %s at step %d: checkpoint written to %s/%d in %.1f s; '
+                        'rerun the same command to resume', handler.signal_name or 'a signal',
+                        step, checkpointer.directory, step, time.monotonic() - signalled)
+        last['stopped_at'] = step
+        break
+    watch.flush()
   finally:
     checkpointer.close()
     writer.close()

@@ -93,7 +93,7 @@ def test_gradient_accumulation_equals_the_big_batch():
     g, m = grad_step(state.params, parallel.shard_batch(half, mesh), state.step, micro)
     grads = g if grads is None else jax.tree_util.tree_map(jnp.add, grads, g)
     metrics = parallel.add_metrics(metrics, m)
-  state = jax.device_get(apply_step(state, grads, metrics))
+  state, _ = jax.device_get(apply_step(state, grads, metrics))
   jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
                          state.params, full_state.params)
 
@@ -110,3 +110,23 @@ def test_eval_step_sums_over_devices():
                                     losses.padding_weights(jnp.asarray(batch['targets'])), 0.1)
   for k in expected:
     np.testing.assert_allclose(metrics[k], expected[k], rtol=1e-5)
+
+
+def test_nonfinite_step_is_skipped_and_counted():
+  mesh = parallel.make_mesh()
+  opt = _optimizer()
+  state = parallel.create_train_state(CFG, opt, seed=0, mesh=mesh)
+  initial = jax.device_get(state.params)
+  step = parallel.make_train_step(CFG, opt, mesh, label_smoothing=0.1, seed=0,
+                                  debug_nonfinite_steps=(1,))
+  state, metrics = step(state, parallel.shard_batch(_batch(seed=0), mesh))
+  metrics = jax.device_get(metrics)
+  assert metrics['nonfinite'] == 1.0 and metrics['loss'] == 0.0 and metrics['weight'] == 0.0
+  assert int(state.step) == 1
+  jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(state.params), initial)
+  assert int(jax.device_get(state.opt_state)[0].count) == 0  # Adam did not advance either
+  state, metrics = step(state, parallel.shard_batch(_batch(seed=1), mesh))
+  assert float(metrics['nonfinite']) == 0.0 and float(metrics['loss']) > 0
+  moved = jax.tree_util.tree_map(lambda a, b: float(np.abs(a - b).max()),
+                                 jax.device_get(state.params), initial)
+  assert max(jax.tree_util.tree_leaves(moved)) > 1e-4

@@ -1,48 +1,11 @@
 """End to end: main.py trains a tiny model on CPU, checkpoints, resumes, and learns."""
 
-import gzip
 import json
 import os
-import subprocess
-import sys
 
-import pytest
+import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUNDLED = os.path.join(ROOT, 't2t_jax', 'data', 'bible_en_es')
-
-TINY = ['--config=configs/quickstart.py', '--config.vocab_size=400',
-        '--config.vocab_sample_sentences=1200', '--config.d_model=32', '--config.d_ff=64',
-        '--config.num_heads=4', '--config.num_layers=1', '--config.max_len=64',
-        '--config.max_length=32', '--config.bucket_lengths=(16,32)',
-        '--config.tokens_per_batch=2048', '--config.warmup_steps=10',
-        '--config.learning_rate_scale=4.0', '--config.dropout_rate=0.0',
-        '--config.checkpoint_every_steps=10', '--config.log_every_steps=10',
-        '--config.eval_every_steps=30', '--config.keep_checkpoints=10']
-
-
-@pytest.fixture(scope='module')
-def corpus(tmp_path_factory):
-  """The first lines of the bundled corpus as a local corpus folder."""
-  folder = tmp_path_factory.mktemp('corpus')
-  for split, lines in (('train', 1200), ('dev', 64), ('test', 64)):
-    for lang in ('en', 'es'):
-      with gzip.open(os.path.join(BUNDLED, f'{split}.{lang}.gz'), 'rt', encoding='utf-8') as f:
-        text = [next(f) for _ in range(lines)]
-      (folder / f'{split}.{lang}').write_text(''.join(text), encoding='utf-8')
-  return str(folder)
-
-
-def run_main(*args, timeout=600):
-  # config_flags needs --config before any --config.KEY override.
-  args = sorted(args, key=lambda a: not a.startswith('--config='))
-  return subprocess.run([sys.executable, os.path.join(ROOT, 'main.py'), *args], cwd=ROOT,
-                        capture_output=True, text=True, timeout=timeout)
-
-
-def _metrics(workdir):
-  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
-    return [json.loads(line) for line in f]
+from conftest import TINY, read_metrics as _metrics, run_main
 
 
 def test_train_checkpoint_resume_and_learn(corpus, tmp_path):
@@ -94,3 +57,57 @@ def test_unwritable_workdir_and_missing_data_fail_before_training(corpus, tmp_pa
   result = run_main(f'--workdir={tmp_path}/run2', f'--config.local_corpus_dir={empty}', *TINY)
   assert result.returncode != 0
   assert 'error:' in result.stderr and str(empty) in result.stderr and 'train.en' in result.stderr
+
+
+def test_average_decode_and_eval_from_the_command_line(corpus, tmp_path):
+  workdir = str(tmp_path / 'run')
+  result = run_main(f'--workdir={workdir}', f'--config.local_corpus_dir={corpus}',
+                    '--config.num_train_steps=40', *TINY)
+  assert result.returncode == 0, result.stderr[-3000:]
+  # Averaging the last 5 of 4 checkpoints is refused, naming how many exist.
+  refused = run_main('--mode=average', f'--workdir={workdir}', '--config.average_last=5')
+  assert refused.returncode != 0 and 'only 4 exist' in refused.stderr
+  averaged = run_main('--mode=average', f'--workdir={workdir}', '--config.average_last=3')
+  assert averaged.returncode == 0, averaged.stderr[-3000:]
+  assert 'averaged steps 20, 30, 40 into' in averaged.stdout
+  checkpoints = sorted(os.listdir(os.path.join(workdir, 'checkpoints')))
+
+  source = tmp_path / 'input.en'
+  lines = ['In the beginning God created the heaven and the earth.', '',
+           'And God said, Let there be light: and there was light.', '', '', 'Amen.']
+  source.write_text('\n'.join(lines) + '\n', encoding='utf-8')
+  output = tmp_path / 'output.es'
+  decoded = run_main('--mode=decode', f'--workdir={workdir}', f'--input={source}',
+                     f'--output={output}', '--config.beam_size=2')
+  assert decoded.returncode == 0, decoded.stderr[-3000:]
+  assert 'using averaged steps 20,30,40' in decoded.stderr
+  assert 'sent/s' in decoded.stderr
+  out = output.read_text(encoding='utf-8').split('\n')
+  assert len(out) == len(lines) + 1 and out[-1] == ''  # one line per input line
+  assert all(out[i] == '' for i, line in enumerate(lines) if not line)  # empty stays empty
+  # stdin -> stdout gives the same translations; an existing output is never overwritten.
+  piped = run_main('--mode=decode', f'--workdir={workdir}', '--config.beam_size=2',
+                   input='\n'.join(lines) + '\n')
+  assert piped.returncode == 0 and piped.stdout == output.read_text(encoding='utf-8')
+  again = run_main('--mode=decode', f'--workdir={workdir}', f'--input={source}',
+                   f'--output={output}')
+  assert again.returncode != 0 and 'already exists' in again.stderr
+
+  evaluated = run_main('--mode=eval', f'--workdir={workdir}', '--split=test',
+                       '--config.beam_size=2')
+  assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+  report = os.path.join(workdir, 'eval_test_40.json')
+  with open(report) as f:
+    result = json.load(f)
+  assert result['checkpoint'] == 'averaged steps 20,30,40' and result['sentences'] == 64
+  assert 0 <= result['bleu'] <= 100 and 'nrefs:1' in result['bleu_signature']
+  assert np.isfinite(result['loss']) and result['perplexity'] > 1
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == checkpoints  # untouched
+
+  bad = tmp_path / 'bad.en'
+  bad.write_bytes(b'fine\n\xff\xfe broken\n')
+  failed = run_main('--mode=decode', f'--workdir={workdir}', f'--input={bad}')
+  assert failed.returncode != 0 and f'{bad} is not valid UTF-8' in failed.stderr
+  assert 'line 2' in failed.stderr
+  missing = run_main('--mode=decode', f'--workdir={tmp_path}/nothing', f'--input={source}')
+  assert missing.returncode != 0 and 'error:' in missing.stderr and 'checkpoint' in missing.stderr

@@ -1,0 +1,93 @@
+"""Evaluation on a split: teacher-forced loss, perplexity, accuracy, then decoded BLEU (§6.1)."""
+
+import json
+import os
+from typing import Any, Dict, Optional, Sequence
+
+import jax
+import ml_collections
+import numpy as np
+from absl import logging
+
+from t2t_jax import bleu, model, parallel, textio, translate
+
+
+def summarize(sums: Dict[str, Any]) -> Dict[str, float]:
+  """Per-token loss, nll, perplexity and accuracy from global metric sums."""
+  sums = jax.device_get(sums)
+  weight = max(float(sums['weight']), 1.0)
+  nll = float(sums['nll']) / weight
+  return {'loss': float(sums['loss']) / weight, 'nll': nll,
+          'perplexity': float(np.exp(min(nll, 50.0))),
+          'accuracy': float(sums['correct']) / weight, 'tokens': float(sums['weight'])}
+
+
+def evaluate_batches(eval_step, params, batches, mesh) -> Dict[str, float]:
+  """Teacher-forced metrics over `batches` (summed over all devices and batches)."""
+  total = None
+  for batch in batches:
+    total = parallel.add_metrics(total, eval_step(params, parallel.shard_batch(batch, mesh)))
+  return summarize(total)
+
+
+def decoded_bleu(translator: translate.Translator, sources: Sequence[str],
+                 references: Sequence[str], target_lang: str,
+                 progress=None) -> Dict[str, Any]:
+  """Decodes `sources` and scores them: sacreBLEU (detokenized) and paper-style tokenized."""
+  hypotheses = translator.translate(sources, progress=progress)
+  detok = bleu.corpus_bleu(hypotheses, references)
+  tokenized = bleu.tokenized_bleu(hypotheses, references, lang=target_lang)
+  return {'bleu': detok.score, 'bleu_signature': detok.signature,
+          'tokenized_bleu': tokenized.score, 'tokenized_bleu_signature': tokenized.signature,
+          'hypotheses': hypotheses}
+
+
+def write_result(workdir: str, split: str, step: int, result: Dict[str, Any]) -> str:
+  """Writes `eval_<split>_<step>.json` atomically; an existing file is kept (suffix .1, .2...)."""
+  base = os.path.join(workdir, f'eval_{split}_{step}')
+  text = json.dumps(result, indent=2, sort_keys=True) + '\n'
+  for n in range(1000):
+    path = f'{base}.json' if n == 0 else f'{base}.{n}.json'
+    try:
+      textio.write_text_atomic(path, text)
+      return path
+    except FileExistsError:
+      continue
+  raise FileExistsError(f'{base}.json and 999 numbered variants exist')
+
+
+def evaluate(config: ml_collections.ConfigDict, workdir: str, split: str = 'dev',
+             checkpoint: Optional[str] = None, show_progress: bool = True) -> Dict[str, Any]:
+  """Teacher-forced metrics and decoded BLEU of the workdir's model on `split`.
+
+  Uses the averaged checkpoint when one exists (or `checkpoint`: a step or a path). Writes
+  `<workdir>/eval_<split>_<step>.json` and returns the same dict.
+  """
+  from t2t_jax import checkpoint as checkpoint_lib
+  from t2t_jax.data import corpora, pipeline, tokenizer
+  inference = checkpoint_lib.load_inference_params(workdir, checkpoint)
+  tok = tokenizer.load(tokenizer.vocab_path(workdir))
+  source = corpora.load_split(config, split, corpora.default_data_dir(config, workdir))
+  cfg = model.TransformerConfig.from_config(config)
+  mesh = parallel.make_mesh()
+  batches = pipeline.make_eval_batches(config, source, tok,
+                                       rows_multiple=jax.local_device_count())
+  eval_step = parallel.make_eval_step(cfg, mesh, label_smoothing=config.label_smoothing)
+  result: Dict[str, Any] = {'split': split, 'step': inference.step,
+                            'checkpoint': inference.description}
+  result.update(evaluate_batches(eval_step, parallel.replicate(inference.params, mesh),
+                                 batches, mesh))
+  logging.info('%s teacher-forced: loss %.4f perplexity %.2f accuracy %.3f', split,
+               result['loss'], result['perplexity'], result['accuracy'])
+  pairs = [source[i] for i in range(len(source))]
+  scores = decoded_bleu(translate.from_config(config, inference.params, tok),
+                        [p['source'] for p in pairs], [p['target'] for p in pairs],
+                        config.target_lang,
+                        progress=translate.print_progress if show_progress else None)
+  scores.pop('hypotheses')
+  result.update(scores, sentences=len(pairs), beam_size=config.beam_size,
+                length_penalty_alpha=config.length_penalty_alpha)
+  result['path'] = write_result(workdir, split, inference.step, result)
+  logging.info('%s BLEU %.2f (%s); tokenized BLEU %.2f; written to %s', split, result['bleu'],
+               result['bleu_signature'], result['tokenized_bleu'], result['path'])
+  return result

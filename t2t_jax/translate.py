@@ -1,0 +1,148 @@
+"""Translating text with beam search (§6.1), in input order.
+
+Sentences are tokenized, sorted by length and decoded in batches of a fixed number of rows
+padded to a fixed set of lengths, so one compilation serves every batch of a length bucket;
+results are put back in input order. Empty input lines give empty output lines without
+being decoded. Maximum output length = input length (tokens, with EOS) + max_decode_extra.
+"""
+
+import functools
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+from t2t_jax import model, search
+
+
+def _round_up(n: int, multiple: int) -> int:
+  return -(-n // multiple) * multiple
+
+
+class Translator:
+  """Beam-search decoding of sentences with a trained model.
+
+  Args:
+    cfg: the model config.
+    params: model parameters.
+    tokenizer: `encode(str) -> ids` (no EOS), `decode(ids) -> str` (data.tokenizer.Tokenizer).
+    beam_size: 4 in the paper; 1 is greedy.
+    alpha: length penalty (0.6 in the paper).
+    max_decode_extra: maximum output length = input length + this (50 in the paper).
+    batch_sentences: rows of every decode batch.
+    bucket_lengths: padded source lengths; longer inputs are padded to a multiple of 32.
+  """
+
+  def __init__(self, cfg: model.TransformerConfig, params, tokenizer, *, beam_size: int = 4,
+               alpha: float = 0.6, max_decode_extra: int = 50, batch_sentences: int = 64,
+               bucket_lengths: Sequence[int] = (16, 32, 64, 128, 256)):
+    self.cfg = cfg.replace(deterministic=True, decode=False)
+    self.params = params
+    self.tokenizer = tokenizer
+    self.beam_size, self.alpha = beam_size, alpha
+    self.max_decode_extra = max_decode_extra
+    self.batch_sentences = batch_sentences
+    self.bucket_lengths = tuple(sorted(bucket_lengths))
+    self.compiled_shapes = set()
+    self.truncated = 0
+
+  def _source_length(self, n: int) -> int:
+    """The padded source length of a batch whose longest input has n tokens."""
+    for length in self.bucket_lengths:
+      if n <= length:
+        return length
+    return min(_round_up(n, 32), self.cfg.max_len)
+
+  @functools.partial(jax.jit, static_argnums=(0, 4))
+  def _decode_batch(self, params, inputs: jax.Array, max_lengths: jax.Array,
+                    max_decode_len: int) -> jax.Array:
+    """`[rows, src_len]` ids -> best hypotheses `[rows, max_decode_len]` (EOS-terminated)."""
+    cfg = self.cfg
+    encoded = model.Transformer(cfg).apply({'params': params}, inputs,
+                                           method=model.Transformer.encode)
+    cache = {'decoder': model.init_cache(cfg, inputs.shape[0], max_decode_len),
+             'encoded': encoded, 'inputs': inputs}
+
+    def logits_fn(tokens, state):
+      logits, decoder = model.decode_step(cfg, params, state['decoder'], tokens,
+                                          state['encoded'], state['inputs'])
+      # Padding is never a translation token (search.py does not mask it).
+      logits = logits.at[:, model.PAD_ID].set(-1e9)
+      return logits, dict(state, decoder=decoder)
+
+    sequences, _ = search.beam_search(
+        logits_fn, cache, batch_size=inputs.shape[0], beam_size=self.beam_size,
+        alpha=self.alpha, max_decode_len=max_decode_len, max_lengths=max_lengths,
+        eos_id=model.EOS_ID, bos_id=model.BOS_ID)
+    return sequences[:, 0]
+
+  def _encode(self, sentences: Sequence[str]) -> List[List[int]]:
+    # Leave room for at least one output position within the model's max_len.
+    limit = self.cfg.max_len - 1
+    ids = []
+    for text in sentences:
+      tokens = self.tokenizer.encode(text) + [model.EOS_ID]
+      if len(tokens) > limit:
+        self.truncated += 1
+        tokens = tokens[:limit - 1] + [model.EOS_ID]
+      ids.append(tokens)
+    return ids
+
+  def translate(self, sentences: Sequence[str],
+                progress: Optional[Callable[[int, int, float], None]] = None) -> List[str]:
+    """Translations of `sentences`, in the same order; empty (whitespace) lines stay empty."""
+    outputs = [''] * len(sentences)
+    todo = [i for i, s in enumerate(sentences) if s.strip()]
+    encoded = dict(zip(todo, self._encode([sentences[i] for i in todo])))
+    order = sorted(todo, key=lambda i: len(encoded[i]))
+    rows = self.batch_sentences
+    start, done = time.monotonic(), len(sentences) - len(todo)
+    for b in range(0, len(order), rows):
+      chunk = order[b:b + rows]
+      src_len = self._source_length(max(len(encoded[i]) for i in chunk))
+      max_decode_len = min(src_len + self.max_decode_extra, self.cfg.max_len)
+      inputs = np.zeros((rows, src_len), np.int32)
+      max_lengths = np.ones((rows,), np.int32)
+      for r, i in enumerate(chunk):
+        inputs[r, :len(encoded[i])] = encoded[i]
+        max_lengths[r] = min(len(encoded[i]) + self.max_decode_extra, max_decode_len)
+      if (src_len, max_decode_len) not in self.compiled_shapes:
+        self.compiled_shapes.add((src_len, max_decode_len))
+        logging.info('compiling decode for source length %d, output length %d', src_len,
+                     max_decode_len)
+      best = np.asarray(self._decode_batch(self.params, jnp.asarray(inputs),
+                                           jnp.asarray(max_lengths), max_decode_len))
+      for r, i in enumerate(chunk):
+        outputs[i] = self.tokenizer.decode(best[r].tolist())
+      done += len(chunk)
+      if progress is not None:
+        progress(done, len(sentences), time.monotonic() - start)
+    if self.truncated:
+      logging.warning('%d inputs longer than max_len=%d tokens were truncated', self.truncated,
+                      self.cfg.max_len)
+    return outputs
+
+
+def print_progress(done: int, total: int, elapsed: float, stream=sys.stderr) -> None:
+  """A one-line progress bar with sentences/s, redrawn in place."""
+  width = 30
+  filled = int(width * done / max(total, 1))
+  rate = done / max(elapsed, 1e-9)
+  stream.write(f'\r[{"#" * filled}{"." * (width - filled)}] {done}/{total} sentences '
+               f'{rate:.1f} sent/s')
+  if done >= total:
+    stream.write('\n')
+  stream.flush()
+
+
+def from_config(config, params, tokenizer) -> Translator:
+  """A Translator with the inference settings of a run config (configs/default.py keys)."""
+  cfg = model.TransformerConfig.from_config(config)
+  return Translator(cfg, params, tokenizer, beam_size=config.beam_size,
+                    alpha=config.length_penalty_alpha, max_decode_extra=config.max_decode_extra,
+                    batch_sentences=config.decode_batch_sentences,
+                    bucket_lengths=config.bucket_lengths)
