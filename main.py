@@ -110,8 +110,8 @@ def main(argv) -> None:
 def _inference(workdir):
   """(config, params) for eval/decode: the checkpoint's own config plus command-line
   overrides of inference and data keys."""
-  from t2t_jax import checkpoint
-  inference = checkpoint.load_inference_params(workdir, FLAGS.checkpoint)
+  from t2t_jax import averaging
+  inference = averaging.load_inference_params(workdir, FLAGS.checkpoint)
   logging.info('using %s', inference.description)
   config = config_lib.apply_overrides(config_lib.from_json(inference.config_json), FLAGS.config,
                                       _override_keys(sys.argv))
@@ -119,11 +119,11 @@ def _inference(workdir):
 
 
 def _average(workdir) -> None:
-  from t2t_jax import checkpoint
-  saved = checkpoint.latest_training_config(workdir)
+  from t2t_jax import averaging
+  saved = averaging.latest_training_config(workdir)
   config = config_lib.apply_overrides(config_lib.from_json(saved), FLAGS.config,
                                       _override_keys(sys.argv))
-  result = checkpoint.average_checkpoints(workdir, config.average_last)
+  result = averaging.average_checkpoints(workdir, config.average_last)
   print(f'averaged steps {", ".join(map(str, result.steps))} into {result.path}')
 
 

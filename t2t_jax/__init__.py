@@ -17,11 +17,10 @@ from t2t_jax.model import (BOS_ID, EOS_ID, PAD_ID, Transformer, TransformerConfi
 from t2t_jax.optim import learning_rate_schedule, make_optimizer
 from t2t_jax.search import beam_search, greedy_search, length_penalty
 from t2t_jax.bleu import corpus_bleu, tokenized_bleu
-from t2t_jax.checkpoint import (Checkpointer, average_checkpoints, load_inference_params)
+from t2t_jax.averaging import average_checkpoints, load_inference_params
+from t2t_jax.checkpoint import Checkpointer
 from t2t_jax.parallel import (TrainState, create_train_state, initialize_distributed, make_mesh,
                               make_eval_step, make_train_step, shard_batch)
 from t2t_jax.translate import Translator
-from t2t_jax.train import train
-from t2t_jax.evaluate import evaluate
 
 __version__ = '0.1.0'

@@ -63,9 +63,9 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str, split: str = 'dev'
   Uses the averaged checkpoint when one exists (or `checkpoint`: a step or a path). Writes
   `<workdir>/eval_<split>_<step>.json` and returns the same dict.
   """
-  from t2t_jax import checkpoint as checkpoint_lib
+  from t2t_jax import averaging
   from t2t_jax.data import corpora, pipeline, tokenizer
-  inference = checkpoint_lib.load_inference_params(workdir, checkpoint)
+  inference = averaging.load_inference_params(workdir, checkpoint)
   tok = tokenizer.load(tokenizer.vocab_path(workdir))
   source = corpora.load_split(config, split, corpora.default_data_dir(config, workdir))
   cfg = model.TransformerConfig.from_config(config)

@@ -9,7 +9,7 @@ being decoded. Maximum output length = input length (tokens, with EOS) + max_dec
 import functools
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence
 
 import jax
 import jax.numpy as jnp

@@ -11,7 +11,7 @@ import optax
 import pytest
 
 from configs import default
-from t2t_jax import checkpoint, model, parallel
+from t2t_jax import averaging, checkpoint, model, parallel
 from t2t_jax import config as config_lib
 from t2t_jax.checkpoint import CheckpointError
 
@@ -112,33 +112,33 @@ def test_restore_latest_good_sets_a_damaged_checkpoint_aside(tmp_path):
           ] == ['2']
   checkpointer.save(2, state, data_state, tiny_config())
   checkpointer.close()
-  assert checkpoint.training_steps(workdir) == [1, 2]
+  assert averaging.training_steps(workdir) == [1, 2]
 
 
 def test_average_is_exact_mean_of_the_last_n(four):
-  averaged = checkpoint.average_checkpoints(four, 3)
+  averaged = averaging.average_checkpoints(four, 3)
   assert averaged.steps == (2, 3, 4)  # step 1 (value 100) is not used
   assert averaged.path == os.path.join(four, 'averaged', 'step_4_last_3')
   for leaf in leaves(averaged.params):
     assert leaf.dtype == np.float32
     np.testing.assert_array_equal(leaf, np.full_like(leaf, 3.0))
   # The written checkpoint holds the same mean and the newest checkpoint's config.
-  loaded = checkpoint.load_inference_params(four)
+  loaded = averaging.load_inference_params(four)
   assert loaded.description == 'averaged steps 2,3,4' and loaded.step == 4
   for leaf in jax.tree_util.tree_leaves(loaded.params):
     assert isinstance(leaf, jax.Array) and leaf.dtype == jnp.float32
     assert leaf.devices() == {jax.devices()[0]}
     np.testing.assert_array_equal(np.asarray(leaf), 3.0)
-  assert loaded.config_json == checkpoint.latest_training_config(four)
+  assert loaded.config_json == averaging.latest_training_config(four)
   config = config_lib.from_json(loaded.config_json)
   assert config.d_model == 8 and config.bucket_lengths == tiny_config().bucket_lengths
 
 
 def test_training_checkpoints_untouched_and_no_rewrite(four):
   before = snapshot(os.path.join(four, 'checkpoints'))
-  first = checkpoint.average_checkpoints(four, 2)
+  first = averaging.average_checkpoints(four, 2)
   written = snapshot(first.path)
-  second = checkpoint.average_checkpoints(four, 2)
+  second = averaging.average_checkpoints(four, 2)
   assert snapshot(os.path.join(four, 'checkpoints')) == before
   assert snapshot(first.path) == written  # returned as is, not rewritten
   assert second.path == first.path and second.steps == first.steps == (3, 4)
@@ -148,10 +148,10 @@ def test_training_checkpoints_untouched_and_no_rewrite(four):
 
 
 def test_existing_average_of_other_steps_is_refused(four):
-  checkpoint.average_checkpoints(four, 2)  # steps 3, 4
+  averaging.average_checkpoints(four, 2)  # steps 3, 4
   shutil.rmtree(os.path.join(four, 'checkpoints', '3'))  # now the last 2 are steps 2, 4
   with pytest.raises(CheckpointError, match=r'step_4_last_2 exists but averages steps \(3, 4\)'):
-    checkpoint.average_checkpoints(four, 2)
+    averaging.average_checkpoints(four, 2)
 
 
 @pytest.mark.parametrize('bad, message', [
@@ -166,54 +166,54 @@ def test_mismatched_trees_are_refused(tmp_path, bad, message):
   workdir = str(tmp_path)
   save(workdir, {1: tree(1.0), 2: tree(2.0), 3: bad})
   with pytest.raises(CheckpointError, match=message):
-    checkpoint.average_checkpoints(workdir, 3)
+    averaging.average_checkpoints(workdir, 3)
   assert not os.path.exists(os.path.join(workdir, 'averaged', 'step_3_last_3'))
-  checkpoint.average_checkpoints(workdir, 1)  # the newest alone is fine
+  averaging.average_checkpoints(workdir, 1)  # the newest alone is fine
 
 
 def test_refuses_bad_counts(tmp_path):
   workdir = str(tmp_path)
   with pytest.raises(CheckpointError, match='no training checkpoint to average in .*checkpoints'):
-    checkpoint.average_checkpoints(workdir, 1)
+    averaging.average_checkpoints(workdir, 1)
   save(workdir, {1: tree(1.0), 2: tree(2.0)})
   with pytest.raises(CheckpointError, match=r'last 5 checkpoints: only 2 exist in .*checkpoints'):
-    checkpoint.average_checkpoints(workdir, 5)
+    averaging.average_checkpoints(workdir, 5)
   with pytest.raises(CheckpointError, match='at least 1'):
-    checkpoint.average_checkpoints(workdir, 0)
+    averaging.average_checkpoints(workdir, 0)
 
 
 def test_load_inference_params_choice(tmp_path):
   workdir = str(tmp_path)
   with pytest.raises(CheckpointError, match='no checkpoint in workdir .*checkpoints and .*aver'):
-    checkpoint.load_inference_params(workdir)
+    averaging.load_inference_params(workdir)
   with pytest.raises(CheckpointError, match='no training checkpoint in .*checkpoints'):
-    checkpoint.latest_training_config(workdir)
+    averaging.latest_training_config(workdir)
   save(workdir, {1: tree(1.0), 2: tree(2.0), 3: tree(6.0)})
-  latest = checkpoint.load_inference_params(workdir)
+  latest = averaging.load_inference_params(workdir)
   assert (latest.description, latest.step) == ('training checkpoint step 3', 3)
   np.testing.assert_array_equal(leaves(latest.params)[0], 6.0)
-  by_step = checkpoint.load_inference_params(workdir, '2')
+  by_step = averaging.load_inference_params(workdir, '2')
   assert (by_step.description, by_step.step) == ('training checkpoint step 2', 2)
   np.testing.assert_array_equal(leaves(by_step.params)[0], 2.0)
-  by_path = checkpoint.load_inference_params(workdir, os.path.join(workdir, 'checkpoints', '1'))
+  by_path = averaging.load_inference_params(workdir, os.path.join(workdir, 'checkpoints', '1'))
   assert by_path.step == 1 and by_path.config_json['d_model'] == 8
   with pytest.raises(CheckpointError, match='no training checkpoint at step 9; .*: 1, 2, 3'):
-    checkpoint.load_inference_params(workdir, '9')
+    averaging.load_inference_params(workdir, '9')
   with pytest.raises(CheckpointError, match="'nowhere' does not exist.*: 1, 2, 3"):
-    checkpoint.load_inference_params(workdir, 'nowhere')
+    averaging.load_inference_params(workdir, 'nowhere')
 
-  checkpoint.average_checkpoints(workdir, 2)
-  checkpoint.average_checkpoints(workdir, 3)
-  newest = checkpoint.load_inference_params(workdir)  # same last step: the larger N wins
+  averaging.average_checkpoints(workdir, 2)
+  averaging.average_checkpoints(workdir, 3)
+  newest = averaging.load_inference_params(workdir)  # same last step: the larger N wins
   assert newest.description == 'averaged steps 1,2,3'
   np.testing.assert_array_equal(leaves(newest.params)[0], 3.0)
-  relative = checkpoint.load_inference_params(workdir, 'averaged/step_3_last_2')
+  relative = averaging.load_inference_params(workdir, 'averaged/step_3_last_2')
   assert (relative.description, relative.step) == ('averaged steps 2,3', 3)
   np.testing.assert_array_equal(leaves(relative.params)[0], 4.0)
   save(workdir, {4: tree(8.0)})
-  checkpoint.average_checkpoints(workdir, 2)
-  assert checkpoint.load_inference_params(workdir).description == 'averaged steps 3,4'
-  assert checkpoint.load_inference_params(workdir, '4').step == 4  # a step still means training
+  averaging.average_checkpoints(workdir, 2)
+  assert averaging.load_inference_params(workdir).description == 'averaged steps 3,4'
+  assert averaging.load_inference_params(workdir, '4').step == 4  # a step still means training
 
 
 def test_average_real_model_and_rebuild_it(tmp_path):
@@ -225,13 +225,13 @@ def test_average_real_model_and_rebuild_it(tmp_path):
   mesh = parallel.make_mesh()  # saved replicated over 8 devices, as train.py does
   p0, p1 = (parallel.replicate(init(jax.random.PRNGKey(i)), mesh) for i in (0, 1))
   save(workdir, {10: p0, 20: p1}, config)
-  averaged = checkpoint.average_checkpoints(workdir, 2)
+  averaged = averaging.average_checkpoints(workdir, 2)
   assert (jax.tree_util.tree_structure(averaged.params)
           == jax.tree_util.tree_structure(jax.device_get(p0)))
   expected = jax.tree_util.tree_map(lambda a, b: (np.asarray(a) + np.asarray(b)) / 2, p0, p1)
   for a, b in zip(leaves(averaged.params), leaves(expected)):
     np.testing.assert_allclose(a, b, rtol=1e-6)
-  loaded = checkpoint.load_inference_params(workdir)
+  loaded = averaging.load_inference_params(workdir)
   rebuilt = model.TransformerConfig.from_config(config_lib.from_json(loaded.config_json))
   tokens = jnp.array([[3, 4, 5, 1]], jnp.int32)
   logits = jax.jit(lambda p: model.Transformer(rebuilt.replace(deterministic=True)).apply(

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 
 from conftest import ROOT, TINY, main_command, run_main
-from t2t_jax import checkpoint
+from t2t_jax import averaging
 
 
 def _free_port() -> int:
@@ -43,8 +43,8 @@ def test_two_processes_equal_one_process_with_eight_devices(corpus, tmp_path):
     assert p.returncode == 0, err[-3000:]
   assert 'mesh: 8 devices over 2 processes' in outputs[0][1]
   assert 'step 8/8' in outputs[0][1] and 'step 8/8' not in outputs[1][1]  # one process logs
-  a = jax.device_get(checkpoint.load_inference_params(single, '8').params)
-  b = jax.device_get(checkpoint.load_inference_params(multi, '8').params)
+  a = jax.device_get(averaging.load_inference_params(single, '8').params)
+  b = jax.device_get(averaging.load_inference_params(multi, '8').params)
   jax.tree_util.tree_map(lambda x, y: np.testing.assert_allclose(x, y, atol=2e-5), a, b)
 
 

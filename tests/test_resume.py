@@ -11,7 +11,7 @@ import jax
 import numpy as np
 
 from conftest import ROOT, TINY, main_command, read_metrics, run_main
-from t2t_jax import checkpoint, workdir as workdir_lib
+from t2t_jax import averaging, workdir as workdir_lib
 
 NO_EVAL = '--config.eval_every_steps=0'
 
@@ -66,8 +66,8 @@ def test_sigkill_then_resume_is_bitwise_exact(corpus, tmp_path):
   result = run_main(f'--workdir={interrupted}', *common)
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'resumed from step' in result.stderr
-  a = checkpoint.load_inference_params(straight, '40').params
-  b = checkpoint.load_inference_params(interrupted, '40').params
+  a = averaging.load_inference_params(straight, '40').params
+  b = averaging.load_inference_params(interrupted, '40').params
   jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(a), jax.device_get(b))
 
 
