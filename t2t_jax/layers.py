@@ -3,7 +3,7 @@
 Activations use the module's `dtype` (float32 or bfloat16); parameters are always float32.
 """
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
 import flax.linen as nn
 import jax
@@ -91,6 +91,14 @@ class AddPositions(nn.Module):
     return x + table[None, :length].astype(x.dtype)
 
 
+def head_projection(num_heads: int, features: int, dtype: Dtype,
+                    name: Optional[str] = None) -> nn.DenseGeneral:
+  """x W^Q (or W^K, W^V) for all heads: `[..., d_model]` -> `[..., heads, features]`, no bias."""
+  return nn.DenseGeneral((num_heads, features), use_bias=False, dtype=dtype,
+                         param_dtype=jnp.float32, kernel_init=nn.initializers.xavier_uniform(),
+                         name=name)
+
+
 class MultiHeadAttention(nn.Module):
   """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O with per-head projections (§3.2.2).
 
@@ -118,15 +126,23 @@ class MultiHeadAttention(nn.Module):
   attention_impl: Optional[str] = None
 
   @nn.compact
-  def __call__(self, inputs_q: Array, inputs_kv: Array, mask: Optional[Array] = None,
-               *, deterministic: bool = True) -> Array:
-    """`[batch, q_len, d_model]` queries attend over `[batch, kv_len, d_model]`; returns `[batch, q_len, d_model]`."""
-    dense = lambda features, name: nn.DenseGeneral(  # noqa: E731
-        features, use_bias=False, dtype=self.dtype, param_dtype=jnp.float32,
-        kernel_init=nn.initializers.xavier_uniform(), name=name)
-    query = dense((self.num_heads, self.d_k), 'query')(inputs_q)
-    key = dense((self.num_heads, self.d_k), 'key')(inputs_kv)
-    value = dense((self.num_heads, self.d_v), 'value')(inputs_kv)
+  def __call__(self, inputs_q: Array, inputs_kv: Optional[Array],
+               mask: Optional[Array] = None, *, deterministic: bool = True,
+               key_value: Optional[Tuple[Array, Array]] = None) -> Array:
+    """`[batch, q_len, d_model]` queries attend over `[batch, kv_len, d_model]`.
+
+    `key_value`, if given, are already projected keys `[batch, kv_len, heads, d_k]` and
+    values `[batch, kv_len, heads, d_v]` (see `head_projection`), used instead of projecting
+    `inputs_kv`: decoding projects the encoder output once per sentence, not once per output
+    position. Returns `[batch, q_len, d_model]`.
+    """
+    project = lambda features, name: head_projection(  # noqa: E731
+        self.num_heads, features, self.dtype, name=name)
+    query = project(self.d_k, 'query')(inputs_q)
+    if key_value is None:
+      key, value = project(self.d_k, 'key')(inputs_kv), project(self.d_v, 'value')(inputs_kv)
+    else:
+      key, value = key_value
 
     if self.decode:
       key, value, mask = self._use_cache(key, value, mask)

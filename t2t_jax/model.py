@@ -7,7 +7,7 @@ about data, files or devices.
 
 import dataclasses
 import math
-from typing import Any, Optional
+from typing import Any, Optional, Sequence, Tuple
 
 import flax.linen as nn
 import jax
@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from t2t_jax import attention
 from t2t_jax.layers import (AddPositions, FeedForward, MultiHeadAttention, Residual,
-                            SharedEmbedding)
+                            SharedEmbedding, head_projection)
 
 Array = jax.Array
 PAD_ID = 0
@@ -99,15 +99,16 @@ class DecoderLayer(nn.Module):
   cfg: TransformerConfig
 
   @nn.compact
-  def __call__(self, y: Array, encoded: Array, self_mask: Optional[Array],
-               cross_mask: Array) -> Array:
+  def __call__(self, y: Array, encoded: Optional[Array], self_mask: Optional[Array],
+               cross_mask: Array, cross_kv: Optional[Tuple[Array, Array]] = None) -> Array:
     cfg, det = self.cfg, self.cfg.deterministic
     self_attention = _attention(cfg, 'self_attention', decode=cfg.decode)
     y = _residual(cfg, 'self_attention_block')(
         y, lambda z: self_attention(z, z, self_mask, deterministic=det), deterministic=det)
     cross_attention = _attention(cfg, 'cross_attention')
     y = _residual(cfg, 'cross_attention_block')(
-        y, lambda z: cross_attention(z, encoded, cross_mask, deterministic=det),
+        y, lambda z: cross_attention(z, encoded, cross_mask, deterministic=det,
+                                     key_value=cross_kv),
         deterministic=det)
     ffn = FeedForward(cfg.d_ff, cfg.d_model, cfg.dtype, name='ffn')
     return _residual(cfg, 'ffn_block')(y, ffn, deterministic=det)
@@ -136,12 +137,14 @@ class Decoder(nn.Module):
 
   Teacher forcing: `[batch, tgt_len]` decoder inputs -> `[batch, tgt_len, vocab]` float32 logits.
   Decode mode: `[batch, 1]` -> `[batch, 1, vocab]`, past positions read from the cache.
+  `cross_kv` (from `cross_key_values`) replaces `encoded` with its per-layer projections.
   """
   cfg: TransformerConfig
   embed: SharedEmbedding
 
   @nn.compact
-  def __call__(self, decoder_inputs: Array, encoded: Array, inputs: Array) -> Array:
+  def __call__(self, decoder_inputs: Array, encoded: Optional[Array], inputs: Array,
+               cross_kv: Optional[Sequence[Tuple[Array, Array]]] = None) -> Array:
     cfg = self.cfg
     cross_mask = attention.padding_mask(inputs, PAD_ID)
     # In decode mode the causal mask comes from the cache index instead.
@@ -150,7 +153,8 @@ class Decoder(nn.Module):
                      name='positions')(self.embed(decoder_inputs))
     y = nn.Dropout(cfg.dropout_rate)(y, deterministic=cfg.deterministic)
     for i in range(cfg.num_layers):
-      y = DecoderLayer(cfg, name=f'layer_{i}')(y, encoded, self_mask, cross_mask)
+      y = DecoderLayer(cfg, name=f'layer_{i}')(y, encoded, self_mask, cross_mask,
+                                               None if cross_kv is None else cross_kv[i])
     if cfg.norm_position == 'pre':
       y = nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, name='final_norm')(y)
     return self.embed.attend(y)
@@ -175,8 +179,9 @@ class Transformer(nn.Module):
   def encode(self, inputs: Array) -> Array:
     return self.encoder(inputs)
 
-  def decode(self, decoder_inputs: Array, encoded: Array, inputs: Array) -> Array:
-    return self.decoder(decoder_inputs, encoded, inputs)
+  def decode(self, decoder_inputs: Array, encoded: Optional[Array], inputs: Array,
+             cross_kv=None) -> Array:
+    return self.decoder(decoder_inputs, encoded, inputs, cross_kv)
 
   def __call__(self, inputs: Array, targets: Array) -> Array:
     return self.decode(shift_right(targets), self.encode(inputs), inputs)
@@ -212,8 +217,26 @@ def init_cache(cfg: TransformerConfig, batch: int, max_decode_len: int):
   return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
-def decode_step(cfg: TransformerConfig, params, cache, tokens: Array, encoded: Array,
-                inputs: Array):
+def cross_key_values(cfg: TransformerConfig, params, encoded: Array):
+  """Every decoder layer's encoder-decoder keys and values, projected once per sentence.
+
+  Args:
+    cfg: model config.
+    params: model parameters.
+    encoded: `[batch, src_len, d_model]` encoder output.
+
+  Returns:
+    A tuple over layers of (keys `[batch, src_len, heads, d_k]`, values `[..., d_v]`), the
+    same numbers the cross-attention computes from `encoded` (same modules, same dtype).
+  """
+  def project(kernel, features):
+    return head_projection(cfg.num_heads, features, cfg.dtype).apply({'params': kernel}, encoded)
+  layers = [params['decoder'][f'layer_{i}']['cross_attention'] for i in range(cfg.num_layers)]
+  return tuple((project(p['key'], cfg.d_k), project(p['value'], cfg.d_v)) for p in layers)
+
+
+def decode_step(cfg: TransformerConfig, params, cache, tokens: Array, encoded: Optional[Array],
+                inputs: Array, cross_kv=None):
   """One incremental decoder step with the key/value cache.
 
   Args:
@@ -221,13 +244,16 @@ def decode_step(cfg: TransformerConfig, params, cache, tokens: Array, encoded: A
     params: model parameters.
     cache: from `init_cache` or a previous step.
     tokens: `[batch, 1]` int32, the previous output token (BOS at the first step).
-    encoded: `[batch, src_len, d_model]` encoder output, computed once per sentence.
+    encoded: `[batch, src_len, d_model]` encoder output, computed once per sentence; may be
+      None when `cross_kv` is given.
     inputs: `[batch, src_len]` source ids, for the padding mask.
+    cross_kv: optional `cross_key_values(cfg, params, encoded)`, so the encoder output is not
+      projected again at every step.
 
   Returns:
     (`[batch, vocab]` float32 logits for the next position, the updated cache).
   """
   model = Transformer(cfg.replace(deterministic=True, decode=True))
   logits, updated = model.apply({'params': params, 'cache': cache}, tokens, encoded, inputs,
-                                method=Transformer.decode, mutable=['cache'])
+                                cross_kv, method=Transformer.decode, mutable=['cache'])
   return logits[:, 0], updated['cache']

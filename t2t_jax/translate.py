@@ -64,12 +64,14 @@ class Translator:
     cfg = self.cfg
     encoded = model.Transformer(cfg).apply({'params': params}, inputs,
                                            method=model.Transformer.encode)
+    # Search state per sentence (tiled over beams by the search): the self-attention cache,
+    # the encoder-decoder keys/values projected once, and the source ids for the mask.
     cache = {'decoder': model.init_cache(cfg, inputs.shape[0], max_decode_len),
-             'encoded': encoded, 'inputs': inputs}
+             'cross_kv': model.cross_key_values(cfg, params, encoded), 'inputs': inputs}
 
     def logits_fn(tokens, state):
-      logits, decoder = model.decode_step(cfg, params, state['decoder'], tokens,
-                                          state['encoded'], state['inputs'])
+      logits, decoder = model.decode_step(cfg, params, state['decoder'], tokens, None,
+                                          state['inputs'], state['cross_kv'])
       # Padding is never a translation token (search.py does not mask it).
       logits = logits.at[:, model.PAD_ID].set(-1e9)
       return logits, dict(state, decoder=decoder)

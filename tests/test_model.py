@@ -127,6 +127,24 @@ def test_cached_decoding_equals_teacher_forcing(norm_position, positional):
   np.testing.assert_allclose(jnp.stack(outputs, 1), full, atol=1e-5)
 
 
+def test_precomputed_cross_key_values_equal_teacher_forcing():
+  params = model.init_params(TINY, jax.random.PRNGKey(1))
+  src, tgt = _batch(seed=3)
+  full = _logits(TINY, params, src, tgt)
+  encoded = model.Transformer(TINY).apply({'params': params}, src,
+                                          method=model.Transformer.encode)
+  cross_kv = model.cross_key_values(TINY, params, encoded)
+  assert len(cross_kv) == TINY.num_layers and cross_kv[0][0].shape == (3, 7, 4, 8)
+  cache = model.init_cache(TINY, batch=3, max_decode_len=tgt.shape[1])
+  decoder_inputs = model.shift_right(tgt)
+  outputs = []
+  for t in range(tgt.shape[1]):
+    logits, cache = model.decode_step(TINY, params, cache, decoder_inputs[:, t:t + 1], None,
+                                      src, cross_kv)
+    outputs.append(logits)
+  np.testing.assert_allclose(jnp.stack(outputs, 1), full, atol=1e-5)
+
+
 def test_eval_mode_is_deterministic_and_train_mode_is_not():
   params = model.init_params(TINY, jax.random.PRNGKey(0))
   src, tgt = _batch()
