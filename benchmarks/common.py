@@ -1,0 +1,236 @@
+"""Shared pieces of the benchmarks: model sizes, the FLOP formula, timing, JSON-lines output.
+
+Every benchmark writes one JSON object per line to stdout and (with --out) appends it to a file.
+Each line carries `name`, `config`, `shapes`, `device`, library versions, the machine load and
+the numbers, so a results file is self-describing.
+"""
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+# Model sizes. tiny: a small model that trains in minutes on a laptop CPU; base and big: the
+# paper's Table 3 models with the EN-DE vocabulary (37000).
+SIZES: Dict[str, Dict[str, Any]] = {
+    'tiny': dict(vocab_size=8000, d_model=256, d_ff=1024, num_heads=4, num_layers=2,
+                 dropout_rate=0.1),
+    'base': dict(vocab_size=37000, d_model=512, d_ff=2048, num_heads=8, num_layers=6,
+                 dropout_rate=0.1),
+    'big': dict(vocab_size=37000, d_model=1024, d_ff=4096, num_heads=16, num_layers=6,
+                dropout_rate=0.3),
+}
+
+# Dense bf16 peak of the accelerators we know (FLOP/s); MFU is reported against these.
+KNOWN_PEAKS = {
+    'H100': 989e12,   # H100 SXM, bf16 dense tensor core
+    'H200': 989e12,   # same compute die as H100 SXM
+    'A100': 312e12,
+}
+
+
+def forward_flops(size: Dict[str, Any], batch: int, src_len: int, tgt_len: int) -> Dict[str, int]:
+  """Matmul FLOPs of one teacher-forced forward pass, counted as 2*m*n*k per matmul.
+
+  Counted: per encoder layer Q/K/V/O projections and the two FFN matmuls over the source
+  tokens, plus the attention score (Q K^T) and weighted-sum (A V) matmuls over the full
+  [src_len x src_len] matrix; per decoder layer the same for masked self-attention (the full
+  [tgt_len x tgt_len] matrix: both implementations compute it and mask it), the
+  encoder-decoder attention (Q/O over target tokens, K/V over source tokens, scores
+  [tgt_len x src_len]) and the FFN; and the pre-softmax projection over the vocabulary.
+  Not counted: embedding lookups, layer norms, softmaxes, biases, dropout, the loss, the
+  optimizer (all O(tokens * d_model) or O(params), small next to the matmuls).
+  """
+  d, ff, h, n, v = (size['d_model'], size['d_ff'], size['num_heads'], size['num_layers'],
+                    size['vocab_size'])
+  dk = dv = d // h
+  ts, tt = batch * src_len, batch * tgt_len  # source and target token counts (incl. padding)
+
+  def proj(tq, tkv):  # Q and O over the query tokens, K and V over the key/value tokens
+    return 2 * tq * d * h * dk + 2 * tkv * d * h * dk + 2 * tkv * d * h * dv + 2 * tq * h * dv * d
+
+  def scores(lq, lk):  # Q K^T and A V
+    return 2 * batch * h * lq * lk * dk + 2 * batch * h * lq * lk * dv
+
+  ffn = lambda t: 2 * 2 * t * d * ff  # noqa: E731
+  out = {
+      'encoder_projections': n * proj(ts, ts),
+      'encoder_attention': n * scores(src_len, src_len),
+      'encoder_ffn': n * ffn(ts),
+      'decoder_projections': n * (proj(tt, tt) + proj(tt, ts)),
+      'decoder_attention': n * (scores(tgt_len, tgt_len) + scores(tgt_len, src_len)),
+      'decoder_ffn': n * ffn(tt),
+      'pre_softmax': 2 * tt * d * v,
+  }
+  out['total'] = sum(out.values())
+  return out
+
+
+def train_flops(size, batch, src_len, tgt_len) -> int:
+  """Model FLOPs of one training step: 3 x the forward matmul FLOPs (backward = 2 x forward)."""
+  return 3 * forward_flops(size, batch, src_len, tgt_len)['total']
+
+
+def load_average() -> Optional[List[float]]:
+  try:
+    return [round(x, 2) for x in os.getloadavg()]
+  except OSError:
+    return None
+
+
+def versions() -> Dict[str, str]:
+  out = {'python': platform.python_version()}
+  for mod in ('jax', 'jaxlib', 'flax', 'optax', 'numpy', 'torch'):
+    m = sys.modules.get(mod)
+    if m is not None:
+      out[mod] = getattr(m, '__version__', '?')
+  return out
+
+
+def jax_device_info() -> Dict[str, Any]:
+  import jax
+  dev = jax.devices()[0]
+  return {'platform': dev.platform, 'kind': dev.device_kind, 'count': jax.device_count(),
+          'cpu_count': os.cpu_count(), 'machine': platform.machine(),
+          'processor': _cpu_model()}
+
+
+def _cpu_model() -> str:
+  try:
+    with open('/proc/cpuinfo') as f:
+      for line in f:
+        if line.startswith('model name'):
+          return line.split(':', 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor()
+
+
+def known_peak(device_kind: str) -> Optional[float]:
+  for key, value in KNOWN_PEAKS.items():
+    if key.lower() in device_kind.lower():
+      return value
+  return None
+
+
+def median_time(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> Dict[str, float]:
+  """Runs `fn` (which must block until its work is done) warmup + repeats times."""
+  for _ in range(warmup):
+    fn()
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - t0)
+  return summarize(times)
+
+
+def summarize(times: List[float]) -> Dict[str, float]:
+  return {'median_s': statistics.median(times), 'min_s': min(times), 'max_s': max(times),
+          'n': len(times)}
+
+
+class Emitter:
+  """Prints JSON lines and appends them to `path` (if given), adding the common fields."""
+
+  def __init__(self, path: Optional[str]):
+    self.path = path
+    if path:
+      os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+  def __call__(self, record: Dict[str, Any]) -> Dict[str, Any]:
+    record = dict(record)
+    record.setdefault('date', datetime.datetime.now().astimezone().isoformat(timespec='seconds'))
+    record.setdefault('versions', versions())
+    record.setdefault('load_average', load_average())
+    env = {k: os.environ[k] for k in ('XLA_FLAGS', 'OMP_NUM_THREADS', 'JAX_PLATFORMS')
+           if k in os.environ}
+    if env:
+      record.setdefault('env', env)
+    line = json.dumps(record, sort_keys=False, default=_json_default)
+    print(line, flush=True)
+    if self.path:
+      with open(self.path, 'a') as f:
+        f.write(line + '\n')
+    return record
+
+
+def _json_default(x):
+  try:
+    return float(x)
+  except (TypeError, ValueError):
+    return str(x)
+
+
+def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+  if a is None or b is None or b == 0:
+    return None
+  return a / b
+
+
+def add_common_args(parser):
+  parser.add_argument('--out', default=None, help='append JSON lines to this file')
+  parser.add_argument('--no-peer', action='store_true', help='skip the PyTorch peer')
+  return parser
+
+
+class CompileCounter:
+  """Counts XLA backend compilations (and their seconds) through jax.monitoring.
+
+  Use `with counter.window() as w:` ... `w['count']`, `w['seconds']`, `w['functions']`.
+  """
+  EVENT = '/jax/core/compile/backend_compile_duration'
+
+  def __init__(self):
+    import jax
+    self._windows = []
+    jax.monitoring.register_event_duration_secs_listener(self._listen)
+
+  def _listen(self, event, duration, **kwargs):
+    if event != self.EVENT:
+      return
+    for w in self._windows:
+      w['count'] += 1
+      w['seconds'] += duration
+      w['functions'].append(str(kwargs.get('fun_name', '?')))
+
+  class _Window:
+    def __init__(self, owner):
+      self.owner, self.data = owner, {'count': 0, 'seconds': 0.0, 'functions': []}
+
+    def __enter__(self):
+      self.owner._windows.append(self.data)
+      return self.data
+
+    def __exit__(self, *exc):
+      self.owner._windows.remove(self.data)
+
+  def window(self):
+    return self._Window(self)
+
+
+def pick_torch_threads(run: Callable[[], Any], setting: str) -> Dict[str, Any]:
+  """Chooses torch's intra-op thread count: `setting` is 'auto' or a number.
+
+  'auto' times `run` once with the core count and once with 1 thread and keeps the faster:
+  on a machine shared with other busy processes, every multi-threaded op waits for a time
+  slice of its second thread, and one thread can be several times faster.
+  """
+  import torch
+  cores = os.cpu_count() or 1
+  if setting != 'auto':
+    torch.set_num_threads(int(setting) or cores)
+    return {'threads': torch.get_num_threads(), 'choice': 'fixed'}
+  timings = {}
+  for n in sorted({cores, 1}, reverse=True):
+    torch.set_num_threads(n)
+    t0 = time.perf_counter()
+    run()
+    timings[n] = time.perf_counter() - t0
+  best = min(timings, key=timings.get)
+  torch.set_num_threads(best)
+  return {'threads': best, 'choice': 'auto', 'calibration_s': {str(k): v for k, v in timings.items()}}

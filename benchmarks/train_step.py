@@ -1,0 +1,254 @@
+"""Training-step throughput: t2t_jax's `parallel.make_train_step` against a PyTorch peer.
+
+Ours: `make_train_step` (label smoothing 0.1, dropout as the size says, Adam 0.9/0.98/1e-9
+with the paper's schedule) on a mesh of one device on CPU, all devices on GPU. The peer
+(`benchmarks/torch_peer.py`): torch.nn.Transformer with the same sizes, loss, optimizer and
+batch, eager and (where it works) torch.compile'd, measured in the same process, interleaved
+with ours round by round so machine load hits both alike.
+
+Batches are `rows x length` random token ids in [2, vocab) for both sources and targets (no
+padding), so "target tokens" = rows * length.
+
+Model FLOPs per step (see `common.forward_flops`): 3 x the forward matmul FLOPs, counting
+2*m*n*k for every matmul: Q/K/V/O projections, the FFN, the pre-softmax projection over the
+vocabulary, and the attention score (Q K^T) and weighted-sum (A V) matmuls over full
+(masked) length x length matrices. Fraction of peak: model FLOP/s over the same-run jitted
+float32 matmul FLOP/s (`matmul_peak.py`) on CPU; MFU against the known bf16 dense peak on GPU.
+
+  python -m benchmarks.train_step --sizes tiny,base --tokens 4096 --length 64 --out FILE
+"""
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+from benchmarks import common, matmul_peak  # noqa: E402
+
+
+def _jax_setup(size_name, dtype, rows, length, seed=0):
+  import jax
+  from configs import default
+  from t2t_jax import model, optim, parallel
+  config = default.get_config()
+  for key, value in common.SIZES[size_name].items():
+    setattr(config, key, value)
+  config.dtype = dtype
+  cfg = model.TransformerConfig.from_config(config)
+  devices = jax.devices()[:1] if jax.default_backend() == 'cpu' else jax.devices()
+  mesh = parallel.make_mesh(devices)
+  optimizer = optim.make_optimizer(config)
+  state = parallel.create_train_state(cfg, optimizer, seed, mesh)
+  step = parallel.make_train_step(cfg, optimizer, mesh, label_smoothing=config.label_smoothing,
+                                  seed=seed)
+  rng = np.random.default_rng(seed)
+  host = {k: rng.integers(2, config.vocab_size, (rows, length), dtype=np.int32)
+          for k in ('inputs', 'targets')}
+  return dict(cfg=cfg, config=config, mesh=mesh, state=state, step=step, host=host,
+              batch=parallel.shard_batch(host, mesh), devices=devices)
+
+
+def _check_same_function(size_name, jx, params, peer_cls, load, torch, device):
+  """NLL of both models with our parameters on a small batch, no dropout: must agree."""
+  import jax
+  from t2t_jax import parallel
+  ev = parallel.make_eval_step(jx['cfg'].replace(dtype=np.float32), jx['mesh'],
+                               label_smoothing=0.0)
+  host = {k: v[:jx['mesh'].size * 2, :16] for k, v in jx['host'].items()}
+  m = jax.device_get(ev(params, parallel.shard_batch(host, jx['mesh'])))
+  ours = float(m['nll'] / m['weight'])
+  peer = peer_cls(common.SIZES[size_name]).to(device).eval()
+  load(peer, jax.device_get(params))
+  from benchmarks import torch_peer
+  with torch.no_grad():
+    src = torch.from_numpy(host['inputs']).long().to(device)
+    tgt = torch.from_numpy(host['targets']).long().to(device)
+    loss, _ = torch_peer.loss_fn(peer(src, torch_peer.shift_right(tgt)), tgt, 0.0)
+  return {'ours_nll': ours, 'peer_nll': float(loss), 'abs_diff': abs(ours - float(loss))}
+
+
+def bench(size_name, rows, length, args, emit, counter):
+  import jax
+  t_setup = time.perf_counter()
+  with counter.window() as setup_compiles:
+    jx = _jax_setup(size_name, args.dtype, rows, length)
+  setup_s = time.perf_counter() - t_setup
+  size = common.SIZES[size_name]
+  on_cpu = jax.default_backend() == 'cpu'
+  flops = common.train_flops(size, rows, length, length)
+  tokens = rows * length
+  record = {
+      'name': 'train_step', 'config': dict(size=size_name, dtype=args.dtype, **size),
+      'shapes': {'rows': rows, 'src_len': length, 'tgt_len': length, 'target_tokens': tokens,
+                 'devices': len(jx['devices'])},
+      'device': common.jax_device_info(),
+      'model_flops_per_step': flops,
+      'flops_breakdown_forward': common.forward_flops(size, rows, length, length),
+  }
+
+  # Ours: the first call compiles; then warmup.
+  state, batch, step = jx['state'], jx['batch'], jx['step']
+  with counter.window() as compiles:
+    t0 = time.perf_counter()
+    state, metrics = step(state, batch)
+    jax.block_until_ready(metrics)
+    first_call_s = time.perf_counter() - t0
+    for _ in range(args.warmup):
+      state, metrics = step(state, batch)
+      jax.block_until_ready(metrics)
+  ours = {'first_call_s': first_call_s, 'compile_s': compiles['seconds'],
+          'setup_s': setup_s, 'setup_compilations': setup_compiles['count'], 'times': []}
+  try:
+    mem = step.lower(state, batch).compile().memory_analysis()
+    ours['xla_memory_analysis'] = {
+        k: getattr(mem, k) for k in ('argument_size_in_bytes', 'output_size_in_bytes',
+                                     'temp_size_in_bytes', 'generated_code_size_in_bytes')
+        if hasattr(mem, k)}
+  except Exception as e:  # noqa: BLE001 - informational only
+    ours['xla_memory_analysis'] = f'unavailable: {e!r}'
+
+  # The peer, on the same device kind, same batch.
+  peer = None
+  if not args.no_peer:
+    import torch
+    from benchmarks import torch_peer
+    torch.set_num_threads(os.cpu_count())
+    device = 'cuda' if (not on_cpu and torch.cuda.is_available()) else 'cpu'
+    autocast = torch.bfloat16 if args.dtype == 'bfloat16' and device == 'cuda' else None
+    record['same_function_check'] = _check_same_function(
+        size_name, jx, state.params, torch_peer.PeerTransformer, torch_peer.load_jax_params, torch, device)
+    torch.manual_seed(0)
+    model = torch_peer.PeerTransformer(size).to(device).train()
+    opt, sched, opt_impl = torch_peer.make_optimizer(model, size['d_model'])
+    src = torch.from_numpy(jx['host']['inputs']).long().to(device)
+    tgt = torch.from_numpy(jx['host']['targets']).long().to(device)
+    sync = (torch.cuda.synchronize if device == 'cuda' else (lambda: None))
+
+    def peer_step(fwd):
+      torch_peer.train_step(model, fwd, opt, sched, src, tgt, autocast=autocast)
+      sync()
+
+    peer = {'eager': {'times': [], 'optimizer': opt_impl, 'device': device}}
+    t0 = time.perf_counter()
+    for _ in range(args.warmup):
+      peer_step(model)
+    peer['eager']['warmup_s'] = time.perf_counter() - t0
+    if device == 'cpu':
+      peer['eager']['torch_threads'] = common.pick_torch_threads(lambda: peer_step(model),
+                                                                 args.torch_threads)
+    if size_name in args.torch_compile.split(','):
+      try:
+        compiled = torch.compile(model)
+        t0 = time.perf_counter()
+        peer_step(compiled)
+        peer['compiled'] = {'times': [], 'first_call_s': time.perf_counter() - t0}
+        for _ in range(args.warmup):
+          peer_step(compiled)
+      except Exception as e:  # noqa: BLE001 - reported, not fatal
+        msg = f'{type(e).__name__}: {e}'.splitlines()[0][:300]
+        peer['compiled_error'] = msg
+        print(f'torch.compile failed: {msg}', file=sys.stderr)
+    if device == 'cuda':
+      torch.cuda.reset_peak_memory_stats()
+
+  # Interleaved rounds: matmul peak, ours, peer eager, peer compiled.
+  peaks = []
+  with counter.window() as loop_compiles:
+    for _ in range(args.rounds):
+      if on_cpu:
+        peaks.append(matmul_peak.jax_matmul_peak(repeats=args.peak_repeats)['flops_per_s'])
+      for _ in range(args.steps):
+        t0 = time.perf_counter()
+        state, metrics = step(state, batch)
+        jax.block_until_ready(metrics)
+        ours['times'].append(time.perf_counter() - t0)
+      if peer is not None:
+        for mode in ('eager', 'compiled'):
+          if mode in peer:
+            fwd = model if mode == 'eager' else compiled
+            for _ in range(args.steps):
+              t0 = time.perf_counter()
+              peer_step(fwd)
+              peer[mode]['times'].append(time.perf_counter() - t0)
+  # Compilations of the train step itself (1 expected: one shape); other functions compiled
+  # meanwhile (e.g. by the matmul-peak measurement) are listed apart.
+  step_fns = [f for f in compiles['functions'] + loop_compiles['functions'] if f == 'jit(step)']
+  ours['compilations'] = len(step_fns)
+  ours['other_compiled_functions'] = sorted(
+      set(compiles['functions'] + loop_compiles['functions']) - {'jit(step)'})
+  ours['loss_finite'] = bool(np.isfinite(float(metrics['loss'])))
+  stats = jx['devices'][0].memory_stats() if hasattr(jx['devices'][0], 'memory_stats') else None
+  ours['peak_device_memory_bytes'] = (stats or {}).get('peak_bytes_in_use')
+  if peer is not None and peer['eager'].get('device') == 'cuda':
+    import torch
+    peer['eager']['peak_device_memory_bytes'] = torch.cuda.max_memory_allocated()
+
+  peak = float(np.median(peaks)) if peaks else common.known_peak(jx['devices'][0].device_kind)
+  peak = peak * len(jx['devices']) if (peak and not on_cpu) else peak
+  record['peak'] = {'flops_per_s': peak,
+                    'source': 'same-run jitted f32 matmul (median)' if on_cpu else
+                              'known bf16 dense peak x devices',
+                    'samples_gflops': [p / 1e9 for p in peaks]}
+
+  def finish(entry):
+    t = common.summarize(entry.pop('times'))
+    entry['step_time'] = t
+    entry['target_tokens_per_s'] = tokens / t['median_s']
+    entry['model_flops_per_s'] = flops / t['median_s']
+    entry['fraction_of_peak'] = common.ratio(entry['model_flops_per_s'], peak)
+    return entry
+
+  record['ours'] = finish(ours)
+  if peer is not None:
+    record['peer'] = {'impl': 'torch.nn.Transformer'}
+    for mode in ('eager', 'compiled'):
+      if mode in peer:
+        record['peer'][mode] = finish(peer[mode])
+        record[f'ratio_ours_over_peer_{mode}'] = {
+            'tokens_per_s': common.ratio(ours['target_tokens_per_s'],
+                                         peer[mode]['target_tokens_per_s'])}
+    if 'compiled_error' in peer:
+      record['peer']['compiled_error'] = peer['compiled_error']
+  return emit(record)
+
+
+def main(argv=None):
+  parser = common.add_common_args(argparse.ArgumentParser(
+      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+  parser.add_argument('--sizes', default='tiny,base', help='comma list of tiny,base,big')
+  parser.add_argument('--tokens', default='4096', help='comma list of target tokens per step')
+  parser.add_argument('--length', type=int, default=64, help='source = target length')
+  parser.add_argument('--dtype', default=None, help='float32 (CPU default) or bfloat16 (GPU)')
+  parser.add_argument('--steps', type=int, default=3, help='timed steps per round')
+  parser.add_argument('--rounds', type=int, default=2, help='interleaved rounds')
+  parser.add_argument('--warmup', type=int, default=1, help='untimed steps after compilation')
+  parser.add_argument('--peak-repeats', type=int, default=5)
+  parser.add_argument('--torch-compile', default='tiny',
+                      help='comma list of sizes for which torch.compile is also timed '
+                           '(its first call compiles for minutes on 2 CPU cores)')
+  parser.add_argument('--torch-threads', default='auto',
+                      help="'auto' (faster of 1 and the core count), or a number (0 = cores)")
+  parser.add_argument('--size-tokens', default='',
+                      help='per-size override, e.g. "big:1024" (size:tokens[;size:tokens])')
+  args = parser.parse_args(argv)
+  import jax
+  if args.dtype is None:
+    args.dtype = 'float32' if jax.default_backend() == 'cpu' else 'bfloat16'
+  overrides = dict(item.split(':') for item in args.size_tokens.split(';') if item)
+  emit = common.Emitter(args.out)
+  counter = common.CompileCounter()
+  for size_name in args.sizes.split(','):
+    token_list = overrides.get(size_name, args.tokens)
+    for tokens in [int(t) for t in token_list.split(',')]:
+      rows = max(1, tokens // args.length)
+      n = len(jax.devices()) if jax.default_backend() != 'cpu' else 1
+      rows = max(n, rows // n * n)
+      bench(size_name, rows, args.length, args, emit, counter)
+
+
+if __name__ == '__main__':
+  main()
