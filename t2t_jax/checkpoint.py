@@ -18,15 +18,15 @@ import jax
 import ml_collections
 import orbax.checkpoint as ocp
 from absl import logging
+
+from t2t_jax import config as config_lib
 from jax.experimental import multihost_utils
 
 # Keys whose change makes an existing checkpoint unusable for this run: the parameter shapes,
 # or the data order and batch shapes the saved iterator position refers to.
-RESUME_KEYS = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'd_k', 'd_v', 'num_layers',
-               'positional', 'norm_position', 'max_len', 'dataset', 'source_lang',
-               'target_lang', 'local_corpus_dir', 'train_split', 'max_length',
-               'tokens_per_batch', 'bucket_lengths', 'shuffle_seed', 'pack_examples',
-               'grad_accum_steps')
+RESUME_KEYS = config_lib.MODEL_KEYS + (
+    'dataset', 'source_lang', 'target_lang', 'local_corpus_dir', 'train_split', 'max_length',
+    'tokens_per_batch', 'bucket_lengths', 'shuffle_seed', 'pack_examples', 'grad_accum_steps')
 
 
 class CheckpointError(RuntimeError):
