@@ -1,11 +1,10 @@
 """Batched decoding throughput: t2t_jax beam search (beam 4, alpha 0.6) and greedy vs a PyTorch peer.
 
-Ours: one jitted function = encoder + `search.beam_search` / `greedy_search` whose logits_fn
-closes over the parameters and calls `model.decode_step` with the key/value cache; the cache
-passed to the search is {model cache, `model.cross_key_values` (the encoder output projected
-once per sentence, as translate.py does; `--cross-kv off`: the encoder output itself, projected
-again at every step), source ids}, as search.py's contract says (leaves with a batch dimension
-are tiled to batch*beam and reordered by parent beam).
+Ours: one jitted function, as translate.py builds it: `model.decode_context` (encoder, the
+encoder-decoder keys/values projected once per sentence, the transposed vocabulary), then
+`search.beam_search` / `greedy_search` whose logits_fn closes over the parameters and the
+context and calls `model.decode_step`; only the self-attention key/value cache goes through the
+search (tiled to batch*beam and reordered by parent beam).
 The peer (`torch_peer.PeerDecoder`): the same weights copied into torch.nn.Transformer, an
 incremental decoder with preallocated self-attention K/V caches, encoder-decoder K/V computed
 once per sentence, and a beam search with exactly t2t_jax's semantics, so both sides take the
@@ -30,37 +29,23 @@ import numpy as np  # noqa: E402
 from benchmarks import common  # noqa: E402
 
 
-def _make_ours(cfg, batch, beam, max_len, alpha, cross_kv=True):
-  """The jitted decode. `cross_kv`: project the encoder output for the encoder-decoder
-  attention once per sentence (`model.cross_key_values`, as translate.py does), else pass the
-  encoder output to every `decode_step` (which then projects it at every step)."""
+def _make_ours(cfg, batch, beam, max_len, alpha):
+  """The jitted decode, built as translate.py builds it."""
   import jax
   from t2t_jax import model, search
-  cross_kv = cross_kv and hasattr(model, 'cross_key_values')
 
   def decode(params, src):
-    encoded = model.Transformer(cfg).apply({'params': params}, src,
-                                           method=model.Transformer.encode)
-    cache = {'model': model.init_cache(cfg, batch, max_len), 'inputs': src}
-    if cross_kv:
-      cache['cross_kv'] = model.cross_key_values(cfg, params, encoded)
-    else:
-      cache['encoded'] = encoded
+    context = model.decode_context(cfg, params, src)
 
-    def logits_fn(tokens, c):
-      if cross_kv:
-        logits, mc = model.decode_step(cfg, params, c['model'], tokens, None, c['inputs'],
-                                       c['cross_kv'])
-      else:
-        logits, mc = model.decode_step(cfg, params, c['model'], tokens, c['encoded'],
-                                       c['inputs'])
-      return logits, dict(c, model=mc)
+    def logits_fn(tokens, cache):
+      return model.decode_step(cfg, params, cache, tokens, context)
 
     # search._search is what beam_search/greedy_search run (greedy = beam 1, alpha 0); it also
     # returns the number of decode steps taken.
     seqs, scores, steps = search._search(
-        logits_fn, cache, batch_size=batch, beam_size=beam, alpha=alpha if beam > 1 else 0.0,
-        max_decode_len=max_len, max_lengths=None, eos_id=model.EOS_ID, bos_id=model.BOS_ID)
+        logits_fn, model.init_cache(cfg, batch, max_len), batch_size=batch, beam_size=beam,
+        alpha=alpha if beam > 1 else 0.0, max_decode_len=max_len, max_lengths=None,
+        eos_id=model.EOS_ID, bos_id=model.BOS_ID)
     return seqs[:, 0], scores[:, 0], steps
 
   return jax.jit(decode)
@@ -90,7 +75,7 @@ def bench(size_name, batch, src_len, max_len, beam, args, emit, counter):
   src_np = np.random.default_rng(0).integers(2, size['vocab_size'], (batch, src_len),
                                              dtype=np.int32)
   src = jax.device_put(src_np)
-  fn = _make_ours(cfg, batch, beam, max_len, args.alpha, cross_kv=args.cross_kv == 'auto')
+  fn = _make_ours(cfg, batch, beam, max_len, args.alpha)
   with counter.window() as compiles:
     t0 = time.perf_counter()
     out = jax.block_until_ready(fn(params, src))
@@ -150,9 +135,6 @@ def bench(size_name, batch, src_len, max_len, beam, args, emit, counter):
                                        **size),
       'shapes': {'batch': batch, 'src_len': src_len, 'max_decode_len': max_len},
       'device': common.jax_device_info(), 'ours': finish(ours)}
-  from t2t_jax import model as model_lib
-  record['config']['ours_cross_kv_once'] = (args.cross_kv == 'auto'
-                                            and hasattr(model_lib, 'cross_key_values'))
   if peer is not None:
     record['peer'] = dict(impl='torch.nn.Transformer weights + cached incremental decoder',
                           device=device,
@@ -174,9 +156,6 @@ def main(argv=None):
   parser.add_argument('--max-len', type=int, default=40, help='max_decode_len (steps)')
   parser.add_argument('--alpha', type=float, default=0.6)
   parser.add_argument('--rounds', type=int, default=3)
-  parser.add_argument('--cross-kv', default='auto', choices=['auto', 'off'],
-                      help="auto: model.cross_key_values once per sentence (as translate.py); "
-                           "off: the encoder output goes to every decode_step")
   parser.add_argument('--torch-threads', default='auto',
                       help="'auto' (faster of 1 and the core count), or a number (0 = cores)")
   args = parser.parse_args(argv)

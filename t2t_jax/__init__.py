@@ -13,7 +13,8 @@ from t2t_jax.losses import (compute_metrics, label_smoothed_cross_entropy,
                             negative_log_likelihood, padding_weights, perplexity,
                             token_accuracy)
 from t2t_jax.model import (BOS_ID, EOS_ID, PAD_ID, Transformer, TransformerConfig, count_params,
-                           decode_step, init_cache, init_params, param_shapes, shift_right)
+                           DecodeContext, decode_context, decode_step, init_cache, init_params,
+                           param_shapes, shift_right)
 from t2t_jax.optim import learning_rate_schedule, make_optimizer
 from t2t_jax.search import beam_search, greedy_search, length_penalty
 from t2t_jax.bleu import corpus_bleu, tokenized_bleu

@@ -73,6 +73,33 @@ def attention_weights(query: Array, key: Array, mask: Optional[Array] = None) ->
   return jax.nn.softmax(logits, axis=-1)
 
 
+def cached_attention(query: Array, key_cache: Array, value_cache: Array,
+                     length: Array) -> Array:
+  """One decoding step of masked self-attention (Eq. 1, §3.2.3) over a key/value cache.
+
+  The cache is heads-first, the layout the two matmuls read, so that writing a step into it is
+  an in-place slice update (a `[batch, length, heads, d]` cache needs a transposed copy of the
+  whole cache at every step).
+
+  Args:
+    query: `[batch, 1, heads, d_k]`, the query of the newest position.
+    key_cache: `[batch, heads, max_length, d_k]`.
+    value_cache: `[batch, heads, max_length, d_v]`.
+    length: `[]` int32; positions `0..length-1` are filled and attended to, the rest are not.
+
+  Returns:
+    `[batch, 1, heads, d_v]` in the dtype of `value_cache`.
+  """
+  d_k = query.shape[-1]
+  logits = jnp.einsum('bqhd,bhkd->bhqk', query, key_cache,
+                      preferred_element_type=jnp.float32) / jnp.sqrt(jnp.float32(d_k))
+  filled = jnp.arange(key_cache.shape[2]) < length
+  weights = jax.nn.softmax(jnp.where(filled, logits, _MASK_VALUE), axis=-1)
+  out = jnp.einsum('bhqk,bhkd->bqhd', weights.astype(value_cache.dtype), value_cache,
+                   preferred_element_type=jnp.float32)
+  return out.astype(value_cache.dtype)
+
+
 def dot_product_attention_reference(query: Array, key: Array, value: Array,
                                     mask: Optional[Array] = None, *,
                                     dropout_rate: float = 0.0,

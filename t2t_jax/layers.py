@@ -55,8 +55,15 @@ class SharedEmbedding(nn.Module):
     table = jnp.asarray(self.embedding, self.dtype)
     return jnp.take(table, ids, axis=0) * jnp.asarray(np.sqrt(self.d_model), self.dtype)
 
-  def attend(self, x: Array) -> Array:
-    """Pre-softmax linear transformation: `[..., d_model]` -> `[..., vocab]` float32 logits."""
+  def attend(self, x: Array, transposed: Optional[Array] = None) -> Array:
+    """Pre-softmax linear transformation: `[..., d_model]` -> `[..., vocab]` float32 logits.
+
+    `transposed`, if given, is this table as `[d_model, vocab]` (`embedding.T`), computed
+    once by a caller that projects many times, e.g. every step of a decode loop.
+    """
+    if transposed is not None:
+      return jnp.einsum('...d,dv->...v', x, jnp.asarray(transposed, self.dtype),
+                        preferred_element_type=jnp.float32)
     return jnp.einsum('...d,vd->...v', x, jnp.asarray(self.embedding, self.dtype),
                       preferred_element_type=jnp.float32)
 
@@ -104,7 +111,8 @@ class MultiHeadAttention(nn.Module):
 
   The projections W^Q, W^K, W^V, W^O have no biases, as in the paper's equations. In decode
   mode (self-attention of the decoder) keys and values of past positions live in the 'cache'
-  collection, `[batch, max_decode_len, heads, d]`, and one query position is processed per call.
+  collection, heads-first `[batch, heads, max_decode_len, d]`, and one query position is
+  processed per call.
 
   Attributes:
     num_heads: h.
@@ -129,12 +137,15 @@ class MultiHeadAttention(nn.Module):
   def __call__(self, inputs_q: Array, inputs_kv: Optional[Array],
                mask: Optional[Array] = None, *, deterministic: bool = True,
                key_value: Optional[Tuple[Array, Array]] = None) -> Array:
-    """`[batch, q_len, d_model]` queries attend over `[batch, kv_len, d_model]`.
+    """`[rows, q_len, d_model]` queries attend over `[batch, kv_len, d_model]`.
 
     `key_value`, if given, are already projected keys `[batch, kv_len, heads, d_k]` and
     values `[batch, kv_len, heads, d_v]` (see `head_projection`), used instead of projecting
     `inputs_kv`: decoding projects the encoder output once per sentence, not once per output
-    position. Returns `[batch, q_len, d_model]`.
+    position. Their batch may be smaller than the queries' rows: with `rows = batch * group`,
+    query rows `b * group .. (b + 1) * group - 1` (the beams of sentence b) all attend over
+    keys/values row b; `mask` must then not depend on the query position (a padding mask).
+    Returns `[rows, q_len, d_model]`.
     """
     project = lambda features, name: head_projection(  # noqa: E731
         self.num_heads, features, self.dtype, name=name)
@@ -144,41 +155,61 @@ class MultiHeadAttention(nn.Module):
     else:
       key, value = key_value
 
-    if self.decode:
-      key, value, mask = self._use_cache(key, value, mask)
-
-    dropout_rate = 0.0 if deterministic else self.attention_dropout_rate
-    dropout_rng = self.make_rng('dropout') if dropout_rate > 0.0 else None
-    out = attention.dot_product_attention(query, key, value, mask, dropout_rate=dropout_rate,
-                                          dropout_rng=dropout_rng,
-                                          implementation=self.attention_impl)
+    if self.decode and self.has_variable('cache', 'cached_key'):
+      out = self._cached_step(query, key, value)
+    else:
+      if self.decode:  # cache creation (a shape-only call): allocate, then attend as usual
+        self._cache_variables(key, value)
+      dropout_rate = 0.0 if deterministic else self.attention_dropout_rate
+      dropout_rng = self.make_rng('dropout') if dropout_rate > 0.0 else None
+      rows, q_len = query.shape[:2]
+      grouped = key.shape[0] != rows
+      if grouped:
+        query = _group_rows(query, key.shape[0], mask)
+      out = attention.dot_product_attention(query, key, value, mask, dropout_rate=dropout_rate,
+                                            dropout_rng=dropout_rng,
+                                            implementation=self.attention_impl)
+      if grouped:
+        out = out.reshape(rows, q_len, *out.shape[2:])
     return nn.DenseGeneral(self.d_model, axis=(-2, -1), use_bias=False, dtype=self.dtype,
                            param_dtype=jnp.float32,
                            kernel_init=nn.initializers.xavier_uniform(), name='out')(out)
 
-  def _use_cache(self, key: Array, value: Array, mask: Optional[Array]):
-    """Writes this step's key/value at the cache index; returns the whole cache and its mask."""
-    is_initialized = self.has_variable('cache', 'cached_key')
-    cached_key = self.variable('cache', 'cached_key', jnp.zeros, key.shape, key.dtype)
-    cached_value = self.variable('cache', 'cached_value', jnp.zeros, value.shape, value.dtype)
+  def _cache_variables(self, key: Array, value: Array):
+    """The cache: heads-first keys/values `[batch, heads, max_len, d]` and the fill index."""
+    heads_first = lambda x: (x.shape[0], x.shape[2], x.shape[1], x.shape[3])  # noqa: E731
+    cached_key = self.variable('cache', 'cached_key', jnp.zeros, heads_first(key), key.dtype)
+    cached_value = self.variable('cache', 'cached_value', jnp.zeros, heads_first(value),
+                                 value.dtype)
     cache_index = self.variable('cache', 'cache_index', lambda: jnp.zeros((), jnp.int32))
-    if not is_initialized:
-      # Cache creation (the first, shape-only call): behave like the full forward pass.
-      return key, value, mask
-    batch, step_len = key.shape[0], key.shape[1]
-    if step_len != 1:
-      raise ValueError(f'decode mode takes one position per call, got length {step_len}')
+    return cached_key, cached_value, cache_index
+
+  def _cached_step(self, query: Array, key: Array, value: Array) -> Array:
+    """Writes this step's key/value at the cache index and attends over positions 0..index."""
+    cached_key, cached_value, cache_index = self._cache_variables(key, value)
+    if key.shape[1] != 1:
+      raise ValueError(f'decode mode takes one position per call, got length {key.shape[1]}')
     index = cache_index.value
     zero = jnp.zeros((), jnp.int32)
-    cached_key.value = jax.lax.dynamic_update_slice(cached_key.value, key, (zero, index, zero, zero))
-    cached_value.value = jax.lax.dynamic_update_slice(cached_value.value, value,
-                                                      (zero, index, zero, zero))
+    at = (zero, zero, index, zero)
+    cached_key.value = jax.lax.dynamic_update_slice(cached_key.value,
+                                                    key.transpose(0, 2, 1, 3), at)
+    cached_value.value = jax.lax.dynamic_update_slice(cached_value.value,
+                                                      value.transpose(0, 2, 1, 3), at)
     cache_index.value = index + 1
-    max_len = cached_key.value.shape[1]
     # The query at `index` sees cached positions 0..index: the causal mask of §3.2.3, one row.
-    step_mask = (jnp.arange(max_len) <= index)[None, None, None, :]
-    step_mask = jnp.broadcast_to(step_mask, (batch, 1, 1, max_len))
-    return cached_key.value, cached_value.value, attention.combine_masks(step_mask, mask)
+    return attention.cached_attention(query, cached_key.value, cached_value.value, index + 1)
+
+
+def _group_rows(query: Array, batch: int, mask: Optional[Array]) -> Array:
+  """`[batch * group, q_len, heads, d]` -> `[batch, group * q_len, heads, d]`."""
+  rows = query.shape[0]
+  if rows % batch:
+    raise ValueError(f'{rows} query rows cannot share keys/values of batch {batch}')
+  if mask is not None and mask.shape[-2] != 1:
+    raise ValueError('grouped queries need a mask that does not depend on the query position, '
+                     f'got mask shape {mask.shape}')
+  return query.reshape(batch, (rows // batch) * query.shape[1], *query.shape[2:])
 
 
 class FeedForward(nn.Module):

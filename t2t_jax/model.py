@@ -7,7 +7,7 @@ about data, files or devices.
 
 import dataclasses
 import math
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, NamedTuple, Optional, Sequence, Tuple
 
 import flax.linen as nn
 import jax
@@ -136,15 +136,18 @@ class Decoder(nn.Module):
   """N decoder layers over shifted targets, then the shared pre-softmax projection (§3.4).
 
   Teacher forcing: `[batch, tgt_len]` decoder inputs -> `[batch, tgt_len, vocab]` float32 logits.
-  Decode mode: `[batch, 1]` -> `[batch, 1, vocab]`, past positions read from the cache.
-  `cross_kv` (from `cross_key_values`) replaces `encoded` with its per-layer projections.
+  Decode mode: `[rows, 1]` -> `[rows, 1, vocab]`, past positions read from the cache.
+  `cross_kv` (from `cross_key_values`) replaces `encoded` with its per-layer projections; it
+  and `inputs` may hold one row per sentence while the decoder inputs hold `rows = sentences *
+  beam` (sentence-major). `vocab_t`: the embedding transposed, `[d_model, vocab]`.
   """
   cfg: TransformerConfig
   embed: SharedEmbedding
 
   @nn.compact
   def __call__(self, decoder_inputs: Array, encoded: Optional[Array], inputs: Array,
-               cross_kv: Optional[Sequence[Tuple[Array, Array]]] = None) -> Array:
+               cross_kv: Optional[Sequence[Tuple[Array, Array]]] = None,
+               vocab_t: Optional[Array] = None) -> Array:
     cfg = self.cfg
     cross_mask = attention.padding_mask(inputs, PAD_ID)
     # In decode mode the causal mask comes from the cache index instead.
@@ -157,7 +160,7 @@ class Decoder(nn.Module):
                                                None if cross_kv is None else cross_kv[i])
     if cfg.norm_position == 'pre':
       y = nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, name='final_norm')(y)
-    return self.embed.attend(y)
+    return self.embed.attend(y, vocab_t)
 
 
 class Transformer(nn.Module):
@@ -180,8 +183,8 @@ class Transformer(nn.Module):
     return self.encoder(inputs)
 
   def decode(self, decoder_inputs: Array, encoded: Optional[Array], inputs: Array,
-             cross_kv=None) -> Array:
-    return self.decoder(decoder_inputs, encoded, inputs, cross_kv)
+             cross_kv=None, vocab_t: Optional[Array] = None) -> Array:
+    return self.decoder(decoder_inputs, encoded, inputs, cross_kv, vocab_t)
 
   def __call__(self, inputs: Array, targets: Array) -> Array:
     return self.decode(shift_right(targets), self.encode(inputs), inputs)
@@ -205,10 +208,11 @@ def count_params(tree) -> int:
 
 
 def init_cache(cfg: TransformerConfig, batch: int, max_decode_len: int):
-  """A zero decode cache for `batch` sentences and up to `max_decode_len` target positions.
+  """A zero decode cache for `batch` rows and up to `max_decode_len` target positions.
 
-  Leaves: per-layer `cached_key` `[batch, max_decode_len, heads, d_k]`, `cached_value`
-  `[batch, max_decode_len, heads, d_v]`, and 0-d int32 indices (`cache_index`, `position`).
+  Leaves: per-layer `cached_key` `[batch, heads, max_decode_len, d_k]`, `cached_value`
+  `[batch, heads, max_decode_len, d_v]` (heads-first, see `attention.cached_attention`), and
+  0-d int32 indices (`cache_index`, `position`).
   """
   model = Transformer(cfg.replace(deterministic=True, decode=True))
   src = jnp.ones((batch, 1), jnp.int32)
@@ -235,25 +239,46 @@ def cross_key_values(cfg: TransformerConfig, params, encoded: Array):
   return tuple((project(p['key'], cfg.d_k), project(p['value'], cfg.d_v)) for p in layers)
 
 
-def decode_step(cfg: TransformerConfig, params, cache, tokens: Array, encoded: Optional[Array],
-                inputs: Array, cross_kv=None):
+class DecodeContext(NamedTuple):
+  """What every decode step of a batch of sentences reads and never changes.
+
+  One row per sentence, not per beam: close over it in the search's `logits_fn` rather than
+  putting it in the search's cache, which is tiled over beams and reordered at every step.
+  """
+  inputs: Array      # [batch, src_len] int32 source ids, for the encoder-decoder padding mask.
+  cross_kv: Tuple    # per decoder layer: keys [batch, src_len, heads, d_k], values [..., d_v].
+  vocab_t: Array     # [d_model, vocab]: the shared embedding, transposed once for §3.4's
+                     # pre-softmax projection.
+
+
+def decode_context(cfg: TransformerConfig, params, inputs: Array,
+                   encoded: Optional[Array] = None) -> DecodeContext:
+  """Encodes `[batch, src_len]` source ids (unless `encoded` is given) and precomputes what
+  the decode steps share: the encoder-decoder keys/values and the transposed vocabulary."""
+  if encoded is None:
+    encoded = Transformer(cfg.replace(deterministic=True, decode=False)).apply(
+        {'params': params}, inputs, method=Transformer.encode)
+  return DecodeContext(inputs, cross_key_values(cfg, params, encoded),
+                       params['shared_embedding']['embedding'].T)
+
+
+def decode_step(cfg: TransformerConfig, params, cache, tokens: Array, context: DecodeContext):
   """One incremental decoder step with the key/value cache.
 
   Args:
     cfg: model config (decode and deterministic are forced on).
     params: model parameters.
-    cache: from `init_cache` or a previous step.
-    tokens: `[batch, 1]` int32, the previous output token (BOS at the first step).
-    encoded: `[batch, src_len, d_model]` encoder output, computed once per sentence; may be
-      None when `cross_kv` is given.
-    inputs: `[batch, src_len]` source ids, for the padding mask.
-    cross_kv: optional `cross_key_values(cfg, params, encoded)`, so the encoder output is not
-      projected again at every step.
+    cache: from `init_cache(cfg, rows, max_decode_len)` or a previous step.
+    tokens: `[rows, 1]` int32, the previous output token (BOS at the first step). `rows` is a
+      multiple of the context's batch: row r belongs to sentence r // (rows // batch), as
+      `search.beam_search` lays out beams.
+    context: `decode_context(cfg, params, inputs)` of the batch's sentences.
 
   Returns:
-    (`[batch, vocab]` float32 logits for the next position, the updated cache).
+    (`[rows, vocab]` float32 logits for the next position, the updated cache).
   """
   model = Transformer(cfg.replace(deterministic=True, decode=True))
-  logits, updated = model.apply({'params': params, 'cache': cache}, tokens, encoded, inputs,
-                                cross_kv, method=Transformer.decode, mutable=['cache'])
+  logits, updated = model.apply({'params': params, 'cache': cache}, tokens, None, context.inputs,
+                                context.cross_kv, context.vocab_t, method=Transformer.decode,
+                                mutable=['cache'])
   return logits[:, 0], updated['cache']

@@ -175,8 +175,9 @@ def _search(
     live = top_ok & ~is_eos
     live_lp, live_ok, live_seqs, live_tok, live_parent = _top_k_gather(
         jnp.where(live, top_lp, NEG_INF), k, live, top_seqs, token, parent)
-    flat_parent = (jnp.arange(b)[:, None] * k + live_parent).reshape(b * k)
-    new_cache = _gather_beams(new_cache, flat_parent)
+    if k > 1:  # with one beam the parent is always the row itself
+      flat_parent = (jnp.arange(b)[:, None] * k + live_parent).reshape(b * k)
+      new_cache = _gather_beams(new_cache, flat_parent)
 
     # Early termination (T2T style). Log probs only decrease, so a live
     # hypothesis's final score is at most live_lp / (largest penalty among the
@@ -228,7 +229,9 @@ def beam_search(
     cache: pytree for `batch_size` sentences. Leaves with ndim >= 1 have
       leading dim batch_size; they are tiled to batch*beam here and reordered
       by parent beam every step. 0-d leaves (e.g. a shared decode position)
-      pass through untouched: logits_fn owns them.
+      pass through untouched: logits_fn owns them. State that is per sentence
+      and never changes (e.g. the encoder output) is better closed over by
+      `logits_fn` than put here, where it would be tiled and reordered.
     batch_size: number of sentences B.
     beam_size: beam width K (paper: 4).
     alpha: length penalty exponent (paper: 0.6); 0 ranks by raw log prob.

@@ -62,20 +62,17 @@ class Translator:
                     max_decode_len: int) -> jax.Array:
     """`[rows, src_len]` ids -> best hypotheses `[rows, max_decode_len]` (EOS-terminated)."""
     cfg = self.cfg
-    encoded = model.Transformer(cfg).apply({'params': params}, inputs,
-                                           method=model.Transformer.encode)
-    # Search state per sentence (tiled over beams by the search): the self-attention cache,
-    # the encoder-decoder keys/values projected once, and the source ids for the mask.
-    cache = {'decoder': model.init_cache(cfg, inputs.shape[0], max_decode_len),
-             'cross_kv': model.cross_key_values(cfg, params, encoded), 'inputs': inputs}
+    # Per sentence, closed over: the encoder-decoder keys/values and the transposed vocabulary.
+    # Only the self-attention cache goes through the search, which tiles it over beams and
+    # reorders it at every step.
+    context = model.decode_context(cfg, params, inputs)
 
-    def logits_fn(tokens, state):
-      logits, decoder = model.decode_step(cfg, params, state['decoder'], tokens, None,
-                                          state['inputs'], state['cross_kv'])
+    def logits_fn(tokens, cache):
+      logits, cache = model.decode_step(cfg, params, cache, tokens, context)
       # Padding is never a translation token (search.py does not mask it).
-      logits = logits.at[:, model.PAD_ID].set(-1e9)
-      return logits, dict(state, decoder=decoder)
+      return logits.at[:, model.PAD_ID].set(-1e9), cache
 
+    cache = model.init_cache(cfg, inputs.shape[0], max_decode_len)
     sequences, _ = search.beam_search(
         logits_fn, cache, batch_size=inputs.shape[0], beam_size=self.beam_size,
         alpha=self.alpha, max_decode_len=max_decode_len, max_lengths=max_lengths,

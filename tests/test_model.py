@@ -116,10 +116,10 @@ def test_cached_decoding_equals_teacher_forcing(norm_position, positional):
   params = model.init_params(cfg, jax.random.PRNGKey(1))
   src, tgt = _batch(seed=2)
   full = _logits(cfg, params, src, tgt)
-  encoded = model.Transformer(cfg).apply({'params': params}, src, method=model.Transformer.encode)
+  context = model.decode_context(cfg, params, src)
   cache = model.init_cache(cfg, batch=3, max_decode_len=tgt.shape[1])
   decoder_inputs = model.shift_right(tgt)
-  step = jax.jit(lambda c, tok: model.decode_step(cfg, params, c, tok, encoded, src))
+  step = jax.jit(lambda c, tok: model.decode_step(cfg, params, c, tok, context))
   outputs = []
   for t in range(tgt.shape[1]):
     logits, cache = step(cache, decoder_inputs[:, t:t + 1])
@@ -127,22 +127,36 @@ def test_cached_decoding_equals_teacher_forcing(norm_position, positional):
   np.testing.assert_allclose(jnp.stack(outputs, 1), full, atol=1e-5)
 
 
-def test_precomputed_cross_key_values_equal_teacher_forcing():
+def test_decode_context_holds_projected_encoder_output_and_transposed_vocabulary():
   params = model.init_params(TINY, jax.random.PRNGKey(1))
-  src, tgt = _batch(seed=3)
-  full = _logits(TINY, params, src, tgt)
+  src, _ = _batch(seed=3)
   encoded = model.Transformer(TINY).apply({'params': params}, src,
                                           method=model.Transformer.encode)
-  cross_kv = model.cross_key_values(TINY, params, encoded)
-  assert len(cross_kv) == TINY.num_layers and cross_kv[0][0].shape == (3, 7, 4, 8)
-  cache = model.init_cache(TINY, batch=3, max_decode_len=tgt.shape[1])
-  decoder_inputs = model.shift_right(tgt)
-  outputs = []
-  for t in range(tgt.shape[1]):
-    logits, cache = model.decode_step(TINY, params, cache, decoder_inputs[:, t:t + 1], None,
-                                      src, cross_kv)
-    outputs.append(logits)
-  np.testing.assert_allclose(jnp.stack(outputs, 1), full, atol=1e-5)
+  context = model.decode_context(TINY, params, src)
+  assert len(context.cross_kv) == TINY.num_layers and context.cross_kv[0][0].shape == (3, 7, 4, 8)
+  kernel = params['decoder']['layer_1']['cross_attention']['value']['kernel']  # [d, heads, d_v]
+  np.testing.assert_allclose(context.cross_kv[1][1], np.einsum('bsd,dhk->bshk', encoded, kernel),
+                             atol=1e-5)
+  np.testing.assert_array_equal(context.vocab_t, params['shared_embedding']['embedding'].T)
+
+
+def test_decode_step_shares_sentence_context_across_beam_rows():
+  """Rows = sentences x beams (sentence-major) read one context row per sentence: the same
+  logits as giving every row its own copy of the context."""
+  params = model.init_params(TINY, jax.random.PRNGKey(1))
+  src, tgt = _batch(seed=4)
+  beam = 3
+  context = model.decode_context(TINY, params, src)
+  tiled = model.decode_context(TINY, params, np.repeat(src, beam, axis=0))
+  rng = np.random.RandomState(0)
+  tokens = rng.randint(1, TINY.vocab_size, (3 * beam, 4)).astype(np.int32)
+  shared = model.init_cache(TINY, 3 * beam, 4)
+  own = model.init_cache(TINY, 3 * beam, 4)
+  for t in range(4):
+    a, shared = model.decode_step(TINY, params, shared, tokens[:, t:t + 1], context)
+    b, own = model.decode_step(TINY, params, own, tokens[:, t:t + 1], tiled)
+    np.testing.assert_allclose(a, b, atol=1e-5)
+  assert shared['decoder']['layer_0']['self_attention']['cached_key'].shape == (9, 4, 4, 8)
 
 
 def test_eval_mode_is_deterministic_and_train_mode_is_not():

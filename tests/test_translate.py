@@ -43,10 +43,10 @@ def test_cached_beam_search_equals_full_recomputation():
   m = model.Transformer(CFG)
   encoded = m.apply({'params': params}, inputs, method=model.Transformer.encode)
 
+  context = model.decode_context(CFG, params, inputs)
+
   def cached_fn(tokens, cache):
-    logits, dec = model.decode_step(CFG, params, cache['decoder'], tokens, cache['encoded'],
-                                    cache['inputs'])
-    return logits, dict(cache, decoder=dec)
+    return model.decode_step(CFG, params, cache, tokens, context)
 
   def full_fn(tokens, cache):
     # Recompute the whole decoder on the history at every step (no key/value cache).
@@ -57,7 +57,7 @@ def test_cached_beam_search_equals_full_recomputation():
     step_logits = jax.lax.dynamic_index_in_dim(logits, index, axis=1, keepdims=False)
     return step_logits, dict(cache, history=history, index=index + 1)
 
-  cached = {'decoder': model.init_cache(CFG, 3, max_len), 'encoded': encoded, 'inputs': inputs}
+  cached = model.init_cache(CFG, 3, max_len)
   full = {'history': jnp.zeros((3, max_len), jnp.int32), 'index': jnp.zeros((), jnp.int32),
           'encoded': encoded, 'inputs': inputs}
   kwargs = dict(batch_size=3, beam_size=4, alpha=0.6, max_decode_len=max_len,
