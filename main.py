@@ -65,6 +65,10 @@ flags.DEFINE_integer('process_id', _env_int('T2T_PROCESS_ID'),
                      'This process, 0..num_processes-1 (env T2T_PROCESS_ID).')
 flags.DEFINE_float('distributed_timeout_s', 300.0,
                    'How long to wait for the coordinator and the other processes.')
+flags.DEFINE_string('compilation_cache', None,
+                    'Directory of the persistent XLA compilation cache, so restarts, eval and '
+                    'decode jobs load compiled programs instead of compiling again; "" turns it '
+                    'off. Default: $T2T_COMPILATION_CACHE_DIR, else ~/.cache/t2t_jax/xla.')
 FLAGS = flags.FLAGS
 
 
@@ -79,6 +83,9 @@ def main(argv) -> None:
   logging.get_absl_handler().addFilter(_QuietLibraries())
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  from t2t_jax import compile_cache
+  compile_cache.enable(compile_cache.default_dir() if FLAGS.compilation_cache is None
+                       else FLAGS.compilation_cache)
   if FLAGS.distributed or FLAGS.coordinator_address:
     from t2t_jax import parallel
     parallel.initialize_distributed(FLAGS.coordinator_address, FLAGS.num_processes,

@@ -1,12 +1,19 @@
 """Test setup: 8 simulated CPU devices, set before jax is imported anywhere."""
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 os.environ['XLA_FLAGS'] = (
     os.environ.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=8').strip()
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+# main.py subprocesses share one compilation cache for the session (never the user's ~/.cache).
+_COMPILATION_CACHE = tempfile.mkdtemp(prefix='t2t_jax_xla_cache_')
+os.environ['T2T_COMPILATION_CACHE_DIR'] = _COMPILATION_CACHE
+atexit.register(shutil.rmtree, _COMPILATION_CACHE, ignore_errors=True)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
