@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 from benchmarks import common, matmul_peak  # noqa: E402
 
 
-def _jax_setup(size_name, dtype, rows, length, seed=0):
+def _jax_setup(size_name, dtype, rows, length, seed=0, attention_impl=''):
   import jax
   from configs import default
   from t2t_jax import model, optim, parallel
@@ -38,6 +38,7 @@ def _jax_setup(size_name, dtype, rows, length, seed=0):
   for key, value in common.SIZES[size_name].items():
     setattr(config, key, value)
   config.dtype = dtype
+  config.attention_impl = attention_impl
   cfg = model.TransformerConfig.from_config(config)
   devices = jax.devices()[:1] if jax.default_backend() == 'cpu' else jax.devices()
   mesh = parallel.make_mesh(devices)
@@ -75,14 +76,15 @@ def bench(size_name, rows, length, args, emit, counter):
   import jax
   t_setup = time.perf_counter()
   with counter.window() as setup_compiles:
-    jx = _jax_setup(size_name, args.dtype, rows, length)
+    jx = _jax_setup(size_name, args.dtype, rows, length, attention_impl=args.attention_impl)
   setup_s = time.perf_counter() - t_setup
   size = common.SIZES[size_name]
   on_cpu = jax.default_backend() == 'cpu'
   flops = common.train_flops(size, rows, length, length)
   tokens = rows * length
   record = {
-      'name': 'train_step', 'config': dict(size=size_name, dtype=args.dtype, **size),
+      'name': 'train_step', 'config': dict(size=size_name, dtype=args.dtype,
+                                           attention_impl=args.attention_impl or 'default', **size),
       'shapes': {'rows': rows, 'src_len': length, 'tgt_len': length, 'target_tokens': tokens,
                  'devices': len(jx['devices'])},
       'device': common.jax_device_info(),
@@ -234,6 +236,8 @@ def main(argv=None):
                       help="'auto' (faster of 1 and the core count), or a number (0 = cores)")
   parser.add_argument('--size-tokens', default='',
                       help='per-size override, e.g. "big:1024" (size:tokens[;size:tokens])')
+  parser.add_argument('--attention-impl', default='', choices=['', 'xla', 'cudnn'],
+                      help="config.attention_impl: '' (backend default), xla, cudnn (GPU)")
   args = parser.parse_args(argv)
   import jax
   if args.dtype is None:

@@ -26,6 +26,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.norm_position = 'post'        # 'post': LayerNorm(x + Sublayer(x)) as the paper; 'pre': x + Sublayer(LayerNorm(x))
   c.max_len = 512                 # largest position the model supports (learned positions, decode cache)
   c.dtype = 'float32'             # activation/compute dtype: 'float32' or 'bfloat16'; parameters stay float32
+  c.attention_impl = ''           # jax.nn.dot_product_attention implementation: '' (backend default, XLA), 'xla' or 'cudnn' (NVIDIA GPUs, bf16)
 
   # --- Data (§5.1) -----------------------------------------------------------------
   c.dataset = 'wmt14_translate/de-en'  # 'wmt14_translate/de-en', 'wmt14_translate/fr-en' or 'local'

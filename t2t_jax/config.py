@@ -20,6 +20,7 @@ CHOICES = {
     'positional': ('sinusoidal', 'learned'),
     'norm_position': ('post', 'pre'),
     'dtype': ('float32', 'bfloat16'),
+    'attention_impl': ('', 'xla', 'cudnn'),
     'dataset': ('wmt14_translate/de-en', 'wmt14_translate/fr-en', 'local'),
 }
 _POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_layers', 'max_len',

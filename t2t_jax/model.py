@@ -58,7 +58,8 @@ class TransformerConfig:
         d_v=config.d_v or config.d_model // heads, num_layers=config.num_layers,
         dropout_rate=config.dropout_rate, attention_dropout_rate=config.attention_dropout_rate,
         positional=config.positional, norm_position=config.norm_position,
-        max_len=config.max_len, dtype=jnp.dtype(config.dtype), **overrides)
+        max_len=config.max_len, dtype=jnp.dtype(config.dtype),
+        attention_impl=config.attention_impl or None, **overrides)
 
   def replace(self, **changes) -> 'TransformerConfig':
     return dataclasses.replace(self, **changes)
