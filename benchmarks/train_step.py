@@ -3,8 +3,9 @@
 Ours: `make_train_step` (label smoothing 0.1, dropout as the size says, Adam 0.9/0.98/1e-9
 with the paper's schedule) on a mesh of one device on CPU, all devices on GPU. The peer
 (`benchmarks/torch_peer.py`): torch.nn.Transformer with the same sizes, loss, optimizer and
-batch, eager and (where it works) torch.compile'd, measured in the same process, interleaved
-with ours round by round so machine load hits both alike.
+batch, eager and (where it works) torch.compile'd, in a child process on CPU (in one process
+each side slowed the other's steps), interleaved with ours round by round so machine load hits
+both alike.
 
 Batches are `rows x length` random token ids in [2, vocab) for both sources and targets (no
 padding), so "target tokens" = rows * length.
@@ -46,11 +47,130 @@ def _jax_setup(size_name, dtype, rows, length, seed=0, attention_impl=''):
   state = parallel.create_train_state(cfg, optimizer, seed, mesh)
   step = parallel.make_train_step(cfg, optimizer, mesh, label_smoothing=config.label_smoothing,
                                   seed=seed)
-  rng = np.random.default_rng(seed)
-  host = {k: rng.integers(2, config.vocab_size, (rows, length), dtype=np.int32)
-          for k in ('inputs', 'targets')}
+  host = _host_batch(config.vocab_size, rows, length, seed)
   return dict(cfg=cfg, config=config, mesh=mesh, state=state, step=step, host=host,
               batch=parallel.shard_batch(host, mesh), devices=devices)
+
+
+def _host_batch(vocab_size, rows, length, seed):
+  """`rows x length` random ids in [2, vocab) for inputs and targets (no padding)."""
+  rng = np.random.default_rng(seed)
+  return {k: rng.integers(2, vocab_size, (rows, length), dtype=np.int32)
+          for k in ('inputs', 'targets')}
+
+
+class _PeerRunner:
+  """The peer's model, optimizer and batch, warmed up; `steps(mode, n)` times n steps."""
+
+  def __init__(self, size_name, host, dtype, device, warmup, torch_compile, torch_threads):
+    import torch
+    from benchmarks import torch_peer
+    size = common.SIZES[size_name]
+    torch.set_num_threads(os.cpu_count())
+    autocast = torch.bfloat16 if dtype == 'bfloat16' and device == 'cuda' else None
+    torch.manual_seed(0)
+    model = torch_peer.PeerTransformer(size).to(device).train()
+    opt, sched, opt_impl = torch_peer.make_optimizer(model, size['d_model'])
+    src = torch.from_numpy(host['inputs']).long().to(device)
+    tgt = torch.from_numpy(host['targets']).long().to(device)
+    sync = (torch.cuda.synchronize if device == 'cuda' else (lambda: None))
+
+    def step(fwd):
+      torch_peer.train_step(model, fwd, opt, sched, src, tgt, autocast=autocast)
+      sync()
+
+    self.step, self.fwd = step, {'eager': model}
+    self.info = {'eager': {'optimizer': opt_impl, 'device': device}}
+    t0 = time.perf_counter()
+    for _ in range(warmup):
+      step(model)
+    self.info['eager']['warmup_s'] = time.perf_counter() - t0
+    if device == 'cpu':
+      self.info['eager']['torch_threads'] = common.pick_torch_threads(lambda: step(model),
+                                                                      torch_threads)
+    if torch_compile:
+      try:
+        compiled = torch.compile(model)
+        t0 = time.perf_counter()
+        step(compiled)
+        self.info['compiled'] = {'first_call_s': time.perf_counter() - t0}
+        for _ in range(warmup):
+          step(compiled)
+        self.fwd['compiled'] = compiled
+      except Exception as e:  # noqa: BLE001 - reported, not fatal
+        msg = f'{type(e).__name__}: {e}'.splitlines()[0][:300]
+        self.info['compiled_error'] = msg
+        print(f'torch.compile failed: {msg}', file=sys.stderr)
+    if device == 'cuda':
+      torch.cuda.reset_peak_memory_stats()
+
+  def steps(self, mode, n):
+    times = []
+    for _ in range(n):
+      t0 = time.perf_counter()
+      self.step(self.fwd[mode])
+      times.append(time.perf_counter() - t0)
+    return times
+
+  def peak_memory(self):
+    import torch
+    return torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
+
+
+class _PeerProcess:
+  """A `_PeerRunner` in a child process, driven round by round over a pipe.
+
+  On CPU the peer runs in its own process: in one process each side's steps slowed the
+  other's (ours, base: 19.5 s per step alone, 24-30 s once the peer had taken steps in the
+  same process), so the sides share the machine and its load, not an address space.
+  """
+
+  def __init__(self, spec):
+    import json
+    import subprocess
+    self._json = json
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    self.proc = subprocess.Popen([sys.executable, '-m', 'benchmarks.train_step', '--peer-server'],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                 cwd=root)
+    self.info = self._call(spec)
+    self.fwd = {mode: None for mode in ('eager', 'compiled') if mode in self.info}
+
+  def _call(self, message):
+    self.proc.stdin.write(self._json.dumps(message) + '\n')
+    self.proc.stdin.flush()
+    line = self.proc.stdout.readline()
+    if not line:
+      raise RuntimeError(f'the peer process exited with {self.proc.wait()} (see stderr)')
+    return self._json.loads(line)
+
+  def steps(self, mode, n):
+    return self._call({'steps': n, 'mode': mode})
+
+  def peak_memory(self):
+    return None
+
+  def close(self):
+    self.proc.stdin.close()
+    self.proc.wait(timeout=60)
+
+
+def _serve_peer():
+  """Child side of `_PeerProcess`: a spec line, then one line per request, JSON both ways."""
+  import json
+  reply = os.fdopen(os.dup(1), 'w')
+  os.dup2(2, 1)  # anything torch prints goes to stderr, not into the protocol
+  spec = json.loads(sys.stdin.readline())
+  host = _host_batch(common.SIZES[spec['size']]['vocab_size'], spec['rows'], spec['length'],
+                     spec['seed'])
+  runner = _PeerRunner(spec['size'], host, spec['dtype'], 'cpu', spec['warmup'],
+                       spec['torch_compile'], spec['torch_threads'])
+  reply.write(json.dumps(runner.info) + '\n')
+  reply.flush()
+  for line in sys.stdin:
+    request = json.loads(line)
+    reply.write(json.dumps(runner.steps(request['mode'], request['steps'])) + '\n')
+    reply.flush()
 
 
 def _check_same_function(size_name, jx, params, peer_cls, load, torch, device):
@@ -113,49 +233,24 @@ def bench(size_name, rows, length, args, emit, counter):
   except Exception as e:  # noqa: BLE001 - informational only
     ours['xla_memory_analysis'] = f'unavailable: {e!r}'
 
-  # The peer, on the same device kind, same batch.
-  peer = None
+  # The peer, on the same device kind, same batch: a child process on CPU (see _PeerProcess),
+  # in this process on GPU (two processes would split the device's memory).
+  peer = runner = None
   if not args.no_peer:
-    import torch
-    from benchmarks import torch_peer
-    torch.set_num_threads(os.cpu_count())
-    device = 'cuda' if (not on_cpu and torch.cuda.is_available()) else 'cpu'
-    autocast = torch.bfloat16 if args.dtype == 'bfloat16' and device == 'cuda' else None
-    record['same_function_check'] = _check_same_function(
-        size_name, jx, state.params, torch_peer.PeerTransformer, torch_peer.load_jax_params, torch, device)
-    torch.manual_seed(0)
-    model = torch_peer.PeerTransformer(size).to(device).train()
-    opt, sched, opt_impl = torch_peer.make_optimizer(model, size['d_model'])
-    src = torch.from_numpy(jx['host']['inputs']).long().to(device)
-    tgt = torch.from_numpy(jx['host']['targets']).long().to(device)
-    sync = (torch.cuda.synchronize if device == 'cuda' else (lambda: None))
-
-    def peer_step(fwd):
-      torch_peer.train_step(model, fwd, opt, sched, src, tgt, autocast=autocast)
-      sync()
-
-    peer = {'eager': {'times': [], 'optimizer': opt_impl, 'device': device}}
-    t0 = time.perf_counter()
-    for _ in range(args.warmup):
-      peer_step(model)
-    peer['eager']['warmup_s'] = time.perf_counter() - t0
-    if device == 'cpu':
-      peer['eager']['torch_threads'] = common.pick_torch_threads(lambda: peer_step(model),
-                                                                 args.torch_threads)
-    if size_name in args.torch_compile.split(','):
-      try:
-        compiled = torch.compile(model)
-        t0 = time.perf_counter()
-        peer_step(compiled)
-        peer['compiled'] = {'times': [], 'first_call_s': time.perf_counter() - t0}
-        for _ in range(args.warmup):
-          peer_step(compiled)
-      except Exception as e:  # noqa: BLE001 - reported, not fatal
-        msg = f'{type(e).__name__}: {e}'.splitlines()[0][:300]
-        peer['compiled_error'] = msg
-        print(f'torch.compile failed: {msg}', file=sys.stderr)
-    if device == 'cuda':
-      torch.cuda.reset_peak_memory_stats()
+    compile_peer = size_name in args.torch_compile.split(',')
+    if on_cpu:
+      runner = _PeerProcess({'size': size_name, 'rows': rows, 'length': length, 'seed': 0,
+                             'dtype': args.dtype, 'warmup': args.warmup,
+                             'torch_compile': compile_peer, 'torch_threads': args.torch_threads})
+    else:
+      import torch
+      runner = _PeerRunner(size_name, jx['host'], args.dtype,
+                           'cuda' if torch.cuda.is_available() else 'cpu', args.warmup,
+                           compile_peer, args.torch_threads)
+    peer = {mode: dict(runner.info[mode], times=[]) for mode in ('eager', 'compiled')
+            if mode in runner.info}
+    if 'compiled_error' in runner.info:
+      peer['compiled_error'] = runner.info['compiled_error']
 
   # Interleaved rounds: matmul peak, ours, peer eager, peer compiled.
   peaks = []
@@ -171,11 +266,7 @@ def bench(size_name, rows, length, args, emit, counter):
       if peer is not None:
         for mode in ('eager', 'compiled'):
           if mode in peer:
-            fwd = model if mode == 'eager' else compiled
-            for _ in range(args.steps):
-              t0 = time.perf_counter()
-              peer_step(fwd)
-              peer[mode]['times'].append(time.perf_counter() - t0)
+            peer[mode]['times'].extend(runner.steps(mode, args.steps))
   # Compilations of the train step itself (1 expected: one shape); other functions compiled
   # meanwhile (e.g. by the matmul-peak measurement) are listed apart.
   step_fns = [f for f in compiles['functions'] + loop_compiles['functions'] if f == 'jit(step)']
@@ -185,9 +276,16 @@ def bench(size_name, rows, length, args, emit, counter):
   ours['loss_finite'] = bool(np.isfinite(float(metrics['loss'])))
   stats = jx['devices'][0].memory_stats() if hasattr(jx['devices'][0], 'memory_stats') else None
   ours['peak_device_memory_bytes'] = (stats or {}).get('peak_bytes_in_use')
-  if peer is not None and peer['eager'].get('device') == 'cuda':
+  if peer is not None:
+    peer['eager']['peak_device_memory_bytes'] = runner.peak_memory()
+    if isinstance(runner, _PeerProcess):
+      runner.close()
+    # After the timing: the check loads a second copy of the model into this process.
     import torch
-    peer['eager']['peak_device_memory_bytes'] = torch.cuda.max_memory_allocated()
+    from benchmarks import torch_peer
+    record['same_function_check'] = _check_same_function(
+        size_name, jx, state.params, torch_peer.PeerTransformer, torch_peer.load_jax_params,
+        torch, peer['eager']['device'])
 
   peak = float(np.median(peaks)) if peaks else common.known_peak(jx['devices'][0].device_kind)
   peak = peak * len(jx['devices']) if (peak and not on_cpu) else peak
@@ -238,7 +336,10 @@ def main(argv=None):
                       help='per-size override, e.g. "big:1024" (size:tokens[;size:tokens])')
   parser.add_argument('--attention-impl', default='', choices=['', 'xla', 'cudnn'],
                       help="config.attention_impl: '' (backend default), xla, cudnn (GPU)")
+  parser.add_argument('--peer-server', action='store_true', help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
+  if args.peer_server:
+    return _serve_peer()
   import jax
   if args.dtype is None:
     args.dtype = 'float32' if jax.default_backend() == 'cpu' else 'bfloat16'
