@@ -3,9 +3,8 @@
 Ours: `make_train_step` (label smoothing 0.1, dropout as the size says, Adam 0.9/0.98/1e-9
 with the paper's schedule) on a mesh of one device on CPU, all devices on GPU. The peer
 (`benchmarks/torch_peer.py`): torch.nn.Transformer with the same sizes, loss, optimizer and
-batch, eager and (where it works) torch.compile'd, in a child process on CPU (in one process
-each side slowed the other's steps), interleaved with ours round by round so machine load hits
-both alike.
+batch, eager and (where it works) torch.compile'd, in a child process on CPU, interleaved with
+ours round by round so machine load hits both alike.
 
 Batches are `rows x length` random token ids in [2, vocab) for both sources and targets (no
 padding), so "target tokens" = rows * length.
@@ -120,9 +119,10 @@ class _PeerRunner:
 class _PeerProcess:
   """A `_PeerRunner` in a child process, driven round by round over a pipe.
 
-  On CPU the peer runs in its own process: in one process each side's steps slowed the
-  other's (ours, base: 19.5 s per step alone, 24-30 s once the peer had taken steps in the
-  same process), so the sides share the machine and its load, not an address space.
+  On CPU the peer runs in its own process, so the sides share the machine and its load but no
+  allocator or thread pools. (In one process, our base step went from 19.5 s to 24-30 s once
+  the peer had taken steps; a separate process still shows most of that, so it comes from the
+  machine's memory system: see docs/performance.md.)
   """
 
   def __init__(self, spec):
