@@ -156,6 +156,8 @@ class MultiHeadAttention(nn.Module):
       key, value = key_value
 
     if self.decode and self.has_variable('cache', 'cached_key'):
+      if mask is not None:  # it would be ignored: the cache index is the causal mask
+        raise ValueError('decode mode masks by the cache index; pass mask=None')
       out = self._cached_step(query, key, value)
     else:
       if self.decode:  # cache creation (a shape-only call): allocate, then attend as usual
