@@ -14,18 +14,16 @@ Two kinds of data set:
 Each local corpus gets its own builder config, named after the folder, the language pair and
 a sha256 of the folder path and the raw bytes of its data files, so two corpora never share a
 preparation and an edited file leads to a fresh one instead of a stale reuse.
-Files are checked (missing files, line counts, UTF-8, TSV tabs) before anything is written.
-Lines are split on b'\\n' only and stripped of surrounding whitespace; pairs with an empty
-side are dropped and counted.
+Files are checked (missing files, line counts, UTF-8, TSV tabs; `textfiles.py`) before
+anything is written. Lines are split on b'\\n' only and stripped of surrounding whitespace;
+pairs with an empty side are dropped and counted.
 
 `load_split` returns a `ParallelTextSource`: `len()` and random access to
 `{'source': str, 'target': str}`, the input of `tokenizer.py` and `pipeline.py`.
 """
 
 import dataclasses
-import gzip
 import hashlib
-import itertools
 import os
 import re
 import time
@@ -37,6 +35,12 @@ import tensorflow_datasets as tfds
 # package does not import them, so `tfds.builder('wmt14_translate/...')` needs this.
 import tensorflow_datasets.translate.wmt14  # pylint: disable=unused-import
 
+from t2t_jax.data import textfiles
+from t2t_jax.data.textfiles import (LOCAL_SPLITS, DataError, MissingDataError, SplitFiles,
+                                    check_split, discover_splits, iter_pairs)
+# Re-exported: callers catch every data error from this module.
+from t2t_jax.data.textfiles import EncodingError, LineCountError, TsvFormatError  # noqa: F401
+
 BUNDLED_CORPUS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'bible_en_es')
 BUNDLED_LANGUAGES = ('en', 'es')
 # TFDS name -> the two languages of its Translation feature.
@@ -44,163 +48,8 @@ WMT_DATASETS = {
     'wmt14_translate/de-en': ('de', 'en'),
     'wmt14_translate/fr-en': ('fr', 'en'),
 }
-LOCAL_SPLITS = ('train', 'dev', 'test')
 _SPLIT_ALIASES = {'validation': 'dev'}  # local corpora call it dev
 _WMT_SPLITS = {'dev': 'validation'}     # WMT calls it validation
-
-
-class DataError(ValueError):
-  """Bad or missing corpus data; the message names the file (and line)."""
-
-
-class MissingDataError(DataError):
-  """Expected data files (or a split) do not exist."""
-
-
-class LineCountError(DataError):
-  """Aligned source and target files have different numbers of lines."""
-
-
-class EncodingError(DataError):
-  """A line is not valid UTF-8."""
-
-
-class TsvFormatError(DataError):
-  """A TSV line does not have exactly one tab."""
-
-
-@dataclasses.dataclass(frozen=True)
-class SplitFiles:
-  """The files of one split: two aligned files, or one TSV (`target_path` None)."""
-  split: str
-  source_path: str
-  target_path: Optional[str] = None
-
-  @property
-  def paths(self) -> tuple[str, ...]:
-    return tuple(p for p in (self.source_path, self.target_path) if p)
-
-
-def _existing(path: str) -> Optional[str]:
-  """`path` or `path.gz`, whichever exists (error if both: ambiguous)."""
-  found = [p for p in (path, path + '.gz') if os.path.isfile(p)]
-  if len(found) > 1:
-    raise DataError(f'Both {found[0]} and {found[1]} exist; keep only one of them.')
-  return found[0] if found else None
-
-
-def find_split_files(corpus_dir: str, split: str, source_lang: str,
-                     target_lang: str) -> Optional[SplitFiles]:
-  """The files of `split` in `corpus_dir`, or None when the split has no file at all.
-
-  Raises MissingDataError when only one of the two aligned files exists, and DataError when
-  both the aligned files and a TSV exist (it is not clear which one is meant).
-  """
-  base = os.path.join(corpus_dir, split)
-  src, tgt = _existing(f'{base}.{source_lang}'), _existing(f'{base}.{target_lang}')
-  tsv = _existing(f'{base}.tsv')
-  if (src or tgt) and tsv:
-    raise DataError(f'Split {split!r} of {corpus_dir} has both aligned files '
-                    f'({src or tgt}) and a TSV ({tsv}); keep one format.')
-  if tsv:
-    return SplitFiles(split, tsv)
-  if src and tgt:
-    return SplitFiles(split, src, tgt)
-  if src or tgt:
-    missing = f'{base}.{target_lang}' if src else f'{base}.{source_lang}'
-    raise MissingDataError(f'{src or tgt} exists but its counterpart {missing}[.gz] '
-                           'does not.')
-  return None
-
-
-def _expected_paths(corpus_dir: str, split: str, source_lang: str, target_lang: str) -> str:
-  base = os.path.join(corpus_dir, split)
-  return (f'{base}.{source_lang}[.gz] and {base}.{target_lang}[.gz], or {base}.tsv[.gz]')
-
-
-def discover_splits(corpus_dir: str, source_lang: str,
-                    target_lang: str) -> dict[str, SplitFiles]:
-  """All splits present in `corpus_dir`; `train` is required."""
-  if not os.path.isdir(corpus_dir):
-    raise MissingDataError(f'Corpus folder {corpus_dir} does not exist (expected '
-                           f'{_expected_paths(corpus_dir, "train", source_lang, target_lang)}).')
-  if source_lang == target_lang:
-    raise DataError(f'source_lang and target_lang are both {source_lang!r}.')
-  splits = {}
-  for split in LOCAL_SPLITS:
-    files = find_split_files(corpus_dir, split, source_lang, target_lang)
-    if files is not None:
-      splits[split] = files
-  if 'train' not in splits:
-    raise MissingDataError('No training data: expected '
-                           f'{_expected_paths(corpus_dir, "train", source_lang, target_lang)}.')
-  return splits
-
-
-def _raw_lines(path: str) -> Iterator[bytes]:
-  """Lines split on b'\\n' only (str.splitlines would also split on U+2028 and the like,
-  which would break the alignment), without the line terminator."""
-  with (gzip.open(path, 'rb') if path.endswith('.gz') else open(path, 'rb')) as f:
-    for raw in f:
-      yield raw.rstrip(b'\r\n')
-
-
-def _decode(raw: bytes, path: str, lineno: int) -> str:
-  try:
-    text = raw.decode('utf-8')
-  except UnicodeDecodeError as e:
-    raise EncodingError(f'{path}:{lineno}: invalid UTF-8 ({e.reason} at byte {e.start} '
-                        'of the line).') from None
-  if lineno == 1:
-    text = text.lstrip('\ufeff')  # a byte-order mark is not text
-  return text
-
-
-def iter_pairs(files: SplitFiles) -> Iterator[tuple[int, str, str]]:
-  """Yields (1-based line number, source, target) for every line, empty sides included.
-
-  Raises DataError subclasses naming the file and line: invalid UTF-8, a TSV line without
-  exactly one tab, aligned files of different lengths (after reading both to the end, so
-  the message has both counts). A blank TSV line counts as an empty pair.
-  """
-  if files.target_path is None:
-    for lineno, raw in enumerate(_raw_lines(files.source_path), 1):
-      text = _decode(raw, files.source_path, lineno)
-      if not text.strip():
-        yield lineno, '', ''  # a blank line: an empty pair, dropped and counted
-        continue
-      num_tabs = text.count('\t')
-      if num_tabs != 1:
-        raise TsvFormatError(f'{files.source_path}:{lineno}: expected exactly one tab '
-                             f'(source<TAB>target), found {num_tabs}.')
-      src, tgt = text.split('\t')
-      yield lineno, src.strip(), tgt.strip()
-    return
-  missing = object()
-  src_lines, tgt_lines = _raw_lines(files.source_path), _raw_lines(files.target_path)
-  for lineno, (s, t) in enumerate(itertools.zip_longest(src_lines, tgt_lines,
-                                                        fillvalue=missing), 1):
-    if s is missing or t is missing:
-      # Count the rest of the longer file so the message carries both counts.
-      rest = sum(1 for _ in (tgt_lines if s is missing else src_lines))
-      n_src = lineno - 1 if s is missing else lineno + rest
-      n_tgt = lineno - 1 if t is missing else lineno + rest
-      raise LineCountError(f'{files.source_path} has {n_src} lines but '
-                           f'{files.target_path} has {n_tgt} lines.')
-    yield (lineno, _decode(s, files.source_path, lineno).strip(),
-           _decode(t, files.target_path, lineno).strip())
-
-
-def check_split(files: SplitFiles) -> tuple[int, int]:
-  """Reads a split once, raising DataError on bad input. Returns (pairs kept, pairs
-  dropped because a side is empty)."""
-  kept = dropped = 0
-  for _, src, tgt in iter_pairs(files):
-    if src and tgt:
-      kept += 1
-    else:
-      dropped += 1
-  return kept, dropped
 
 
 def _fingerprint(corpus_dir: str, splits: dict[str, SplitFiles], source_lang: str,
@@ -429,7 +278,7 @@ def load_split(config: Any, split: str, data_dir: Optional[str], *, process_inde
   local_split = _SPLIT_ALIASES.get(split, split)
   if local_split not in builder.info.splits:
     raise MissingDataError(f'No {local_split!r} split: expected '
-                           f'{_expected_paths(corpus_dir, local_split, src, tgt)}.')
+                           f'{textfiles.expected_paths(corpus_dir, local_split, src, tgt)}.')
   dropped = builder.info.metadata.get('dropped_empty', {}).get(local_split, 0)
   return ParallelTextSource(builder.as_data_source(split=local_split), 'source', 'target',
                             name=f'{builder.builder_config.name}:{local_split}',

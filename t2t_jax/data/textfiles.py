@@ -1,0 +1,169 @@
+"""Local parallel text files: finding a corpus folder's splits, reading and checking them.
+
+Per split, `<split>.<source_lang>` / `<split>.<target_lang>` (two aligned files) or one
+`<split>.tsv` (`source<TAB>target`), each optionally gzip-compressed (`.gz`). Every error
+names the file, and the line where there is one. `corpora.py` builds TFDS datasets on top.
+"""
+
+import dataclasses
+import gzip
+import itertools
+import os
+from typing import Iterator, Optional
+
+LOCAL_SPLITS = ('train', 'dev', 'test')
+
+
+class DataError(ValueError):
+  """Bad or missing corpus data; the message names the file (and line)."""
+
+
+class MissingDataError(DataError):
+  """Expected data files (or a split) do not exist."""
+
+
+class LineCountError(DataError):
+  """Aligned source and target files have different numbers of lines."""
+
+
+class EncodingError(DataError):
+  """A line is not valid UTF-8."""
+
+
+class TsvFormatError(DataError):
+  """A TSV line does not have exactly one tab."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitFiles:
+  """The files of one split: two aligned files, or one TSV (`target_path` None)."""
+  split: str
+  source_path: str
+  target_path: Optional[str] = None
+
+  @property
+  def paths(self) -> tuple[str, ...]:
+    return tuple(p for p in (self.source_path, self.target_path) if p)
+
+
+def _existing(path: str) -> Optional[str]:
+  """`path` or `path.gz`, whichever exists (error if both: ambiguous)."""
+  found = [p for p in (path, path + '.gz') if os.path.isfile(p)]
+  if len(found) > 1:
+    raise DataError(f'Both {found[0]} and {found[1]} exist; keep only one of them.')
+  return found[0] if found else None
+
+
+def find_split_files(corpus_dir: str, split: str, source_lang: str,
+                     target_lang: str) -> Optional[SplitFiles]:
+  """The files of `split` in `corpus_dir`, or None when the split has no file at all.
+
+  Raises MissingDataError when only one of the two aligned files exists, and DataError when
+  both the aligned files and a TSV exist (it is not clear which one is meant).
+  """
+  base = os.path.join(corpus_dir, split)
+  src, tgt = _existing(f'{base}.{source_lang}'), _existing(f'{base}.{target_lang}')
+  tsv = _existing(f'{base}.tsv')
+  if (src or tgt) and tsv:
+    raise DataError(f'Split {split!r} of {corpus_dir} has both aligned files '
+                    f'({src or tgt}) and a TSV ({tsv}); keep one format.')
+  if tsv:
+    return SplitFiles(split, tsv)
+  if src and tgt:
+    return SplitFiles(split, src, tgt)
+  if src or tgt:
+    missing = f'{base}.{target_lang}' if src else f'{base}.{source_lang}'
+    raise MissingDataError(f'{src or tgt} exists but its counterpart {missing}[.gz] '
+                           'does not.')
+  return None
+
+
+def expected_paths(corpus_dir: str, split: str, source_lang: str, target_lang: str) -> str:
+  """The files a split may consist of, for error messages."""
+  base = os.path.join(corpus_dir, split)
+  return (f'{base}.{source_lang}[.gz] and {base}.{target_lang}[.gz], or {base}.tsv[.gz]')
+
+
+def discover_splits(corpus_dir: str, source_lang: str,
+                    target_lang: str) -> dict[str, SplitFiles]:
+  """All splits present in `corpus_dir`; `train` is required."""
+  if not os.path.isdir(corpus_dir):
+    raise MissingDataError(f'Corpus folder {corpus_dir} does not exist (expected '
+                           f'{expected_paths(corpus_dir, "train", source_lang, target_lang)}).')
+  if source_lang == target_lang:
+    raise DataError(f'source_lang and target_lang are both {source_lang!r}.')
+  splits = {}
+  for split in LOCAL_SPLITS:
+    files = find_split_files(corpus_dir, split, source_lang, target_lang)
+    if files is not None:
+      splits[split] = files
+  if 'train' not in splits:
+    raise MissingDataError('No training data: expected '
+                           f'{expected_paths(corpus_dir, "train", source_lang, target_lang)}.')
+  return splits
+
+
+def _raw_lines(path: str) -> Iterator[bytes]:
+  """Lines split on b'\\n' only (str.splitlines would also split on U+2028 and the like,
+  which would break the alignment), without the line terminator."""
+  with (gzip.open(path, 'rb') if path.endswith('.gz') else open(path, 'rb')) as f:
+    for raw in f:
+      yield raw.rstrip(b'\r\n')
+
+
+def _decode(raw: bytes, path: str, lineno: int) -> str:
+  try:
+    text = raw.decode('utf-8')
+  except UnicodeDecodeError as e:
+    raise EncodingError(f'{path}:{lineno}: invalid UTF-8 ({e.reason} at byte {e.start} '
+                        'of the line).') from None
+  if lineno == 1:
+    text = text.lstrip('\ufeff')  # a byte-order mark is not text
+  return text
+
+
+def iter_pairs(files: SplitFiles) -> Iterator[tuple[int, str, str]]:
+  """Yields (1-based line number, source, target) for every line, empty sides included.
+
+  Raises DataError subclasses naming the file and line: invalid UTF-8, a TSV line without
+  exactly one tab, aligned files of different lengths (after reading both to the end, so
+  the message has both counts). A blank TSV line counts as an empty pair.
+  """
+  if files.target_path is None:
+    for lineno, raw in enumerate(_raw_lines(files.source_path), 1):
+      text = _decode(raw, files.source_path, lineno)
+      if not text.strip():
+        yield lineno, '', ''  # a blank line: an empty pair, dropped and counted
+        continue
+      num_tabs = text.count('\t')
+      if num_tabs != 1:
+        raise TsvFormatError(f'{files.source_path}:{lineno}: expected exactly one tab '
+                             f'(source<TAB>target), found {num_tabs}.')
+      src, tgt = text.split('\t')
+      yield lineno, src.strip(), tgt.strip()
+    return
+  missing = object()
+  src_lines, tgt_lines = _raw_lines(files.source_path), _raw_lines(files.target_path)
+  for lineno, (s, t) in enumerate(itertools.zip_longest(src_lines, tgt_lines,
+                                                        fillvalue=missing), 1):
+    if s is missing or t is missing:
+      # Count the rest of the longer file so the message carries both counts.
+      rest = sum(1 for _ in (tgt_lines if s is missing else src_lines))
+      n_src = lineno - 1 if s is missing else lineno + rest
+      n_tgt = lineno - 1 if t is missing else lineno + rest
+      raise LineCountError(f'{files.source_path} has {n_src} lines but '
+                           f'{files.target_path} has {n_tgt} lines.')
+    yield (lineno, _decode(s, files.source_path, lineno).strip(),
+           _decode(t, files.target_path, lineno).strip())
+
+
+def check_split(files: SplitFiles) -> tuple[int, int]:
+  """Reads a split once, raising DataError on bad input. Returns (pairs kept, pairs
+  dropped because a side is empty)."""
+  kept = dropped = 0
+  for _, src, tgt in iter_pairs(files):
+    if src and tgt:
+      kept += 1
+    else:
+      dropped += 1
+  return kept, dropped
