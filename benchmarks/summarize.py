@@ -15,59 +15,65 @@ def _f(x, digits=2):
   return f'{x:.{digits}f}'
 
 
+def _matmul_row(r):
+  return [r['date'], r['config']['dtype'], _f(r['jax']['gflops_per_s'], 1),
+          _f(r.get('torch', {}).get('gflops_per_s'), 1), r['load_average']]
+
+
+def _train_row(r):
+  o, p = r['ours'], r.get('peer', {})
+  e, c = p.get('eager', {}), p.get('compiled', {})
+  return [r['config']['size'], r['shapes']['target_tokens'],
+          _f(o['target_tokens_per_s'], 0), _f(e.get('target_tokens_per_s'), 0),
+          _f(r.get('ratio_ours_over_peer_eager', {}).get('tokens_per_s')),
+          _f(c.get('target_tokens_per_s'), 0) if c else p.get('compiled_error', '-')[:30],
+          _f(r.get('ratio_ours_over_peer_compiled', {}).get('tokens_per_s')),
+          _f(o['step_time']['median_s'], 3), _f(o['model_flops_per_s'] / 1e9, 1),
+          _f(o['fraction_of_peak']), _f(e.get('fraction_of_peak')),
+          _f((r['peak']['flops_per_s'] or 0) / 1e9, 1), _f(o['compile_s'], 1),
+          o['compilations'], e.get('torch_threads', {}).get('threads', '-'), r['load_average']]
+
+
+def _decode_row(r):
+  o, p, s, c = r['ours'], r.get('peer', {}), r['shapes'], r['config']
+  return [c['size'], f"{c['search']} {c['beam_size'] if c['beam_size'] > 1 else ''}",
+          f"{s['batch']} x {s['src_len']}, {s['max_decode_len']}",
+          _f(o['sentences_per_s']), _f(p.get('sentences_per_s')),
+          _f(r.get('ratio_ours_over_peer', {}).get('sentences_per_s')),
+          _f(o['generated_tokens_per_s'], 0), _f(p.get('generated_tokens_per_s'), 0),
+          f"{o['steps']}/{p.get('steps', '-')}", _f(o.get('same_best_hypothesis_fraction')),
+          _f(o['compile_s'], 1), p.get('torch_threads', {}).get('threads', '-'),
+          r['load_average']]
+
+
+# record name -> (column headers, row function)
+TABLES = {
+    'matmul_peak': (['matmul (jitted, 2048^3)', 'dtype', 'JAX GFLOP/s', 'torch GFLOP/s',
+                     'load avg'], _matmul_row),
+    'train_step': (['train step', 'target tokens', 'ours tok/s', 'peer eager tok/s',
+                    'ours/eager', 'peer compiled tok/s', 'ours/compiled', 'ours step s',
+                    'ours model GFLOP/s', 'ours / matmul peak', 'peer eager / matmul peak',
+                    'matmul peak GFLOP/s', 'compile s', 'compilations', 'torch threads',
+                    'load avg'], _train_row),
+    'decode': (['decode', 'search', 'batch x src_len, max_len', 'ours sent/s', 'peer sent/s',
+                'ours/peer', 'ours tok/s', 'peer tok/s', 'steps ours/peer', 'same best hyp',
+                'compile s', 'torch threads', 'load avg'], _decode_row),
+}
+
+
 def main(argv=None):
   argv = sys.argv[1:] if argv is None else argv
   records = []
   for path in argv:
     with open(path) as f:
       records += [json.loads(line) for line in f if line.strip()]
-  peaks = [r for r in records if r['name'] == 'matmul_peak']
-  if peaks:
-    print('| matmul (jitted, 2048^3) | dtype | JAX GFLOP/s | torch GFLOP/s | load avg |')
-    print('|---|---|---|---|---|')
-    for r in peaks:
-      print(f"| {r['date']} | {r['config']['dtype']} | {_f(r['jax']['gflops_per_s'], 1)} | "
-            f"{_f(r.get('torch', {}).get('gflops_per_s'), 1)} | {r['load_average']} |")
-    print()
-  train = [r for r in records if r['name'] == 'train_step']
-  if train:
-    print('| train step | target tokens | ours tok/s | peer eager tok/s | ours/eager | '
-          'peer compiled tok/s | ours/compiled | ours step s | ours model GFLOP/s | '
-          'ours / matmul peak | peer eager / matmul peak | matmul peak GFLOP/s | '
-          'compile s | compilations | torch threads | load avg |')
-    print('|' + '---|' * 16)
-    for r in train:
-      o, p = r['ours'], r.get('peer', {})
-      e, c = p.get('eager', {}), p.get('compiled', {})
-      print(f"| {r['config']['size']} | {r['shapes']['target_tokens']} | "
-            f"{_f(o['target_tokens_per_s'], 0)} | {_f(e.get('target_tokens_per_s'), 0)} | "
-            f"{_f(r.get('ratio_ours_over_peer_eager', {}).get('tokens_per_s'))} | "
-            f"{_f(c.get('target_tokens_per_s'), 0) if c else p.get('compiled_error', '-')[:30]} | "
-            f"{_f(r.get('ratio_ours_over_peer_compiled', {}).get('tokens_per_s'))} | "
-            f"{_f(o['step_time']['median_s'], 3)} | {_f(o['model_flops_per_s'] / 1e9, 1)} | "
-            f"{_f(o['fraction_of_peak'])} | {_f(e.get('fraction_of_peak'))} | "
-            f"{_f((r['peak']['flops_per_s'] or 0) / 1e9, 1)} | {_f(o['compile_s'], 1)} | "
-            f"{o['compilations']} | {e.get('torch_threads', {}).get('threads', '-')} | "
-            f"{r['load_average']} |")
-    print()
-  dec = [r for r in records if r['name'] == 'decode']
-  if dec:
-    print('| decode | search | batch x src_len, max_len | ours sent/s | peer sent/s | ours/peer | '
-          'ours tok/s | peer tok/s | steps ours/peer | same best hyp | compile s | '
-          'torch threads | load avg |')
-    print('|' + '---|' * 13)
-    for r in dec:
-      o, p = r['ours'], r.get('peer', {})
-      s = r['shapes']
-      print(f"| {r['config']['size']} | {r['config']['search']} "
-            f"{r['config']['beam_size'] if r['config']['beam_size'] > 1 else ''} | "
-            f"{s['batch']} x {s['src_len']}, {s['max_decode_len']} | "
-            f"{_f(o['sentences_per_s'])} | {_f(p.get('sentences_per_s'))} | "
-            f"{_f(r.get('ratio_ours_over_peer', {}).get('sentences_per_s'))} | "
-            f"{_f(o['generated_tokens_per_s'], 0)} | {_f(p.get('generated_tokens_per_s'), 0)} | "
-            f"{o['steps']}/{p.get('steps', '-')} | {_f(o.get('same_best_hypothesis_fraction'))} | "
-            f"{_f(o['compile_s'], 1)} | {p.get('torch_threads', {}).get('threads', '-')} | "
-            f"{r['load_average']} |")
+  tables = []
+  for name, (columns, row) in TABLES.items():
+    rows = [row(r) for r in records if r['name'] == name]
+    if rows:
+      tables.append('\n'.join(['| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)] +
+                              ['| ' + ' | '.join(str(c) for c in cells) + ' |' for cells in rows]))
+  print('\n\n'.join(tables))
 
 
 if __name__ == '__main__':

@@ -19,7 +19,9 @@ float32 matmul FLOP/s (`matmul_peak.py`) on CPU; MFU against the known bf16 dens
 """
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import time
 
@@ -126,23 +128,19 @@ class _PeerProcess:
   """
 
   def __init__(self, spec):
-    import json
-    import subprocess
-    self._json = json
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     self.proc = subprocess.Popen([sys.executable, '-m', 'benchmarks.train_step', '--peer-server'],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                  cwd=root)
     self.info = self._call(spec)
-    self.fwd = {mode: None for mode in ('eager', 'compiled') if mode in self.info}
 
   def _call(self, message):
-    self.proc.stdin.write(self._json.dumps(message) + '\n')
+    self.proc.stdin.write(json.dumps(message) + '\n')
     self.proc.stdin.flush()
     line = self.proc.stdout.readline()
     if not line:
       raise RuntimeError(f'the peer process exited with {self.proc.wait()} (see stderr)')
-    return self._json.loads(line)
+    return json.loads(line)
 
   def steps(self, mode, n):
     return self._call({'steps': n, 'mode': mode})
@@ -157,7 +155,6 @@ class _PeerProcess:
 
 def _serve_peer():
   """Child side of `_PeerProcess`: a spec line, then one line per request, JSON both ways."""
-  import json
   reply = os.fdopen(os.dup(1), 'w')
   os.dup2(2, 1)  # anything torch prints goes to stderr, not into the protocol
   spec = json.loads(sys.stdin.readline())
