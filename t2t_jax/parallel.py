@@ -157,13 +157,18 @@ def apply_gradients(state: TrainState, optimizer: optax.GradientTransformation, 
   zeroed and `metrics['nonfinite']` is 1.
   """
   grads = jax.tree_util.tree_map(lambda g: g / jnp.maximum(metrics['weight'], 1.0), grad_sums)
-  updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
   finite = jnp.isfinite(metrics['loss']) & jnp.all(jnp.stack(
       [jnp.all(jnp.isfinite(g)) for g in jax.tree_util.tree_leaves(grads)]))
-  keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
-  state = TrainState(state.step + 1, jax.tree_util.tree_map(keep, params, state.params),
-                     jax.tree_util.tree_map(keep, opt_state, state.opt_state))
+
+  def update():
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    return optax.apply_updates(state.params, updates), opt_state
+
+  # One branch on one flag. A per-leaf `where(finite, new, old)` lets XLA fuse the whole chain
+  # of per-leaf checks into every leaf's select: O(leaves^2) ops (25k at 3+3 layers), and a
+  # third of the step's compile time.
+  params, opt_state = jax.lax.cond(finite, update, lambda: (state.params, state.opt_state))
+  state = TrainState(state.step + 1, params, opt_state)
   metrics = {k: jnp.where(finite, v, 0.0) for k, v in metrics.items()}
   metrics['nonfinite'] = 1.0 - finite.astype(jnp.float32)
   return state, metrics
