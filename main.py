@@ -19,7 +19,7 @@ if _HERE not in sys.path:
 
 from t2t_jax import config as config_lib  # noqa: E402
 
-MODES = ('train', 'eval', 'decode', 'average', 'info')
+MODES = ('train', 'eval', 'decode', 'average', 'info', 'plot')
 
 
 def _override_keys(argv):
@@ -48,7 +48,8 @@ config_flags.DEFINE_config_file('config', os.path.join(_HERE, 'configs', 'quicks
 flags.DEFINE_string('workdir', None, 'Directory for the vocabulary, checkpoints and metrics.')
 flags.DEFINE_enum('mode', 'train', MODES,
                   'train; eval (loss and BLEU on --split); decode (--input -> --output); '
-                  'average (the last config.average_last checkpoints); info (sizes, no data).')
+                  'average (the last config.average_last checkpoints); info (sizes, no data); '
+                  'plot (learning curves from metrics.jsonl into <workdir>/plots).')
 flags.DEFINE_string('input', None, 'decode: text file to translate (default: stdin).')
 flags.DEFINE_string('output', None, 'decode: file to write, must not exist (default: stdout).')
 flags.DEFINE_string('checkpoint', None,
@@ -83,6 +84,9 @@ def main(argv) -> None:
   logging.get_absl_handler().addFilter(_QuietLibraries())
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  if FLAGS.mode == 'plot':  # reads metrics.jsonl only: no cluster to join, nothing to compile
+    _plot(FLAGS.workdir)
+    return
   from t2t_jax import compile_cache
   compile_cache.enable(compile_cache.default_dir() if FLAGS.compilation_cache is None
                        else FLAGS.compilation_cache)
@@ -101,8 +105,9 @@ def main(argv) -> None:
   if not FLAGS.workdir:
     raise app.UsageError(f'--workdir is required for --mode={FLAGS.mode}')
   if FLAGS.mode == 'train':
-    from t2t_jax import train
-    train.train(config, FLAGS.workdir)
+    from t2t_jax import summary, train
+    if 'stopped_at' not in train.train(config, FLAGS.workdir):
+      summary.finish(config, FLAGS.workdir)
   elif FLAGS.mode == 'average':
     _average(FLAGS.workdir)
   elif FLAGS.mode == 'decode':
@@ -151,12 +156,20 @@ def _decode(workdir) -> None:
     sys.stdout.write(''.join(line + '\n' for line in outputs))
 
 
+def _plot(workdir) -> None:
+  from t2t_jax import plots
+  if not workdir:
+    raise app.UsageError('--workdir is required for --mode=plot')
+  for path in plots.write_learning_curves(workdir):
+    print(path)
+
+
 def _user_errors():
   """Exceptions that mean bad input, reported as one line instead of a traceback."""
-  from t2t_jax import checkpoint, parallel, textio, train, workdir
+  from t2t_jax import checkpoint, parallel, plots, textio, train, workdir
   from t2t_jax.data import corpora, pipeline, tokenizer
   return (config_lib.ConfigError, checkpoint.CheckpointError, train.TrainError,
-          workdir.WorkdirError, parallel.DistributedError,
+          workdir.WorkdirError, parallel.DistributedError, plots.PlotError,
           corpora.DataError, pipeline.PipelineError, tokenizer.TokenizerError,
           textio.TextFileError, FileNotFoundError, FileExistsError)
 

@@ -38,7 +38,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval_split = 'dev'            # split used for periodic evaluation ('dev' maps to the dataset's validation split)
   c.vocab_sample_sentences = 1_000_000  # sentences per language sampled to train the SentencePiece model
   c.max_length = 256              # drop training pairs whose source or target exceeds this many tokens (counted)
-  c.tokens_per_batch = 25000      # target tokens (and about as many source tokens) per step over all devices (§5.1)
+  c.tokens_per_batch = 25000      # padded target slots (rows x bucket length) per step over all devices, as many source; real tokens are fewer (padding efficiency is logged) (§5.1)
   c.bucket_lengths = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # padded lengths; bounds the number of compiled shapes
   c.shuffle_seed = 0              # seed of the data order
   c.pack_examples = False         # pack several short pairs into one row with segment ids
@@ -63,6 +63,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval_every_steps = 1000       # teacher-forced dev loss every N steps (0: off)
   c.eval_batches = 0              # dev batches per periodic eval (0: the whole split)
   c.eval_bleu_sentences = 0       # decode this many dev sentences for BLEU at each eval (0: off)
+  c.final_eval_split = ''         # after the last step: average, evaluate on this split, print a report ('': off)
 
   # --- Inference (§6.1) ------------------------------------------------------------
   c.average_last = 5              # checkpoints averaged for eval/decode (base: 5, big: 20)

@@ -42,6 +42,14 @@ def decoded_bleu(translator: translate.Translator, sources: Sequence[str],
           'hypotheses': hypotheses}
 
 
+def examples(pairs: Sequence[Dict[str, str]], hypotheses: Sequence[str],
+             count: int = 3) -> list:
+  """The first `count` non-empty pairs as {'source', 'reference', 'hypothesis'} dicts."""
+  chosen = [i for i, p in enumerate(pairs) if p['source'].strip()][:count]
+  return [{'source': pairs[i]['source'], 'reference': pairs[i]['target'],
+           'hypothesis': hypotheses[i]} for i in chosen]
+
+
 def write_result(workdir: str, split: str, step: int, result: Dict[str, Any]) -> str:
   """Writes `eval_<split>_<step>.json` atomically; an existing file is kept (suffix .1, .2...)."""
   base = os.path.join(workdir, f'eval_{split}_{step}')
@@ -84,9 +92,10 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str, split: str = 'dev'
                         [p['source'] for p in pairs], [p['target'] for p in pairs],
                         config.target_lang,
                         progress=translate.print_progress if show_progress else None)
-  scores.pop('hypotheses')
+  hypotheses = scores.pop('hypotheses')
   result.update(scores, sentences=len(pairs), beam_size=config.beam_size,
-                length_penalty_alpha=config.length_penalty_alpha)
+                length_penalty_alpha=config.length_penalty_alpha,
+                examples=examples(pairs, hypotheses))
   result['path'] = write_result(workdir, split, inference.step, result)
   logging.info('%s BLEU %.2f (%s); tokenized BLEU %.2f; written to %s', split, result['bleu'],
                result['bleu_signature'], result['tokenized_bleu'], result['path'])

@@ -73,6 +73,7 @@ class _Steps:
       self.grad_step, self.apply_step = parallel.make_accumulating_steps(
           cfg, optimizer, mesh, **kwargs)
     self.shapes = set()
+    self.padded_tokens = 0  # target slots (rows x length, all processes) since the last read
 
   def __call__(self, state, iterator):
     """One update from `accum` batches of `iterator`; returns (state, metric sums)."""
@@ -92,6 +93,7 @@ class _Steps:
 
   def _note_shape(self, batch):
     shape = batch['targets'].shape
+    self.padded_tokens += shape[0] * shape[1] * jax.process_count()
     if shape not in self.shapes:
       self.shapes.add(shape)
       logging.info('compiling the train step for local batch shape %s (%d shapes so far)',
@@ -134,6 +136,15 @@ class _NonfiniteWatch:
                        'loss or gradients, so training stopped (config.max_consecutive_'
                        'nonfinite). The checkpoints already written are intact; lower the '
                        'learning rate or check the data.')
+
+
+def _redraw_plots(workdir: str) -> None:
+  """Learning curves in <workdir>/plots; a drawing problem never stops training."""
+  try:
+    from t2t_jax import plots
+    plots.write_learning_curves(workdir)
+  except Exception as e:  # noqa: BLE001 - plots are a convenience, the run goes on
+    logging.warning('could not draw the learning curves: %s', e)
 
 
 def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
@@ -183,9 +194,11 @@ def _train(config, workdir: str, handler: preemption.PreemptionHandler) -> Dict[
   total = config.num_train_steps
   last: Dict[str, float] = {}
 
+  run_start = time.monotonic()
+
   def run_eval():
     result = evaluate_batches(eval_step, state.params, data.eval_batches, mesh)
-    if translator is not None:
+    if translator is not None and step > 0:  # an untrained model decodes to the length limit
       translator.params = state.params  # an argument of the jitted decode: no recompilation
       scores = decoded_bleu(translator, [p['source'] for p in data.bleu_pairs],
                             [p['target'] for p in data.bleu_pairs], config.target_lang)
@@ -195,13 +208,17 @@ def _train(config, workdir: str, handler: preemption.PreemptionHandler) -> Dict[
     logging.info('eval at step %d: %s loss %.4f nll %.4f perplexity %.2f accuracy %.3f', step,
                  config.eval_split, result['loss'], result['nll'], result['perplexity'],
                  result['accuracy'])
+    result['elapsed_s'] = time.monotonic() - run_start
     writer.write(step, result, prefix=f'eval_{config.eval_split}')
+    if is_chief:
+      _redraw_plots(workdir)
     return result
 
   try:
     if eval_step is not None and step == 0:
       last.update({f'eval_{k}': v for k, v in run_eval().items()})
-    sums, window_start, window_steps, run_start = None, time.monotonic(), 0, time.monotonic()
+    sums, window_start, window_steps = None, time.monotonic(), 0
+    steps.padded_tokens = 0
     while step < total:
       state, step_sums = steps(state, data.train)
       sums = parallel.add_metrics(sums, step_sums)
@@ -215,6 +232,7 @@ def _train(config, workdir: str, handler: preemption.PreemptionHandler) -> Dict[
         elapsed = time.monotonic() - window_start
         m.update(learning_rate=float(schedule(step - 1)),
                  tokens_per_s=m['tokens'] / max(elapsed, 1e-9),
+                 padding_efficiency=m['tokens'] / max(steps.padded_tokens, 1),
                  steps_per_s=window_steps / max(elapsed, 1e-9),
                  eta_s=(total - step) * elapsed / window_steps,
                  elapsed_s=time.monotonic() - run_start,
@@ -224,6 +242,7 @@ def _train(config, workdir: str, handler: preemption.PreemptionHandler) -> Dict[
         writer.write(step, m)
         last.update(m)
         sums, window_start, window_steps = None, time.monotonic(), 0
+        steps.padded_tokens = 0
       if eval_step is not None and step % config.eval_every_steps == 0 and not stopping:
         last.update({f'eval_{k}': v for k, v in run_eval().items()})
       if checkpointer.should_save(step) or step == total or stopping:

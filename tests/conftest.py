@@ -35,7 +35,8 @@ TINY = ['--config=configs/quickstart.py', '--config.vocab_size=400',
         '--config.tokens_per_batch=2048', '--config.warmup_steps=10',
         '--config.learning_rate_scale=4.0', '--config.dropout_rate=0.0',
         '--config.checkpoint_every_steps=10', '--config.log_every_steps=10',
-        '--config.eval_every_steps=30', '--config.keep_checkpoints=10']
+        '--config.eval_every_steps=30', '--config.keep_checkpoints=10',
+        '--config.eval_bleu_sentences=0', '--config.final_eval_split=']
 
 
 @pytest.fixture(scope='session')

@@ -249,3 +249,18 @@ def test_bad_settings_are_refused(source, tok):
     make(_config(), process_index=2, process_count=2)
   # Buckets above the first one covering max_length are never used.
   assert pipeline.bucket_rows(_config(), 4, 2) == ((16, 24, 32, 48, 64), (64, 40, 32, 20, 16))
+
+
+def test_padding_efficiency_counts_the_real_and_padded_tokens_of_an_epoch(source, tok):
+  it = pipeline.make_train_iterator(_config(), source, tok, rows_multiple=ROWS_MULTIPLE,
+                                    num_epochs=1)
+  batches = list(it)
+  # Reference: the epoch's batches themselves (EOS included, padding rows counted as slots).
+  padded = sum(b['targets'].size for b in batches)
+  real_src = sum(int(np.count_nonzero(b['inputs'])) for b in batches)
+  real_tgt = sum(int(np.count_nonzero(b['targets'])) for b in batches)
+  assert it.info.padded_tokens == padded
+  assert it.info.real_tokens == (real_src, real_tgt)
+  assert it.info.padding_efficiency == pytest.approx((real_src / padded, real_tgt / padded))
+  assert 0.3 < it.info.padding_efficiency[1] < 1.0
+  assert f'target {real_tgt / padded:.2f}' in pipeline.shapes_summary(it.info)

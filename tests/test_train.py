@@ -111,3 +111,42 @@ def test_average_decode_and_eval_from_the_command_line(corpus, tmp_path):
   assert 'line 2' in failed.stderr
   missing = run_main('--mode=decode', f'--workdir={tmp_path}/nothing', f'--input={source}')
   assert missing.returncode != 0 and 'error:' in missing.stderr and 'checkpoint' in missing.stderr
+
+
+def test_embedded_default_reports_dev_bleu_curves_and_final_test_score(corpus, tmp_path):
+  """The quickstart path: dev BLEU at each eval, learning curves, and the end-of-run report
+  (average of the last checkpoints, test BLEU, three examples, where things are)."""
+  workdir = str(tmp_path / 'run')
+  opts = [f'--workdir={workdir}', f'--config.local_corpus_dir={corpus}', *TINY,
+          '--config.num_train_steps=30', '--config.eval_every_steps=15',
+          '--config.eval_bleu_sentences=8', '--config.final_eval_split=test',
+          '--config.average_last=2', '--config.beam_size=2']
+  result = run_main(*opts)
+  assert result.returncode == 0, result.stderr[-3000:]
+  records = _metrics(workdir)
+  bleu = {r['step']: r['eval_dev/bleu'] for r in records if 'eval_dev/bleu' in r}
+  assert sorted(bleu) == [15, 30]  # not at step 0: an untrained model has nothing to score
+  assert all(0.0 <= b <= 100.0 for b in bleu.values())
+  assert 'BLEU' in result.stderr and 'on 8 dev sentences' in result.stderr
+  assert {r['step'] for r in records if 'eval_dev/elapsed_s' in r} == {0, 15, 30}
+  assert all(0.0 < r['padding_efficiency'] <= 1.0 for r in records if 'loss' in r)
+  assert os.path.isfile(os.path.join(workdir, 'plots', 'learning_curves_step.png'))
+
+  with open(os.path.join(workdir, 'eval_test_30.json')) as f:
+    final = json.load(f)
+  assert final['checkpoint'] == 'averaged steps 20,30' and final['sentences'] == 64
+  assert len(final['examples']) == 3
+  first = final['examples'][0]
+  assert first['source'].startswith('And the LORD spake unto Moses')  # test line 1
+  assert first['reference'].startswith('Y HABLÓ Jehová')
+  out = result.stdout
+  assert f'BLEU {final["bleu"]:.2f}' in out and 'averaged steps 20,30 -> test split' in out
+  assert out.count('reference:') == 3 and first['hypothesis'] in out
+  assert os.path.join(workdir, 'averaged', 'step_30_last_2') in out
+  assert os.path.join(workdir, 'plots') in out
+
+  # Rerunning the finished command trains nothing and reuses the averaged model and its score.
+  again = run_main(*opts)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert f'BLEU {final["bleu"]:.2f}' in again.stdout
+  assert not os.path.exists(os.path.join(workdir, 'eval_test_30.1.json'))

@@ -147,6 +147,13 @@ class PipelineInfo:
   bucket_pairs: tuple[int, ...]  # pairs per bucket
   batches_per_epoch: int
   process_count: int
+  real_tokens: tuple[int, int] = (0, 0)  # (source, target) tokens with EOS of the used pairs
+  padded_tokens: int = 0         # slots per side of all batches of an epoch (rows x length)
+
+  @property
+  def padding_efficiency(self) -> tuple[float, float]:
+    """(source, target) real tokens / padded slots over an epoch's batches."""
+    return tuple(n / max(self.padded_tokens, 1) for n in self.real_tokens)
 
   @property
   def num_shapes(self) -> int:
@@ -158,10 +165,14 @@ def shapes_summary(info: PipelineInfo) -> str:
   """One log line: the batch shapes (rows per process x length) and the counts."""
   shapes = ', '.join(f'{r}x{length} ({n} pairs)' for length, r, n in zip(
       info.bucket_lengths, info.bucket_rows, info.bucket_pairs) if n)
+  src_eff, tgt_eff = info.padding_efficiency
   return (f'{info.num_shapes} batch shapes [rows per process x length]: {shapes}; '
           f'{info.batches_per_epoch} batches per epoch over {info.process_count} '
           f'process(es); {info.num_used} of {info.num_pairs} pairs used, '
-          f'{info.num_dropped_too_long} dropped as too long.')
+          f'{info.num_dropped_too_long} dropped as too long; padding efficiency (real / '
+          f'padded tokens) source {src_eff:.2f}, target {tgt_eff:.2f}, about '
+          f'{info.real_tokens[1] / max(info.batches_per_epoch, 1):,.0f} real target tokens '
+          f'per batch.')
 
 
 class _Plan:
@@ -179,6 +190,11 @@ class _Plan:
     counts = np.bincount(bucket_of[self._used], minlength=len(global_rows))
     self.bucket_pairs = tuple(int(c) for c in counts)
     self.num_batches = sum(-(-c // g) for c, g in zip(self.bucket_pairs, self._global_rows))
+
+  def padded_tokens(self, lengths: Sequence[int]) -> int:
+    """Slots (rows x length over all processes) of one side of an epoch's batches."""
+    return sum(-(-c // g) * g * length
+               for c, g, length in zip(self.bucket_pairs, self._global_rows, lengths))
 
   def _epoch(self, epoch: int) -> list[tuple[int, np.ndarray]]:
     """[(bucket, global row indices [R_L * P], -1 = padding)] in emission order."""
@@ -306,8 +322,9 @@ class TrainIterator(grain.DatasetIterator):
 
 def _bucketing(config: Any, source: Any, tokenizer: Any, rows_multiple: int,
                process_index: int, process_count: int, cache_dir: Optional[str],
-               eval_mode: bool) -> tuple[np.ndarray, tuple, tuple, int]:
-  """Lengths -> (bucket of each pair, bucket lengths, rows per process, dropped count)."""
+               eval_mode: bool) -> tuple[np.ndarray, tuple, tuple, int, tuple[int, int]]:
+  """Lengths -> (bucket of each pair, bucket lengths, rows per process, dropped count,
+  (source, target) tokens of the kept pairs)."""
   if not 0 <= process_index < process_count:
     raise PipelineError(f'process_index {process_index} not in [0, {process_count}).')
   validate_config(config, rows_multiple=rows_multiple, process_count=process_count)
@@ -327,18 +344,21 @@ def _bucketing(config: Any, source: Any, tokenizer: Any, rows_multiple: int,
                                         process_count)),)
   bucket_of = np.searchsorted(np.asarray(lengths), longest, side='left').astype(np.int64)
   bucket_of[longest > limit] = -1
-  return bucket_of, lengths, rows, int(np.sum(longest > limit))
+  kept = bucket_of >= 0
+  real = (int(np.sum(src_len[kept])), int(np.sum(tgt_len[kept])))
+  return bucket_of, lengths, rows, int(np.sum(longest > limit)), real
 
 
 def _make(config, source, tokenizer, rows_multiple, process_index, process_count, cache_dir,
           seed: Optional[int]) -> tuple[_Plan, _Reader, PipelineInfo]:
-  bucket_of, lengths, rows, dropped = _bucketing(
+  bucket_of, lengths, rows, dropped, real = _bucketing(
       config, source, tokenizer, rows_multiple, process_index, process_count, cache_dir,
       eval_mode=seed is None)
   plan = _Plan(bucket_of, [r * process_count for r in rows], process_index, process_count,
                seed)
   info = PipelineInfo(len(source), len(source) - dropped, dropped, lengths, rows,
-                      plan.bucket_pairs, plan.num_batches, process_count)
+                      plan.bucket_pairs, plan.num_batches, process_count, real,
+                      plan.padded_tokens(lengths))
   name = getattr(source, 'name', None) or type(source).__name__
   if info.num_used == 0:
     raise PipelineError(f'No pair of {name} fits: all {info.num_pairs} are longer than '

@@ -1,0 +1,89 @@
+"""What a finished training run tells its user: the averaged model's BLEU, examples, paths.
+
+`finish(config, workdir)` runs after the last training step when `config.final_eval_split` is
+set (the embedded default sets 'test'): it averages the last `config.average_last` training
+checkpoints (§6.1), evaluates the average on that split (teacher-forced loss, then beam
+search and sacreBLEU, exactly as `--mode=eval` does) and prints a short report: BLEU, three
+translations beside their references, and where the checkpoints, metrics and plots are.
+A rerun on a finished workdir reuses the averaged checkpoint and the eval JSON already written.
+"""
+
+import glob
+import json
+import os
+from typing import Any, Dict, Optional
+
+import jax
+import ml_collections
+from absl import logging
+
+from t2t_jax import averaging, evaluate
+
+
+def _existing_result(workdir: str, split: str, step: int,
+                     description: str) -> Optional[Dict[str, Any]]:
+  """An eval JSON of this split and step made from the same checkpoint, if one exists."""
+  for path in sorted(glob.glob(os.path.join(workdir, f'eval_{split}_{step}*.json'))):
+    with open(path, encoding='utf-8') as f:
+      result = json.load(f)
+    if result.get('checkpoint') == description and 'examples' in result:
+      return result
+  return None
+
+
+def finish(config: ml_collections.ConfigDict, workdir: str) -> Optional[Dict[str, Any]]:
+  """Averages, evaluates on `config.final_eval_split` and prints the report (see module doc).
+
+  Returns the eval result (as written to `<workdir>/eval_<split>_<step>.json`), or None when
+  `final_eval_split` is '' or the run spans several processes (then the report names the
+  commands to run instead).
+  """
+  split = config.final_eval_split
+  if not split:
+    return None
+  workdir = os.path.abspath(workdir)
+  if jax.process_count() > 1:
+    logging.warning('final evaluation skipped on %d processes; run --mode=average and '
+                    '--mode=eval --split=%s in one process', jax.process_count(), split)
+    return None
+  available = averaging.training_steps(workdir)
+  num = min(config.average_last, len(available))
+  if num < config.average_last:
+    logging.warning('averaging the last %d checkpoints: only %d exist', num, len(available))
+  averaged = averaging.average_checkpoints(workdir, num)
+  description = f'averaged steps {",".join(map(str, averaged.steps))}'
+  result = _existing_result(workdir, split, averaged.steps[-1], description)
+  if result is None:
+    result = evaluate.evaluate(config, workdir, split, checkpoint=averaged.path,
+                               show_progress=False)
+  print(report(result, workdir, averaged.path), flush=True)
+  return result
+
+
+def report(result: Dict[str, Any], workdir: str, averaged_path: str) -> str:
+  """The end-of-run text: score, three examples beside their references, where things are."""
+  lines = [
+      '',
+      f'Training finished. {result["checkpoint"]} -> {result["split"]} split '
+      f'({result["sentences"]} sentences, beam {result["beam_size"]}, alpha '
+      f'{result["length_penalty_alpha"]}):',
+      f'  BLEU {result["bleu"]:.2f} (sacreBLEU {result["bleu_signature"]}), '
+      f'tokenized BLEU {result["tokenized_bleu"]:.2f}, perplexity {result["perplexity"]:.2f}',
+      '',
+  ]
+  for i, example in enumerate(result.get('examples', []), 1):
+    lines += [f'  [{i}] source:    {example["source"]}',
+              f'      reference: {example["reference"]}',
+              f'      model:     {example["hypothesis"]}']
+  lines += [
+      '',
+      f'  checkpoints: {os.path.join(workdir, averaging.CHECKPOINTS_DIR)} '
+      f'(averaged: {averaged_path})',
+      f'  metrics:     {os.path.join(workdir, "metrics.jsonl")} and '
+      f'{os.path.join(workdir, "tensorboard")}',
+      f'  plots:       {os.path.join(workdir, "plots")}',
+      f'  eval result: {result.get("path", "")}',
+      f'  translate:   python main.py --mode=decode --workdir={workdir} --input=FILE '
+      '--output=FILE',
+  ]
+  return '\n'.join(lines)
