@@ -5,7 +5,7 @@ The public API, re-exported from the modules named after the paper's concepts.
 
 from t2t_jax.attention import (causal_mask, combine_masks, dot_product_attention,
                                dot_product_attention_reference, merge_heads, padding_mask,
-                               split_heads)
+                               segment_mask, split_heads)
 from t2t_jax.config import ConfigError, validate
 from t2t_jax.layers import (AddPositions, FeedForward, MultiHeadAttention, Residual,
                             SharedEmbedding, sinusoidal_positions)

@@ -28,6 +28,17 @@ def causal_mask(length: int) -> Array:
   return jnp.tril(jnp.ones((length, length), dtype=jnp.bool_))[None, None]
 
 
+def segment_mask(q_segments: Array, kv_segments: Array) -> Array:
+  """Packed rows: a query sees only the keys of its own pair.
+
+  `[batch, q_length]` and `[batch, kv_length]` int segment ids (1, 2, ... per pair of a row,
+  0 on padding) -> `[batch, 1, q_length, kv_length]` bool, True where the ids are equal.
+  Padding queries (id 0) see only padding keys; combine with `padding_mask` (and, for the
+  decoder's self-attention, `causal_mask`).
+  """
+  return (q_segments[:, :, None] == kv_segments[:, None, :])[:, None]
+
+
 def combine_masks(*masks: Optional[Array]) -> Optional[Array]:
   """Logical AND of the given masks (None entries ignored); None if all are None."""
   present = [m for m in masks if m is not None]

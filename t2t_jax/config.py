@@ -104,8 +104,6 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
          for s in config.debug_nonfinite_steps):
     _fail('debug_nonfinite_steps', 'a tuple of step numbers >= 1 (or (0,) for none)',
           config.debug_nonfinite_steps)
-  if config.pack_examples:
-    _fail('pack_examples', 'False (packing is not implemented yet)', config.pack_examples)
   return config
 
 

@@ -72,14 +72,15 @@ class AddPositions(nn.Module):
   """Adds sinusoidal (§3.5) or learned (Table 3 row E) positions to `[batch, length, d_model]`.
 
   In decode mode the input is one position `[batch, 1, d_model]` and the position to use is
-  kept in the 'cache' collection.
+  kept in the 'cache' collection. `positions` (packed rows: `[batch, length]` int, each
+  token's position within its own pair) replaces the row index 0..length-1.
   """
   max_len: int
   positional: str = 'sinusoidal'
   decode: bool = False
 
   @nn.compact
-  def __call__(self, x: Array) -> Array:
+  def __call__(self, x: Array, positions: Optional[Array] = None) -> Array:
     length, d_model = x.shape[1], x.shape[2]
     if self.positional == 'learned':
       table = self.param('positions', nn.initializers.normal(stddev=d_model ** -0.5),
@@ -95,6 +96,11 @@ class AddPositions(nn.Module):
         return x + row[None].astype(x.dtype)
     if length > self.max_len:
       raise ValueError(f'sequence length {length} exceeds config.max_len={self.max_len}')
+    if positions is not None:
+      if self.decode:
+        raise ValueError('decode mode never packs: pass positions=None')
+      # Within-pair positions are < length <= max_len, so the gather stays in the table.
+      return x + jnp.take(table, positions, axis=0).astype(x.dtype)
     return x + table[None, :length].astype(x.dtype)
 
 

@@ -3,6 +3,13 @@
 Token conventions: padding id 0; on the decoder side EOS id 1 also serves as the start symbol
 (decoder inputs are the targets shifted right by one, beginning with id 1). Nothing here knows
 about data, files or devices.
+
+Packed rows (`config.pack_examples`, training only): several (source, target) pairs share a
+row, told apart by segment ids (`[batch, length]` int, 1, 2, ... per pair, 0 on padding) and
+positioned by their within-pair positions. Attention is then masked to the token's own pair,
+positions restart at 0 for every pair, and every pair's decoder input starts with BOS, so each
+pair's logits are those it would get alone in a row. None everywhere means unpacked: the
+computation is then exactly the unpacked one.
 """
 
 import dataclasses
@@ -65,10 +72,26 @@ class TransformerConfig:
     return dataclasses.replace(self, **changes)
 
 
-def shift_right(targets: Array, bos_id: int = BOS_ID) -> Array:
-  """Decoder inputs from targets: `[batch, length]` -> `[batch, length]`, bos first, last dropped."""
+def shift_right(targets: Array, bos_id: int = BOS_ID,
+                segmentation: Optional[Array] = None) -> Array:
+  """Decoder inputs from targets: `[batch, length]` -> `[batch, length]`, bos first, last dropped.
+
+  With `segmentation` (packed rows, `[batch, length]` segment ids) the shift is per pair:
+  the first position of every pair gets bos, not the previous pair's last token.
+  """
   start = jnp.full_like(targets[:, :1], bos_id)
-  return jnp.concatenate([start, targets[:, :-1]], axis=1)
+  shifted = jnp.concatenate([start, targets[:, :-1]], axis=1)
+  if segmentation is None:
+    return shifted
+  first = jnp.concatenate([jnp.ones_like(segmentation[:, :1], jnp.bool_),
+                           segmentation[:, 1:] != segmentation[:, :-1]], axis=1)
+  return jnp.where(first, jnp.asarray(bos_id, targets.dtype), shifted)
+
+
+def _check_packing(segmentation: Optional[Array], positions: Optional[Array], side: str):
+  if (segmentation is None) != (positions is None):
+    raise ValueError(f'packed {side}: give both the segmentation and the positions, or '
+                     'neither')
 
 
 def _residual(cfg: TransformerConfig, name: str) -> Residual:
@@ -116,15 +139,23 @@ class DecoderLayer(nn.Module):
 
 
 class Encoder(nn.Module):
-  """Embeds `[batch, src_len]` ids and runs N encoder layers -> `[batch, src_len, d_model]`."""
+  """Embeds `[batch, src_len]` ids and runs N encoder layers -> `[batch, src_len, d_model]`.
+
+  Packed rows: `segmentation` and `positions` `[batch, src_len]` (see the module docstring).
+  """
   cfg: TransformerConfig
   embed: SharedEmbedding
 
   @nn.compact
-  def __call__(self, inputs: Array) -> Array:
+  def __call__(self, inputs: Array, segmentation: Optional[Array] = None,
+               positions: Optional[Array] = None) -> Array:
     cfg = self.cfg
+    _check_packing(segmentation, positions, 'inputs')
     mask = attention.padding_mask(inputs, PAD_ID)
-    x = AddPositions(cfg.max_len, cfg.positional, name='positions')(self.embed(inputs))
+    if segmentation is not None:
+      mask = attention.combine_masks(mask, attention.segment_mask(segmentation, segmentation))
+    x = AddPositions(cfg.max_len, cfg.positional, name='positions')(self.embed(inputs),
+                                                                    positions)
     x = nn.Dropout(cfg.dropout_rate)(x, deterministic=cfg.deterministic)
     for i in range(cfg.num_layers):
       x = EncoderLayer(cfg, name=f'layer_{i}')(x, mask)
@@ -141,6 +172,8 @@ class Decoder(nn.Module):
   `cross_kv` (from `cross_key_values`) replaces `encoded` with its per-layer projections; it
   and `inputs` may hold one row per sentence while the decoder inputs hold `rows = sentences *
   beam` (sentence-major). `vocab_t`: the embedding transposed, `[d_model, vocab]`.
+  Packed rows (teacher forcing only): `segmentation` and `positions` `[batch, tgt_len]` of the
+  decoder inputs, `inputs_segmentation` `[batch, src_len]` of the source.
   """
   cfg: TransformerConfig
   embed: SharedEmbedding
@@ -148,13 +181,25 @@ class Decoder(nn.Module):
   @nn.compact
   def __call__(self, decoder_inputs: Array, encoded: Optional[Array], inputs: Array,
                cross_kv: Optional[Sequence[Tuple[Array, Array]]] = None,
-               vocab_t: Optional[Array] = None) -> Array:
+               vocab_t: Optional[Array] = None, *, segmentation: Optional[Array] = None,
+               positions: Optional[Array] = None,
+               inputs_segmentation: Optional[Array] = None) -> Array:
     cfg = self.cfg
+    _check_packing(segmentation, positions, 'targets')
+    if (segmentation is None) != (inputs_segmentation is None):
+      raise ValueError('packed rows need the segmentation of both inputs and targets')
+    if segmentation is not None and cfg.decode:
+      raise ValueError('decode mode never packs: pass no segmentation')
     cross_mask = attention.padding_mask(inputs, PAD_ID)
     # In decode mode the causal mask comes from the cache index instead.
     self_mask = None if cfg.decode else attention.causal_mask(decoder_inputs.shape[1])
+    if segmentation is not None:
+      cross_mask = attention.combine_masks(
+          cross_mask, attention.segment_mask(segmentation, inputs_segmentation))
+      self_mask = attention.combine_masks(
+          self_mask, attention.segment_mask(segmentation, segmentation))
     y = AddPositions(cfg.max_len, cfg.positional, decode=cfg.decode,
-                     name='positions')(self.embed(decoder_inputs))
+                     name='positions')(self.embed(decoder_inputs), positions)
     y = nn.Dropout(cfg.dropout_rate)(y, deterministic=cfg.deterministic)
     for i in range(cfg.num_layers):
       y = DecoderLayer(cfg, name=f'layer_{i}')(y, encoded, self_mask, cross_mask,
@@ -168,9 +213,14 @@ class Transformer(nn.Module):
   """The full model; `apply` is a pure function of (params, batch).
 
   Methods (use with `model.apply(variables, ..., method=...)`):
-    __call__(inputs, targets): teacher-forced logits `[batch, tgt_len, vocab]` float32.
-    encode(inputs): `[batch, src_len, d_model]`.
+    __call__(inputs, targets, [packing]): teacher-forced logits `[batch, tgt_len, vocab]`
+      float32.
+    encode(inputs, [segmentation, positions]): `[batch, src_len, d_model]`.
     decode(decoder_inputs, encoded, inputs): logits for the given decoder inputs.
+
+  Packing (all `[batch, length]` int, None: unpacked): `inputs_segmentation`,
+  `targets_segmentation`, `inputs_position`, `targets_position`, as the packed pipeline's
+  batch keys of the same names.
   """
   cfg: TransformerConfig
 
@@ -180,15 +230,28 @@ class Transformer(nn.Module):
     self.encoder = Encoder(cfg, self.shared_embedding)
     self.decoder = Decoder(cfg, self.shared_embedding)
 
-  def encode(self, inputs: Array) -> Array:
-    return self.encoder(inputs)
+  def encode(self, inputs: Array, segmentation: Optional[Array] = None,
+             positions: Optional[Array] = None) -> Array:
+    return self.encoder(inputs, segmentation, positions)
 
   def decode(self, decoder_inputs: Array, encoded: Optional[Array], inputs: Array,
-             cross_kv=None, vocab_t: Optional[Array] = None) -> Array:
-    return self.decoder(decoder_inputs, encoded, inputs, cross_kv, vocab_t)
+             cross_kv=None, vocab_t: Optional[Array] = None, **packing) -> Array:
+    return self.decoder(decoder_inputs, encoded, inputs, cross_kv, vocab_t, **packing)
 
-  def __call__(self, inputs: Array, targets: Array) -> Array:
-    return self.decode(shift_right(targets), self.encode(inputs), inputs)
+  def __call__(self, inputs: Array, targets: Array,
+               inputs_segmentation: Optional[Array] = None,
+               targets_segmentation: Optional[Array] = None,
+               inputs_position: Optional[Array] = None,
+               targets_position: Optional[Array] = None) -> Array:
+    if targets_segmentation is None:
+      if not (inputs_segmentation is None and inputs_position is None and
+              targets_position is None):
+        raise ValueError('packed rows need targets_segmentation too')
+      return self.decode(shift_right(targets), self.encode(inputs), inputs)
+    encoded = self.encode(inputs, inputs_segmentation, inputs_position)
+    return self.decode(shift_right(targets, segmentation=targets_segmentation), encoded,
+                       inputs, segmentation=targets_segmentation, positions=targets_position,
+                       inputs_segmentation=inputs_segmentation)
 
 
 def init_params(cfg: TransformerConfig, rng: Array, batch: int = 1, length: int = 8):

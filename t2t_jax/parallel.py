@@ -117,11 +117,20 @@ def create_train_state(cfg: model.TransformerConfig, optimizer: optax.GradientTr
   return jax.jit(init, out_shardings=replicated(mesh))()
 
 
+# Batch keys of packed rows (pipeline with config.pack_examples), passed on when present.
+PACKING_KEYS = ('inputs_segmentation', 'targets_segmentation', 'inputs_position',
+                'targets_position')
+
+
 def _metric_sums(cfg: model.TransformerConfig, params, batch, dropout_rng,
                  label_smoothing: float):
-  """Per-device sums of loss, nll, correct tokens and token count for one shard."""
+  """Per-device sums of loss, nll, correct tokens and token count for one shard.
+
+  `batch` holds `inputs` and `targets`, and for packed rows the `PACKING_KEYS` too.
+  """
+  packing = {k: batch[k] for k in PACKING_KEYS if k in batch}
   logits = model.Transformer(cfg).apply({'params': params}, batch['inputs'], batch['targets'],
-                                        rngs={'dropout': dropout_rng})
+                                        **packing, rngs={'dropout': dropout_rng})
   weights = losses.padding_weights(batch['targets'])
   return losses.compute_metrics(logits, batch['targets'], weights, label_smoothing)
 
@@ -194,7 +203,8 @@ def make_train_step(cfg: model.TransformerConfig, optimizer: optax.GradientTrans
                     debug_nonfinite_steps: Sequence[int] = ()) -> Callable:
   """Jitted (state, batch) -> (state, metrics): one update on one global batch.
 
-  `batch` holds `inputs` and `targets` `[global_rows, length]` int32 sharded over 'data'.
+  `batch` holds `inputs` and `targets` `[global_rows, length]` int32 sharded over 'data'
+  (and, packed, the `PACKING_KEYS` of the same shape).
   The state buffers are donated. `metrics` are global sums (loss, nll, correct, weight) and
   `nonfinite` (1 if the update was skipped, see `apply_gradients`).
   """

@@ -243,8 +243,6 @@ def test_bad_settings_are_refused(source, tok):
     make(_config(bucket_lengths=(16, 32)))
   with pytest.raises(pipeline.PipelineError, match='tokens_per_batch=200 is too small'):
     make(_config(tokens_per_batch=200), rows_multiple=4)
-  with pytest.raises(pipeline.PipelineError, match='pack_examples'):
-    make(_config(pack_examples=True))
   with pytest.raises(pipeline.PipelineError, match='process_index 2'):
     make(_config(), process_index=2, process_count=2)
   # Buckets above the first one covering max_length are never used.

@@ -26,20 +26,26 @@ including the pairs that would sit half-way in a bucket buffer.
 Batches: dicts of numpy int32 arrays `inputs` [R_L, L] and `targets` [R_L, L], padded with
 0; `targets` end with EOS (the trainer derives the decoder input by shifting right with
 EOS as the start symbol).
+
+Packing (`config.pack_examples`, training only): instead of buckets, one length L (the
+smallest bucket length >= max_length) and R rows per process (as for bucket L); each row
+holds several pairs back to back, with `inputs_segmentation`, `targets_segmentation`,
+`inputs_position` and `targets_position` [R, L] int32 added (see `packing`). All of the
+above holds, except that the number of batches of an epoch depends on how its order packs,
+so it may differ by a few from epoch to epoch; `PipelineInfo` counts epoch 0. Eval batches
+are never packed.
 """
 
 import dataclasses
-import hashlib
-import os
 import sys
-import tempfile
-import threading
 from typing import Any, Optional, Sequence
 
 from absl import logging
 import grain
 import numpy as np
 
+from t2t_jax.data import bucketing, packing
+from t2t_jax.data.bucketing import pair_lengths  # noqa: F401 (re-exported)
 from t2t_jax.data.tokenizer import EOS_ID
 
 
@@ -49,9 +55,6 @@ class PipelineError(ValueError):
 
 def validate_config(config: Any, *, rows_multiple: int = 1, process_count: int = 1) -> None:
   """Raises PipelineError for data settings the pipeline cannot honour."""
-  if config.pack_examples:
-    raise PipelineError('config.pack_examples=True is not supported: t2t_jax batches by '
-                        'length buckets instead of packing; set pack_examples=False.')
   bucket_rows(config, rows_multiple, process_count)
   if not isinstance(config.shuffle_seed, int) or config.shuffle_seed < 0:
     raise PipelineError(f'config.shuffle_seed must be an int >= 0, not '
@@ -94,48 +97,6 @@ def _rows(tokens_per_batch: int, length: int, rows_multiple: int, process_count:
   return (int(tokens_per_batch) // (process_count * length * rows_multiple)) * rows_multiple
 
 
-def _get_items(source: Any, indices: Sequence[int]) -> list[dict[str, str]]:
-  getitems = getattr(source, '__getitems__', None)
-  return getitems(list(indices)) if getitems else [source[i] for i in indices]
-
-
-def pair_lengths(source: Any, tokenizer: Any, *, cache_dir: Optional[str] = None,
-                 chunk_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
-  """Token lengths with EOS of every pair: (source [N] int32, target [N] int32).
-
-  With `cache_dir`, a source that has a `name` (corpora.ParallelTextSource: it contains
-  the content hash of local corpora) and a tokenizer with a `fingerprint` keep their
-  lengths in `<cache_dir>/lengths-<key>.npz`, so a resumed run skips this pass.
-  """
-  n = len(source)
-  cache = None
-  name, fingerprint = getattr(source, 'name', None), getattr(tokenizer, 'fingerprint', None)
-  if cache_dir and name and fingerprint:
-    key = hashlib.sha256(f'{name}\0{n}\0{fingerprint}'.encode()).hexdigest()[:24]
-    cache = os.path.join(cache_dir, f'lengths-{key}.npz')
-    if os.path.isfile(cache):
-      with np.load(cache) as f:
-        if len(f['source']) == n:
-          return f['source'], f['target']
-  src_len, tgt_len = np.zeros(n, np.int32), np.zeros(n, np.int32)
-  for start in range(0, n, chunk_size):
-    items = _get_items(source, range(start, min(n, start + chunk_size)))
-    stop = start + len(items)
-    src_len[start:stop] = [len(x) + 1 for x in tokenizer.encode_batch(
-        [it['source'] for it in items])]
-    tgt_len[start:stop] = [len(x) + 1 for x in tokenizer.encode_batch(
-        [it['target'] for it in items])]
-    if (start // chunk_size) % 250 == 249:
-      logging.info('Token lengths: %d of %d pairs', stop, n)
-  if cache:  # atomic: temp file + rename
-    os.makedirs(cache_dir, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix='.tmp-lengths-', suffix='.npz')
-    with os.fdopen(fd, 'wb') as f:
-      np.savez(f, source=src_len, target=tgt_len)
-    os.replace(tmp, cache)
-  return src_len, tgt_len
-
-
 @dataclasses.dataclass(frozen=True)
 class PipelineInfo:
   """What a pipeline does with its corpus (all counts over all processes)."""
@@ -149,6 +110,7 @@ class PipelineInfo:
   process_count: int
   real_tokens: tuple[int, int] = (0, 0)  # (source, target) tokens with EOS of the used pairs
   padded_tokens: int = 0         # slots per side of all batches of an epoch (rows x length)
+  packed_rows: int = 0           # packing: non-empty rows of epoch 0 (0: length buckets)
 
   @property
   def padding_efficiency(self) -> tuple[float, float]:
@@ -165,6 +127,8 @@ def shapes_summary(info: PipelineInfo) -> str:
   """One log line: the batch shapes (rows per process x length) and the counts."""
   shapes = ', '.join(f'{r}x{length} ({n} pairs)' for length, r, n in zip(
       info.bucket_lengths, info.bucket_rows, info.bucket_pairs) if n)
+  if info.packed_rows:
+    shapes += f', packed, {info.num_used / info.packed_rows:.2f} pairs per row'
   src_eff, tgt_eff = info.padding_efficiency
   return (f'{info.num_shapes} batch shapes [rows per process x length]: {shapes}; '
           f'{info.batches_per_epoch} batches per epoch over {info.process_count} '
@@ -175,71 +139,21 @@ def shapes_summary(info: PipelineInfo) -> str:
           f'per batch.')
 
 
-class _Plan:
-  """Which pairs form which batch: a pure function of (lengths, seed, epoch)."""
-
-  def __init__(self, bucket_of: np.ndarray, global_rows: Sequence[int], process_index: int,
-               process_count: int, seed: Optional[int]):
-    self._bucket_of = bucket_of  # [N] bucket of each pair, -1: dropped
-    self._used = np.flatnonzero(bucket_of >= 0)
-    self._global_rows = tuple(global_rows)
-    self._process = (process_index, process_count)
-    self._seed = seed  # None: corpus order (eval)
-    self._cache: dict[int, list[tuple[int, np.ndarray]]] = {}
-    self._lock = threading.Lock()  # grain reads batches from several threads
-    counts = np.bincount(bucket_of[self._used], minlength=len(global_rows))
-    self.bucket_pairs = tuple(int(c) for c in counts)
-    self.num_batches = sum(-(-c // g) for c, g in zip(self.bucket_pairs, self._global_rows))
-
-  def padded_tokens(self, lengths: Sequence[int]) -> int:
-    """Slots (rows x length over all processes) of one side of an epoch's batches."""
-    return sum(-(-c // g) * g * length
-               for c, g, length in zip(self.bucket_pairs, self._global_rows, lengths))
-
-  def _epoch(self, epoch: int) -> list[tuple[int, np.ndarray]]:
-    """[(bucket, global row indices [R_L * P], -1 = padding)] in emission order."""
-    order = self._used
-    if self._seed is not None:
-      order = np.random.default_rng([self._seed, epoch]).permutation(order)
-    buckets = self._bucket_of[order]
-    keys, batches = [], []
-    for b, g in enumerate(self._global_rows):
-      pos = np.flatnonzero(buckets == b)  # positions in the epoch order
-      members = order[pos]
-      n_full = len(pos) // g
-      for j in range(n_full):
-        # A full batch leaves when its last pair arrives, as a bucket buffer would.
-        keys.append(int(pos[(j + 1) * g - 1]))
-        batches.append((b, members[j * g:(j + 1) * g]))
-      if len(pos) > n_full * g:  # the rest, flushed at the end in bucket order
-        keys.append(len(order) + b)
-        batches.append((b, np.concatenate([members[n_full * g:], np.full(
-            g - (len(pos) - n_full * g), -1, members.dtype)])))
-    return [batches[i] for i in np.argsort(keys, kind='stable')]
-
-  def local_batch(self, epoch: int, index: int) -> tuple[int, np.ndarray]:
-    """(bucket, this process's row indices [R_L]) of batch `index` of `epoch`."""
-    with self._lock:
-      if epoch not in self._cache:
-        if len(self._cache) >= 2:  # prefetching may straddle one epoch boundary
-          del self._cache[min(self._cache)]
-        self._cache[epoch] = self._epoch(epoch)
-      bucket, rows = self._cache[epoch][index]
-    p, count = self._process
-    return bucket, rows[p::count]
-
-
 class _Reader:
   """Reads and tokenizes the rows of one batch into padded int32 arrays."""
 
-  def __init__(self, source: Any, tokenizer: Any, lengths: Sequence[int]):
+  def __init__(self, source: Any, tokenizer: Any, lengths: Sequence[int],
+               packed: bool = False):
     self._source, self._tokenizer, self._lengths = source, tokenizer, tuple(lengths)
+    self._packed = packed
 
-  def __call__(self, bucket: int, rows: np.ndarray) -> dict[str, np.ndarray]:
+  def __call__(self, bucket: int, rows: Any) -> dict[str, np.ndarray]:
     length = self._lengths[bucket]
+    if self._packed:
+      return self._packed_rows(length, rows)
     batch = {k: np.zeros((len(rows), length), np.int32) for k in ('inputs', 'targets')}
     real = np.flatnonzero(rows >= 0)
-    items = _get_items(self._source, [int(i) for i in rows[real]])
+    items = bucketing.get_items(self._source, [int(i) for i in rows[real]])
     for key, field in (('inputs', 'source'), ('targets', 'target')):
       ids = self._tokenizer.encode_batch([it[field] for it in items])
       for r, seq in zip(real, ids):
@@ -251,9 +165,26 @@ class _Reader:
         batch[key][r, len(seq)] = EOS_ID
     return batch
 
+  def _packed_rows(self, length: int, rows: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """Rows of several pairs each (`packing.PackedPlan`) -> the packed batch."""
+    items = bucketing.get_items(self._source, [int(i) for row in rows for i in row])
+    batch = {}
+    for key, field in (('inputs', 'source'), ('targets', 'target')):
+      ids = iter(self._tokenizer.encode_batch([it[field] for it in items]))
+      seqs = [[list(next(ids)) + [EOS_ID] for _ in row] for row in rows]
+      for row, row_seqs in zip(rows, seqs):
+        if sum(len(x) for x in row_seqs) > length:
+          raise PipelineError(f'Pairs {[int(i) for i in row]} have {sum(map(len, row_seqs))} '
+                              f'{field} tokens together, more than the packed row length '
+                              f'({length}): the source or the tokenizer changed since the '
+                              'lengths were computed.')
+      batch[key], batch[f'{key}_segmentation'], batch[f'{key}_position'] = packing.layout(
+          seqs, length)
+    return batch
+
 
 # State keys that define the data order; a state from another setting is refused.
-_DATA_KEYS = ('num_pairs', 'num_used', 'shuffle_seed', 'bucket_lengths')
+_DATA_KEYS = ('num_pairs', 'num_used', 'shuffle_seed', 'bucket_lengths', 'pack_examples')
 # Keys that change with the topology; a mismatch resumes at the same fraction of the epoch.
 _TOPOLOGY_KEYS = ('process_count', 'bucket_rows', 'batches_per_epoch')
 
@@ -264,7 +195,7 @@ class TrainIterator(grain.DatasetIterator):
   Attribute `info` (PipelineInfo). State: {'epoch', 'batch_in_epoch', ...} (JSON-able).
   """
 
-  def __init__(self, plan: _Plan, reader: _Reader, info: PipelineInfo, shuffle_seed: int,
+  def __init__(self, plan: Any, reader: _Reader, info: PipelineInfo, shuffle_seed: int,
                process_index: int, num_epochs: Optional[int],
                read_options: grain.ReadOptions):
     super().__init__()
@@ -273,29 +204,40 @@ class TrainIterator(grain.DatasetIterator):
     self._read_options = read_options
     self._fixed = {'num_pairs': info.num_pairs, 'num_used': info.num_used,
                    'shuffle_seed': shuffle_seed, 'bucket_lengths': list(info.bucket_lengths),
+                   'pack_examples': bool(info.packed_rows),
                    'process_count': info.process_count, 'process_index': process_index,
                    'bucket_rows': list(info.bucket_rows),
                    'batches_per_epoch': info.batches_per_epoch}
-    self._position = 0
-    self._inner = self._start(0)
+    # The inner iterator's k-th batch is batch k after `_origin` (epoch, batch in epoch);
+    # `_taken` batches of it were handed out.
+    self._origin, self._taken = (0, 0), 0
+    self._inner = self._start()
+
+  def _locate(self, k: int) -> tuple[int, int]:
+    """(epoch, batch in epoch) of batch k after the origin (packed epochs vary in size)."""
+    epoch, index = self._origin
+    index += k
+    while index >= (n := self._plan.epoch_batches(epoch)):
+      epoch, index = epoch + 1, index - n
+    return epoch, index
 
   def _batch(self, k: int) -> dict[str, np.ndarray]:
-    epoch, index = divmod(k, self._plan.num_batches)
-    return self._reader(*self._plan.local_batch(epoch, index))
+    return self._reader(*self._plan.local_batch(*self._locate(k)))
 
-  def _start(self, position: int) -> Any:
-    stop = (sys.maxsize if self._num_epochs is None
-            else self._num_epochs * self._plan.num_batches)
-    ds = grain.MapDataset.range(min(position, stop), stop).map(self._batch)
+  def _start(self) -> Any:
+    epoch, index = self._origin
+    stop = sys.maxsize if self._num_epochs is None else max(0, sum(
+        self._plan.epoch_batches(e) for e in range(epoch, self._num_epochs)) - index)
+    ds = grain.MapDataset.range(0, stop).map(self._batch)
     return iter(ds.to_iter_dataset(self._read_options))
 
   def __next__(self) -> dict[str, np.ndarray]:
     batch = next(self._inner)
-    self._position += 1
+    self._taken += 1
     return batch
 
   def get_state(self) -> dict[str, Any]:
-    epoch, index = divmod(self._position, self._plan.num_batches)
+    epoch, index = self._locate(self._taken)
     return {'epoch': epoch, 'batch_in_epoch': index, **self._fixed}
 
   def set_state(self, state: dict[str, Any]) -> None:
@@ -307,13 +249,13 @@ class TrainIterator(grain.DatasetIterator):
     old_batches = int(state.get('batches_per_epoch', self._plan.num_batches))
     if any(k in state and state[k] != self._fixed[k] for k in _TOPOLOGY_KEYS):
       # Another device/process count gives another plan: resume at the same fraction.
-      index = index * self._plan.num_batches // max(old_batches, 1)
+      index = index * self._plan.epoch_batches(epoch) // max(old_batches, 1)
       logging.warning('Data state from another topology (%s); resuming at batch %d of epoch '
                       '%d, which is not an exact continuation.',
                       {k: state.get(k) for k in _TOPOLOGY_KEYS}, index, epoch)
     self._inner.close()
-    self._position = epoch * self._plan.num_batches + index
-    self._inner = self._start(self._position)
+    self._origin, self._taken = (epoch, index), 0
+    self._inner = self._start()
 
   def close(self) -> None:
     self._inner.close()
@@ -322,9 +264,10 @@ class TrainIterator(grain.DatasetIterator):
 
 def _bucketing(config: Any, source: Any, tokenizer: Any, rows_multiple: int,
                process_index: int, process_count: int, cache_dir: Optional[str],
-               eval_mode: bool) -> tuple[np.ndarray, tuple, tuple, int, tuple[int, int]]:
+               eval_mode: bool) -> tuple[np.ndarray, tuple, tuple, int, tuple[int, int],
+                                         tuple[np.ndarray, np.ndarray]]:
   """Lengths -> (bucket of each pair, bucket lengths, rows per process, dropped count,
-  (source, target) tokens of the kept pairs)."""
+  (source, target) tokens of the kept pairs, (source, target) lengths of every pair)."""
   if not 0 <= process_index < process_count:
     raise PipelineError(f'process_index {process_index} not in [0, {process_count}).')
   validate_config(config, rows_multiple=rows_multiple, process_count=process_count)
@@ -346,19 +289,25 @@ def _bucketing(config: Any, source: Any, tokenizer: Any, rows_multiple: int,
   bucket_of[longest > limit] = -1
   kept = bucket_of >= 0
   real = (int(np.sum(src_len[kept])), int(np.sum(tgt_len[kept])))
-  return bucket_of, lengths, rows, int(np.sum(longest > limit)), real
+  return bucket_of, lengths, rows, int(np.sum(longest > limit)), real, (src_len, tgt_len)
 
 
 def _make(config, source, tokenizer, rows_multiple, process_index, process_count, cache_dir,
-          seed: Optional[int]) -> tuple[_Plan, _Reader, PipelineInfo]:
-  bucket_of, lengths, rows, dropped, real = _bucketing(
+          seed: Optional[int]) -> tuple[Any, _Reader, PipelineInfo]:
+  bucket_of, lengths, rows, dropped, real, (src_len, tgt_len) = _bucketing(
       config, source, tokenizer, rows_multiple, process_index, process_count, cache_dir,
       eval_mode=seed is None)
-  plan = _Plan(bucket_of, [r * process_count for r in rows], process_index, process_count,
-               seed)
+  packed = bool(config.pack_examples) and seed is not None  # eval is never packed
+  if packed:  # one shape: the largest bucket used, with its rows
+    lengths, rows = lengths[-1:], rows[-1:]
+    plan = packing.PackedPlan(src_len, tgt_len, np.flatnonzero(bucket_of >= 0), lengths[0],
+                              rows[0] * process_count, process_index, process_count, seed)
+  else:
+    plan = bucketing.BucketPlan(bucket_of, [r * process_count for r in rows], process_index, process_count,
+                 seed)
   info = PipelineInfo(len(source), len(source) - dropped, dropped, lengths, rows,
                       plan.bucket_pairs, plan.num_batches, process_count, real,
-                      plan.padded_tokens(lengths))
+                      plan.padded_tokens(lengths), plan.rows_per_epoch(0) if packed else 0)
   name = getattr(source, 'name', None) or type(source).__name__
   if info.num_used == 0:
     raise PipelineError(f'No pair of {name} fits: all {info.num_pairs} are longer than '
@@ -368,7 +317,7 @@ def _make(config, source, tokenizer, rows_multiple, process_index, process_count
                     info.num_pairs, config.max_length if seed is not None else config.max_len)
   logging.info('%s pipeline (%s): %s', 'Eval' if seed is None else 'Train', name,
                shapes_summary(info))
-  return plan, _Reader(source, tokenizer, lengths), info
+  return plan, _Reader(source, tokenizer, lengths, packed), info
 
 
 def make_train_iterator(config: Any, source: Any, tokenizer: Any, *, rows_multiple: int = 1,
@@ -388,7 +337,9 @@ def make_train_iterator(config: Any, source: Any, tokenizer: Any, *, rows_multip
     num_threads, prefetch_buffer_size: grain read threads and batches read ahead.
 
   Returns:
-    A grain DatasetIterator of {'inputs': int32 [R_L, L], 'targets': int32 [R_L, L]}.
+    A grain DatasetIterator of {'inputs': int32 [R_L, L], 'targets': int32 [R_L, L]}, and
+    with `config.pack_examples` `inputs_segmentation`, `targets_segmentation`,
+    `inputs_position`, `targets_position` (all [R, L] int32, see `packing`).
   """
   plan, reader, info = _make(config, source, tokenizer, rows_multiple, process_index,
                              process_count, cache_dir, seed=int(config.shuffle_seed))

@@ -1,0 +1,117 @@
+"""Length buckets: the token lengths of every pair, and the epoch plan of bucketed batches.
+
+`pipeline` puts each kept pair in the smallest bucket length that holds its source and its
+target and batches each bucket to the token budget (see its module docstring for the
+invariants); `BucketPlan` decides which pairs form which batch, `packing.PackedPlan` is the
+same interface for packed rows.
+"""
+
+import hashlib
+import os
+import tempfile
+import threading
+from typing import Any, Optional, Sequence
+
+from absl import logging
+import numpy as np
+
+
+def get_items(source: Any, indices: Sequence[int]) -> list[dict[str, str]]:
+  """The pairs at `indices`, in one read where the source supports it."""
+  getitems = getattr(source, '__getitems__', None)
+  return getitems(list(indices)) if getitems else [source[i] for i in indices]
+
+
+def pair_lengths(source: Any, tokenizer: Any, *, cache_dir: Optional[str] = None,
+                 chunk_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+  """Token lengths with EOS of every pair: (source [N] int32, target [N] int32).
+
+  With `cache_dir`, a source that has a `name` (corpora.ParallelTextSource: it contains
+  the content hash of local corpora) and a tokenizer with a `fingerprint` keep their
+  lengths in `<cache_dir>/lengths-<key>.npz`, so a resumed run skips this pass.
+  """
+  n = len(source)
+  cache = None
+  name, fingerprint = getattr(source, 'name', None), getattr(tokenizer, 'fingerprint', None)
+  if cache_dir and name and fingerprint:
+    key = hashlib.sha256(f'{name}\0{n}\0{fingerprint}'.encode()).hexdigest()[:24]
+    cache = os.path.join(cache_dir, f'lengths-{key}.npz')
+    if os.path.isfile(cache):
+      with np.load(cache) as f:
+        if len(f['source']) == n:
+          return f['source'], f['target']
+  src_len, tgt_len = np.zeros(n, np.int32), np.zeros(n, np.int32)
+  for start in range(0, n, chunk_size):
+    items = get_items(source, range(start, min(n, start + chunk_size)))
+    stop = start + len(items)
+    src_len[start:stop] = [len(x) + 1 for x in tokenizer.encode_batch(
+        [it['source'] for it in items])]
+    tgt_len[start:stop] = [len(x) + 1 for x in tokenizer.encode_batch(
+        [it['target'] for it in items])]
+    if (start // chunk_size) % 250 == 249:
+      logging.info('Token lengths: %d of %d pairs', stop, n)
+  if cache:  # atomic: temp file + rename
+    os.makedirs(cache_dir, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix='.tmp-lengths-', suffix='.npz')
+    with os.fdopen(fd, 'wb') as f:
+      np.savez(f, source=src_len, target=tgt_len)
+    os.replace(tmp, cache)
+  return src_len, tgt_len
+
+
+class BucketPlan:
+  """Which pairs form which batch: a pure function of (lengths, seed, epoch)."""
+
+  def __init__(self, bucket_of: np.ndarray, global_rows: Sequence[int], process_index: int,
+               process_count: int, seed: Optional[int]):
+    self._bucket_of = bucket_of  # [N] bucket of each pair, -1: dropped
+    self._used = np.flatnonzero(bucket_of >= 0)
+    self._global_rows = tuple(global_rows)
+    self._process = (process_index, process_count)
+    self._seed = seed  # None: corpus order (eval)
+    self._cache: dict[int, list[tuple[int, np.ndarray]]] = {}
+    self._lock = threading.Lock()  # grain reads batches from several threads
+    counts = np.bincount(bucket_of[self._used], minlength=len(global_rows))
+    self.bucket_pairs = tuple(int(c) for c in counts)
+    self.num_batches = sum(-(-c // g) for c, g in zip(self.bucket_pairs, self._global_rows))
+
+  def epoch_batches(self, epoch: int) -> int:  # pylint: disable=unused-argument
+    """Batches of `epoch`: the same for every epoch."""
+    return self.num_batches
+
+  def padded_tokens(self, lengths: Sequence[int]) -> int:
+    """Slots (rows x length over all processes) of one side of an epoch's batches."""
+    return sum(-(-c // g) * g * length
+               for c, g, length in zip(self.bucket_pairs, self._global_rows, lengths))
+
+  def _epoch(self, epoch: int) -> list[tuple[int, np.ndarray]]:
+    """[(bucket, global row indices [R_L * P], -1 = padding)] in emission order."""
+    order = self._used
+    if self._seed is not None:
+      order = np.random.default_rng([self._seed, epoch]).permutation(order)
+    buckets = self._bucket_of[order]
+    keys, batches = [], []
+    for b, g in enumerate(self._global_rows):
+      pos = np.flatnonzero(buckets == b)  # positions in the epoch order
+      members = order[pos]
+      n_full = len(pos) // g
+      for j in range(n_full):
+        # A full batch leaves when its last pair arrives, as a bucket buffer would.
+        keys.append(int(pos[(j + 1) * g - 1]))
+        batches.append((b, members[j * g:(j + 1) * g]))
+      if len(pos) > n_full * g:  # the rest, flushed at the end in bucket order
+        keys.append(len(order) + b)
+        batches.append((b, np.concatenate([members[n_full * g:], np.full(
+            g - (len(pos) - n_full * g), -1, members.dtype)])))
+    return [batches[i] for i in np.argsort(keys, kind='stable')]
+
+  def local_batch(self, epoch: int, index: int) -> tuple[int, np.ndarray]:
+    """(bucket, this process's row indices [R_L]) of batch `index` of `epoch`."""
+    with self._lock:
+      if epoch not in self._cache:
+        if len(self._cache) >= 2:  # prefetching may straddle one epoch boundary
+          del self._cache[min(self._cache)]
+        self._cache[epoch] = self._epoch(epoch)
+      bucket, rows = self._cache[epoch][index]
+    p, count = self._process
+    return bucket, rows[p::count]
