@@ -27,6 +27,8 @@ from typing import Dict, List, NamedTuple, Tuple
 
 import numpy as np
 
+from t2t_jax import textio
+
 METRICS = 'metrics.jsonl'
 PLOTS_DIR = 'plots'
 FIGSIZE = (10, 4)  # inches; at DPI every PNG is 1000 x 400 pixels, whatever the run
@@ -178,6 +180,7 @@ def _save_atomic(fig, path: str) -> None:
   """PNG through a temporary file in the same folder and a rename: never half a file."""
   fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path),
                              prefix='.' + os.path.basename(path) + '.', suffix='.tmp')
+  textio.default_mode(fd)
   try:
     with os.fdopen(fd, 'wb') as f:
       fig.savefig(f, format='png', dpi=DPI)

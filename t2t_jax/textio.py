@@ -39,6 +39,17 @@ def read_lines(path: str) -> List[str]:
   return decode_lines(data, path)
 
 
+# The process umask, read once (reading it means setting it) before any thread starts.
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
+def default_mode(fd: int) -> None:
+  """Gives a `tempfile.mkstemp` file (created 0600) the mode a plain `open` would have made,
+  so outputs renamed into place stay readable by others as usual."""
+  os.fchmod(fd, 0o666 & ~_UMASK)
+
+
 def write_text_atomic(path: str, text: str, *, overwrite: bool = False) -> None:
   """Writes `text` to `path` through a temporary file and a rename.
 
@@ -51,6 +62,7 @@ def write_text_atomic(path: str, text: str, *, overwrite: bool = False) -> None:
   directory = os.path.dirname(path)
   os.makedirs(directory, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=directory, prefix='.' + os.path.basename(path) + '.tmp')
+  default_mode(fd)
   try:
     with os.fdopen(fd, 'w', encoding='utf-8') as f:
       f.write(text)

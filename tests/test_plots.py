@@ -126,3 +126,14 @@ def test_main_plot_mode(tmp_path):
   written = [os.path.join(workdir, 'plots', f'learning_curves_{x}.png') for x in ('step', 'time')]
   assert result.stdout.split() == written
   assert all(os.path.getsize(p) > 0 for p in written)
+
+
+def test_plots_are_readable_like_any_new_file(tmp_path):
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  (workdir / 'metrics.jsonl').write_text(
+      '{"step": 10, "loss": 5.0, "elapsed_s": 1.0}\n{"step": 20, "loss": 4.0, "elapsed_s": 2.0}\n')
+  umask = os.umask(0o022)
+  os.umask(umask)
+  for path in plots.write_learning_curves(str(workdir)):
+    assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's 0600

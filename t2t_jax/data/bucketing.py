@@ -15,6 +15,8 @@ from typing import Any, Optional, Sequence
 from absl import logging
 import numpy as np
 
+from t2t_jax import textio
+
 
 def get_items(source: Any, indices: Sequence[int]) -> list[dict[str, str]]:
   """The pairs at `indices`, in one read where the source supports it."""
@@ -53,6 +55,7 @@ def pair_lengths(source: Any, tokenizer: Any, *, cache_dir: Optional[str] = None
   if cache:  # atomic: temp file + rename
     os.makedirs(cache_dir, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix='.tmp-lengths-', suffix='.npz')
+    textio.default_mode(fd)
     with os.fdopen(fd, 'wb') as f:
       np.savez(f, source=src_len, target=tgt_len)
     os.replace(tmp, cache)
