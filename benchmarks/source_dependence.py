@@ -12,7 +12,6 @@ perplexity ratio.
 """
 
 import argparse
-import json
 import os
 import sys
 
@@ -65,11 +64,9 @@ def main() -> None:
   parser.add_argument('--split', default='dev')
   parser.add_argument('--out', help='append the JSON line to this file')
   args = parser.parse_args()
-  line = json.dumps(source_dependence(args.workdir, args.checkpoint, args.split))
-  print(line)
-  if args.out:
-    with open(args.out, 'a', encoding='utf-8') as f:
-      f.write(line + '\n')
+  from benchmarks import common
+  common.Emitter(args.out)({'name': 'source_dependence',
+                            **source_dependence(args.workdir, args.checkpoint, args.split)})
 
 
 if __name__ == '__main__':

@@ -88,8 +88,9 @@ def loss_fn(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float)
   return loss / weight.clamp(min=1), weight
 
 
-def make_optimizer(model: nn.Module, d_model: int, warmup_steps: int = 4000):
-  """Adam(0.9, 0.98, 1e-9) + the paper's schedule; the fused CPU/GPU kernel when available."""
+def make_optimizer(model: nn.Module, d_model: int, warmup_steps: int = 4000, scale: float = 1.0):
+  """Adam(0.9, 0.98, 1e-9) + the paper's schedule (times `scale`, as config.learning_rate_scale);
+  the fused CPU/GPU kernel when available."""
   params = list(model.parameters())
   kwargs = dict(lr=1.0, betas=(0.9, 0.98), eps=1e-9)
   try:
@@ -98,7 +99,7 @@ def make_optimizer(model: nn.Module, d_model: int, warmup_steps: int = 4000):
   except (RuntimeError, TypeError, ValueError):
     opt = torch.optim.Adam(params, foreach=True, **kwargs)
     impl = 'foreach'
-  factor = d_model ** -0.5
+  factor = scale * d_model ** -0.5
   sched = torch.optim.lr_scheduler.LambdaLR(
       opt, lambda count: factor * min((count + 1) ** -0.5, (count + 1) * warmup_steps ** -1.5))
   return opt, sched, impl

@@ -23,5 +23,6 @@ from t2t_jax.checkpoint import Checkpointer
 from t2t_jax.parallel import (TrainState, create_train_state, initialize_distributed, make_mesh,
                               make_eval_step, make_train_step, shard_batch)
 from t2t_jax.translate import Translator
+from t2t_jax.plots import load_curves, write_learning_curves
 
 __version__ = '0.1.0'

@@ -1,0 +1,116 @@
+"""The embedded default's hyper-parameter sweep: dev BLEU and wall time of named variants.
+
+Each variant is `python main.py --workdir=ROOT/NAME` (the embedded default,
+configs/quickstart.py) with a few `--config.KEY=VALUE` overrides, dev loss and dev BLEU
+(`SWEEP_EVAL`) every `eval_every_steps`. With `--cores 0,1` the variants run concurrently, one
+per core (`taskset`), which halves each run's speed but compares them at equal steps; the
+wall-time column is then that of one core. One JSON line per variant: the overrides, the
+curve (step, seconds, dev NLL, dev BLEU) and the best dev BLEU.
+
+  python -m benchmarks.quickstart_sweep --root /tmp/sweep --variants lr025,lr050 \\
+      --out benchmarks/results/quickstart_sweep.jsonl
+  python -m benchmarks.quickstart_sweep --root /tmp/sweep --collect   # finished workdirs only
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+  sys.path.insert(0, ROOT)
+
+from benchmarks import common  # noqa: E402
+
+SWEEP_EVAL = ['--config.eval_every_steps=500', '--config.eval_bleu_sentences=150',
+              '--config.log_every_steps=100', '--config.checkpoint_every_steps=500',
+              '--config.average_last=3', '--config.final_eval_split=']
+
+# name -> overrides of configs/quickstart.py (docs/quickstart.md has the results).
+VARIANTS: Dict[str, List[str]] = {
+    # Round 1, the peak learning rate at d_model 128 (1500 steps each). The old default was
+    # scale 2.0 with warmup 400.
+    'lr200': ['--config.learning_rate_scale=2.0', '--config.warmup_steps=400',
+              '--config.num_train_steps=1500'],
+    'lr100': ['--config.learning_rate_scale=1.0', '--config.warmup_steps=400',
+              '--config.num_train_steps=1500'],
+    'lr050': ['--config.learning_rate_scale=0.5', '--config.warmup_steps=400',
+              '--config.num_train_steps=1500'],
+    'lr025': ['--config.learning_rate_scale=0.25', '--config.warmup_steps=400',
+              '--config.num_train_steps=1500'],
+    'lr050_w1000': ['--config.learning_rate_scale=0.8', '--config.warmup_steps=1000',
+                    '--config.num_train_steps=1500'],
+    # Round 2, width at equal wall time (the chosen rate and warmup).
+    'd128_w1000_long': ['--config.learning_rate_scale=0.8', '--config.warmup_steps=1000',
+                        '--config.num_train_steps=3400', '--config.final_eval_split=test'],
+    'd256_w1000': ['--config.d_model=256', '--config.d_ff=1024',
+                   '--config.learning_rate_scale=0.75', '--config.warmup_steps=1000',
+                   '--config.num_train_steps=3400'],
+}
+
+
+def _records(workdir: str) -> List[Dict[str, Any]]:
+  with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def collect(name: str, workdir: str, overrides: List[str]) -> Dict[str, Any]:
+  """One JSON-able summary of a finished variant's metrics.jsonl."""
+  records = _records(workdir)
+  train = [r for r in records if 'loss' in r]
+  curve = [{'step': r['step'], 'seconds': r.get('eval_dev/elapsed_s'),
+            'dev_nll': r['eval_dev/nll'], 'dev_bleu': r.get('eval_dev/bleu')}
+           for r in records if 'eval_dev/nll' in r]
+  bleus = [c['dev_bleu'] for c in curve if c['dev_bleu'] is not None]
+  return {'name': 'quickstart_sweep', 'variant': name, 'overrides': overrides, 'steps': train[-1]['step'] if train else 0,
+          'train_seconds': train[-1]['elapsed_s'] if train else None,
+          'target_tokens_per_s': (sum(r['tokens'] for r in train) /
+                                  max(train[-1]['elapsed_s'], 1e-9)) if train else None,
+          'best_dev_bleu': max(bleus) if bleus else None,
+          'final_dev_nll': curve[-1]['dev_nll'] if curve else None, 'curve': curve}
+
+
+def _launch(name: str, root: str, core: str) -> subprocess.Popen:
+  args = [sys.executable, os.path.join(ROOT, 'main.py'), f'--workdir={os.path.join(root, name)}',
+          *SWEEP_EVAL, *VARIANTS[name]]
+  if core:
+    args = ['taskset', '-c', core, *args]
+  log = open(os.path.join(root, f'{name}.log'), 'w', encoding='utf-8')
+  return subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument('--root', required=True, help='folder of the variants\' workdirs')
+  parser.add_argument('--variants', default=','.join(VARIANTS), help='comma-separated names')
+  parser.add_argument('--cores', default='', help='e.g. "0,1": one variant per core at a time')
+  parser.add_argument('--collect', action='store_true', help='only summarise finished runs')
+  parser.add_argument('--out', help='append the JSON lines to this file')
+  args = parser.parse_args()
+  names = [n for n in args.variants.split(',') if n]
+  unknown = [n for n in names if n not in VARIANTS]
+  if unknown:
+    sys.exit(f'error: unknown variants {unknown}; known: {sorted(VARIANTS)}')
+  os.makedirs(args.root, exist_ok=True)
+  if not args.collect:
+    cores = args.cores.split(',') if args.cores else ['']
+    pending, running = list(names), {}
+    while pending or running:
+      for core in cores:
+        if core not in running and pending:
+          running[core] = _launch(pending.pop(0), args.root, core)
+      time.sleep(5)
+      running = {c: p for c, p in running.items() if p.poll() is None}
+  emit = common.Emitter(args.out)
+  for name in names:
+    workdir = os.path.join(args.root, name)
+    if os.path.isfile(os.path.join(workdir, 'metrics.jsonl')):
+      emit(collect(name, workdir, VARIANTS[name]))
+
+
+if __name__ == '__main__':
+  main()
