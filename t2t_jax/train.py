@@ -218,7 +218,6 @@ def _train(config, workdir: str, handler: preemption.PreemptionHandler) -> Dict[
     if eval_step is not None and step == 0:
       last.update({f'eval_{k}': v for k, v in run_eval().items()})
     sums, window_start, window_steps = None, time.monotonic(), 0
-    steps.padded_tokens = 0
     while step < total:
       state, step_sums = steps(state, data.train)
       sums = parallel.add_metrics(sums, step_sums)
