@@ -113,10 +113,11 @@ def main(argv) -> None:
   elif FLAGS.mode == 'decode':
     _decode(FLAGS.workdir)
   elif FLAGS.mode == 'eval':
-    from t2t_jax import evaluate
+    from t2t_jax import evaluate, multihost
     inference_config, _ = _inference(FLAGS.workdir)
     result = evaluate.evaluate(inference_config, FLAGS.workdir, FLAGS.split, FLAGS.checkpoint)
-    print(json.dumps(result, indent=2, sort_keys=True))
+    if multihost.is_writer():
+      print(json.dumps(result, indent=2, sort_keys=True))
 
 
 def _inference(workdir):
@@ -135,12 +136,14 @@ def _average(workdir) -> None:
   saved = averaging.latest_training_config(workdir)
   config = config_lib.apply_overrides(config_lib.from_json(saved), FLAGS.config,
                                       _override_keys(sys.argv))
-  result = averaging.average_checkpoints(workdir, config.average_last)
-  print(f'averaged steps {", ".join(map(str, result.steps))} into {result.path}')
+  from t2t_jax import multihost
+  result = averaging.average_checkpoints(workdir, config.average_last)  # a collective save
+  if multihost.is_writer():
+    print(f'averaged steps {", ".join(map(str, result.steps))} into {result.path}')
 
 
 def _decode(workdir) -> None:
-  from t2t_jax import textio, translate
+  from t2t_jax import multihost, textio, translate
   from t2t_jax.data import tokenizer
   if FLAGS.output and os.path.exists(FLAGS.output):
     raise FileExistsError(f'{FLAGS.output} already exists; choose another --output or remove it')
@@ -149,7 +152,9 @@ def _decode(workdir) -> None:
   config, inference = _inference(workdir)
   tok = tokenizer.load(tokenizer.vocab_path(workdir))
   translator = translate.from_config(config, inference.params, tok)
-  outputs = translator.translate(lines, progress=translate.print_progress)
+  outputs = multihost.translate_all(translator, lines, progress=translate.print_progress)
+  if not multihost.is_writer():
+    return
   if FLAGS.output:
     textio.write_lines_atomic(FLAGS.output, outputs)
   else:

@@ -3,8 +3,8 @@
 Layout: `<workdir>/checkpoints/<step>/{state,data,config}`. `state` is the `TrainState`
 (step, params, optimizer state); `data` the JSON state of the input iterator; `config` the run
 config as JSON, so a rerun can refuse an incompatible config instead of mixing two models.
-Saving follows the paper's policy (every T minutes, §5.2) and/or every N steps; the last K
-checkpoints are kept (orbax deletes only checkpoints it wrote). On resume, a checkpoint that
+When to save is `save_policy.py`'s decision (every T minutes, §5.2, and/or every N steps); the
+last K checkpoints are kept (orbax deletes only checkpoints it wrote). On resume, a checkpoint that
 does not restore is moved (never deleted) to `<workdir>/checkpoints_unreadable/`.
 
 Averaging the last N checkpoints for eval and decode lives in `averaging.py`.
@@ -51,16 +51,10 @@ class Checkpointer:
   Args:
     workdir: the run's directory.
     keep: how many of the latest checkpoints to keep.
-    every_steps: save when the step is a multiple of this (0: off).
-    every_minutes: save when this many minutes passed since the last save (0: off).
   """
 
-  def __init__(self, workdir: str, keep: int = 20, every_steps: int = 0,
-               every_minutes: float = 0.0):
+  def __init__(self, workdir: str, keep: int = 20):
     self.directory = os.path.join(os.path.abspath(workdir), 'checkpoints')
-    self.every_steps = every_steps
-    self.every_minutes = every_minutes
-    self._last_save = time.monotonic()
     self._manager = ocp.CheckpointManager(
         self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
 
@@ -70,13 +64,6 @@ class Checkpointer:
   def all_steps(self) -> List[int]:
     return sorted(self._manager.all_steps())
 
-  def should_save(self, step: int) -> bool:
-    """The save policy: every N steps and/or every T minutes."""
-    if self.every_steps and step % self.every_steps == 0:
-      return True
-    return bool(self.every_minutes) and (
-        time.monotonic() - self._last_save >= 60.0 * self.every_minutes)
-
   def save(self, step: int, state, data_state: Dict[str, Any],
            config: ml_collections.ConfigDict) -> None:
     """Writes a checkpoint at `step` (asynchronously; `wait()` blocks until it is on disk)."""
@@ -85,7 +72,6 @@ class Checkpointer:
     self._manager.save(step, args=ocp.args.Composite(
         state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state),
         config=ocp.args.JsonSave(config_to_json(config))), force=True)
-    self._last_save = time.monotonic()
     logging.info('checkpoint: saving step %d to %s', step, self.directory)
 
   def saved_config(self, step: Optional[int] = None) -> Dict[str, Any]:

@@ -9,7 +9,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from t2t_jax import bleu, model, parallel, textio, translate
+from t2t_jax import bleu, model, multihost, parallel, textio, translate
 
 
 def summarize(sums: Dict[str, Any]) -> Dict[str, float]:
@@ -30,16 +30,22 @@ def evaluate_batches(eval_step, params, batches, mesh) -> Dict[str, float]:
   return summarize(total)
 
 
-def decoded_bleu(translator: translate.Translator, sources: Sequence[str],
-                 references: Sequence[str], target_lang: str,
-                 progress=None) -> Dict[str, Any]:
-  """Decodes `sources` and scores them: sacreBLEU (detokenized) and paper-style tokenized."""
-  hypotheses = translator.translate(sources, progress=progress)
+def decoded_bleu_of(hypotheses: Sequence[str], references: Sequence[str],
+                    target_lang: str) -> Dict[str, Any]:
+  """sacreBLEU (detokenized) and paper-style tokenized BLEU of decoded `hypotheses`."""
   detok = bleu.corpus_bleu(hypotheses, references)
   tokenized = bleu.tokenized_bleu(hypotheses, references, lang=target_lang)
   return {'bleu': detok.score, 'bleu_signature': detok.signature,
           'tokenized_bleu': tokenized.score, 'tokenized_bleu_signature': tokenized.signature,
-          'hypotheses': hypotheses}
+          'hypotheses': list(hypotheses)}
+
+
+def decoded_bleu(translator: translate.Translator, sources: Sequence[str],
+                 references: Sequence[str], target_lang: str,
+                 progress=None) -> Dict[str, Any]:
+  """Decodes `sources` (split across processes, `multihost.translate_all`) and scores them."""
+  return decoded_bleu_of(multihost.translate_all(translator, sources, progress=progress),
+                         references, target_lang)
 
 
 def examples(pairs: Sequence[Dict[str, str]], hypotheses: Sequence[str],
@@ -69,17 +75,22 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str, split: str = 'dev'
   """Teacher-forced metrics and decoded BLEU of the workdir's model on `split`.
 
   Uses the averaged checkpoint when one exists (or `checkpoint`: a step or a path). Writes
-  `<workdir>/eval_<split>_<step>.json` and returns the same dict.
+  `<workdir>/eval_<split>_<step>.json` and returns the same dict. On several processes each
+  evaluates its share of the batches and sentences, every process returns the same result,
+  and process 0 alone writes the file.
   """
   from t2t_jax import averaging
   from t2t_jax.data import corpora, pipeline, tokenizer
   inference = averaging.load_inference_params(workdir, checkpoint)
   tok = tokenizer.load(tokenizer.vocab_path(workdir))
-  source = corpora.load_split(config, split, corpora.default_data_dir(config, workdir))
+  source = corpora.load_split(config, split, corpora.default_data_dir(config, workdir),
+                             process_index=jax.process_index())
   cfg = model.TransformerConfig.from_config(config)
   mesh = parallel.make_mesh()
   batches = pipeline.make_eval_batches(config, source, tok,
-                                       rows_multiple=jax.local_device_count())
+                                       rows_multiple=jax.local_device_count(),
+                                       process_index=jax.process_index(),
+                                       process_count=jax.process_count())
   eval_step = parallel.make_eval_step(cfg, mesh, label_smoothing=config.label_smoothing)
   result: Dict[str, Any] = {'split': split, 'step': inference.step,
                             'checkpoint': inference.description}
@@ -96,7 +107,8 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str, split: str = 'dev'
   result.update(scores, sentences=len(pairs), beam_size=config.beam_size,
                 length_penalty_alpha=config.length_penalty_alpha,
                 examples=examples(pairs, hypotheses))
-  result['path'] = write_result(workdir, split, inference.step, result)
+  if multihost.is_writer():
+    result['path'] = write_result(workdir, split, inference.step, result)
   logging.info('%s BLEU %.2f (%s); tokenized BLEU %.2f; written to %s', split, result['bleu'],
-               result['bleu_signature'], result['tokenized_bleu'], result['path'])
+               result['bleu_signature'], result['tokenized_bleu'], result.get('path'))
   return result

@@ -82,8 +82,9 @@ def data_sharded(mesh: Mesh) -> NamedSharding:
 
 
 def replicate(tree, mesh: Mesh):
-  """Places every leaf of `tree` on all devices of `mesh`."""
-  return jax.device_put(tree, replicated(mesh))
+  """Places every leaf of `tree` on all devices of `mesh` (every process passes the same
+  values; they go through host memory, so process-local device arrays are accepted)."""
+  return jax.device_put(jax.tree_util.tree_map(np.asarray, tree), replicated(mesh))
 
 
 def shard_batch(batch: Batch, mesh: Mesh) -> Dict[str, Array]:

@@ -13,11 +13,10 @@ import json
 import os
 from typing import Any, Dict, Optional
 
-import jax
 import ml_collections
 from absl import logging
 
-from t2t_jax import averaging, evaluate
+from t2t_jax import averaging, evaluate, multihost
 
 
 def _existing_result(workdir: str, split: str, step: int,
@@ -35,17 +34,13 @@ def finish(config: ml_collections.ConfigDict, workdir: str) -> Optional[Dict[str
   """Averages, evaluates on `config.final_eval_split` and prints the report (see module doc).
 
   Returns the eval result (as written to `<workdir>/eval_<split>_<step>.json`), or None when
-  `final_eval_split` is '' or the run spans several processes (then the report names the
-  commands to run instead).
+  `final_eval_split` is ''. On several processes every process takes part (the averaged
+  checkpoint is one collective save, decoding is shared) and process 0 prints the report.
   """
   split = config.final_eval_split
   if not split:
     return None
   workdir = os.path.abspath(workdir)
-  if jax.process_count() > 1:
-    logging.warning('final evaluation skipped on %d processes; run --mode=average and '
-                    '--mode=eval --split=%s in one process', jax.process_count(), split)
-    return None
   available = averaging.training_steps(workdir)
   num = min(config.average_last, len(available))
   if num < config.average_last:
@@ -56,7 +51,8 @@ def finish(config: ml_collections.ConfigDict, workdir: str) -> Optional[Dict[str
   if result is None:
     result = evaluate.evaluate(config, workdir, split, checkpoint=averaged.path,
                                show_progress=False)
-  print(report(result, workdir, averaged.path), flush=True)
+  if multihost.is_writer():
+    print(report(result, workdir, averaged.path), flush=True)
   return result
 
 

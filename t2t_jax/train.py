@@ -2,8 +2,14 @@
 
 `train(config, workdir)` builds the mesh, the vocabulary and the input iterator, restores the
 latest checkpoint of the workdir if there is one (same config required), then runs
-`parallel.train_step` until `config.num_train_steps`, logging every `log_every_steps`,
-evaluating the dev loss every `eval_every_steps` and checkpointing by the step/time policy.
+`parallel.train_step` until `config.num_train_steps`. After every step, in this order:
+
+1. `_LogWindow`: every `log_every_steps` (and at the end or a stop), one metrics line;
+2. `dev_eval.DevEvaluator`: every `eval_every_steps`, dev loss (and dev BLEU);
+3. `save_policy.SavePolicy`: a checkpoint every N steps / T minutes, at the end and on a stop,
+   decided identically on every process;
+4. `preemption.PreemptionHandler`: on SIGTERM/SIGINT (any process), stop at the same step
+   everywhere, after that step's checkpoint.
 """
 
 import os
@@ -14,9 +20,10 @@ import jax
 import ml_collections
 from absl import logging
 
-from t2t_jax import checkpoint, metrics, model, optim, parallel, preemption, translate
+from t2t_jax import (checkpoint, dev_eval, metrics, model, optim, parallel, preemption,
+                     save_policy)
 from t2t_jax import workdir as workdir_lib
-from t2t_jax.evaluate import decoded_bleu, evaluate_batches, summarize
+from t2t_jax.evaluate import summarize
 from t2t_jax import config as config_lib
 from t2t_jax.data import corpora, pipeline, tokenizer
 
@@ -138,20 +145,43 @@ class _NonfiniteWatch:
                        'learning rate or check the data.')
 
 
-def _redraw_plots(workdir: str) -> None:
-  """Learning curves in <workdir>/plots; a drawing problem never stops training."""
-  try:
-    from t2t_jax import plots
-    plots.write_learning_curves(workdir)
-  except Exception as e:  # noqa: BLE001 - plots are a convenience, the run goes on
-    logging.warning('could not draw the learning curves: %s', e)
+class _LogWindow:
+  """Metric sums and timing since the last metrics line."""
+
+  def __init__(self, total: int, schedule, run_start: float):
+    self.total, self.schedule, self.run_start = total, schedule, run_start
+    self.sums, self.start, self.steps = None, time.monotonic(), 0
+
+  def add(self, step_sums) -> None:
+    self.sums = parallel.add_metrics(self.sums, step_sums)
+    self.steps += 1
+
+  def close(self, step: int, padded_tokens: int) -> Dict[str, float]:
+    """The window's metrics (reads the device sums: the loop's one regular sync); resets."""
+    m = summarize(self.sums)
+    elapsed = time.monotonic() - self.start
+    m.update(learning_rate=float(self.schedule(step - 1)),
+             tokens_per_s=m['tokens'] / max(elapsed, 1e-9),
+             padding_efficiency=m['tokens'] / max(padded_tokens, 1),
+             steps_per_s=self.steps / max(elapsed, 1e-9),
+             eta_s=(self.total - step) * elapsed / self.steps,
+             elapsed_s=time.monotonic() - self.run_start,
+             nonfinite_steps=float(jax.device_get(self.sums['nonfinite'])))
+    self.sums, self.start, self.steps = None, time.monotonic(), 0
+    return m
+
+
+def _test_step_delay() -> float:
+  """Seconds to sleep after each step: a test hook that slows one process of a pod run
+  (`T2T_TEST_STEP_DELAY_S`), so tests can show its checkpoint decisions still agree."""
+  return float(os.environ.get('T2T_TEST_STEP_DELAY_S', '0') or 0)
 
 
 def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
   """Trains until `config.num_train_steps`; returns the last logged metrics.
 
   Resumes from the workdir's latest checkpoint; SIGTERM/SIGINT stop after the current step
-  with a checkpoint (see `preemption`).
+  with a checkpoint (see `preemption`); then the result has `stopped_at`.
   """
   config_lib.validate(config)
   is_chief = jax.process_index() == 0
@@ -159,107 +189,109 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
   lock = workdir_lib.WorkdirLock(workdir).acquire() if is_chief else None
   try:
     with preemption.PreemptionHandler() as handler:
-      return _train(config, workdir, handler)
+      return _Run(config, workdir).loop(handler)
   finally:
     if lock is not None:
       lock.release()
 
 
-def _train(config, workdir: str, handler: preemption.PreemptionHandler) -> Dict[str, float]:
-  is_chief = jax.process_index() == 0
-  checkpointer = checkpoint.Checkpointer(workdir, config.keep_checkpoints,
-                                         config.checkpoint_every_steps,
-                                         config.checkpoint_every_minutes)
-  checkpointer.check_compatible(config)  # before any expensive work
-  mesh = parallel.make_mesh()
-  logging.info('mesh: %d devices over %d processes', mesh.size, jax.process_count())
-  data = Data(config, workdir, with_eval=config.eval_every_steps > 0)
-  cfg = model.TransformerConfig.from_config(config)
-  optimizer = optim.make_optimizer(config)
-  schedule = optim.learning_rate_schedule(config.d_model, config.warmup_steps,
-                                          config.learning_rate_scale)
-  state = parallel.create_train_state(cfg, optimizer, config.seed, mesh)
-  if checkpointer.latest_step() is not None:
-    state, data_state, start = checkpointer.restore_latest_good(checkpoint.abstract_like(state))
-    data.train.set_state(data_state)
-    logging.info('resumed from step %d of %s', start, checkpointer.directory)
-  step = int(jax.device_get(state.step))
-  writer = metrics.MetricsWriter(workdir, enabled=is_chief)
-  eval_step = (parallel.make_eval_step(cfg, mesh, label_smoothing=config.label_smoothing)
-               if data.eval_batches is not None else None)
-  steps = _Steps(cfg, optimizer, mesh, config)
-  translator = (translate.from_config(config, None, data.tokenizer) if data.bleu_pairs
-                else None)
-  watch = _NonfiniteWatch(config.max_consecutive_nonfinite)
-  total = config.num_train_steps
-  last: Dict[str, float] = {}
+class _Run:
+  """One training run: what it is built from (`__init__`) and what each step does after it."""
 
-  run_start = time.monotonic()
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str):
+    self.config, self.workdir = config, workdir
+    self.is_chief = jax.process_index() == 0
+    self.start_time = time.monotonic()
+    self.checkpointer = checkpoint.Checkpointer(workdir, config.keep_checkpoints)
+    self.checkpointer.check_compatible(config)  # before any expensive work
+    self.policy = save_policy.SavePolicy(config.checkpoint_every_steps,
+                                         config.checkpoint_every_minutes,
+                                         check_every=config.log_every_steps)
+    self.mesh = parallel.make_mesh()
+    logging.info('mesh: %d devices over %d processes', self.mesh.size, jax.process_count())
+    self.data = Data(config, workdir, with_eval=config.eval_every_steps > 0)
+    cfg = model.TransformerConfig.from_config(config)
+    optimizer = optim.make_optimizer(config)
+    self.state = self._restore(parallel.create_train_state(cfg, optimizer, config.seed,
+                                                           self.mesh))
+    self.step = int(jax.device_get(self.state.step))
+    self.writer = metrics.MetricsWriter(workdir, enabled=self.is_chief)
+    self.evaluator = (dev_eval.DevEvaluator(config, cfg, self.mesh, self.data, self.writer,
+                                            workdir, self.start_time)
+                      if self.data.eval_batches is not None else None)
+    self.steps = _Steps(cfg, optimizer, self.mesh, config)
+    self.watch = _NonfiniteWatch(config.max_consecutive_nonfinite)
+    self.window = _LogWindow(config.num_train_steps, optim.learning_rate_schedule(
+        config.d_model, config.warmup_steps, config.learning_rate_scale), self.start_time)
+    self.last: Dict[str, float] = {}
 
-  def run_eval():
-    result = evaluate_batches(eval_step, state.params, data.eval_batches, mesh)
-    if translator is not None and step > 0:  # an untrained model decodes to the length limit
-      translator.params = state.params  # an argument of the jitted decode: no recompilation
-      scores = decoded_bleu(translator, [p['source'] for p in data.bleu_pairs],
-                            [p['target'] for p in data.bleu_pairs], config.target_lang)
-      result.update(bleu=scores['bleu'], tokenized_bleu=scores['tokenized_bleu'])
-      logging.info('eval at step %d: BLEU %.2f on %d %s sentences', step, scores['bleu'],
-                   len(data.bleu_pairs), config.eval_split)
-    logging.info('eval at step %d: %s loss %.4f nll %.4f perplexity %.2f accuracy %.3f', step,
-                 config.eval_split, result['loss'], result['nll'], result['perplexity'],
-                 result['accuracy'])
-    result['elapsed_s'] = time.monotonic() - run_start
-    writer.write(step, result, prefix=f'eval_{config.eval_split}')
-    if is_chief:
-      _redraw_plots(workdir)
-    return result
+  def _restore(self, state):
+    if self.checkpointer.latest_step() is None:
+      return state
+    state, data_state, start = self.checkpointer.restore_latest_good(
+        checkpoint.abstract_like(state))
+    self.data.train.set_state(data_state)
+    logging.info('resumed from step %d of %s', start, self.checkpointer.directory)
+    return state
 
-  try:
-    if eval_step is not None and step == 0:
-      last.update({f'eval_{k}': v for k, v in run_eval().items()})
-    sums, window_start, window_steps = None, time.monotonic(), 0
-    while step < total:
-      state, step_sums = steps(state, data.train)
-      sums = parallel.add_metrics(sums, step_sums)
-      step += 1
-      window_steps += 1
-      watch.push(step, step_sums['nonfinite'])
-      stopping = handler.stop_requested()
-      if step % config.log_every_steps == 0 or step == total or stopping:
-        watch.flush()
-        m = summarize(sums)  # the only regular host-device sync of the loop
-        elapsed = time.monotonic() - window_start
-        m.update(learning_rate=float(schedule(step - 1)),
-                 tokens_per_s=m['tokens'] / max(elapsed, 1e-9),
-                 padding_efficiency=m['tokens'] / max(steps.padded_tokens, 1),
-                 steps_per_s=window_steps / max(elapsed, 1e-9),
-                 eta_s=(total - step) * elapsed / window_steps,
-                 elapsed_s=time.monotonic() - run_start,
-                 nonfinite_steps=float(jax.device_get(sums['nonfinite'])))
-        if is_chief:
-          logging.info(_format(step, total, m))
-        writer.write(step, m)
-        last.update(m)
-        sums, window_start, window_steps = None, time.monotonic(), 0
-        steps.padded_tokens = 0
-      if eval_step is not None and step % config.eval_every_steps == 0 and not stopping:
-        last.update({f'eval_{k}': v for k, v in run_eval().items()})
-      if checkpointer.should_save(step) or step == total or stopping:
-        watch.flush()  # never checkpoint past a run of failures that should stop training
-        checkpointer.save(step, state, data.train.get_state(), config)
-      if stopping:
-        checkpointer.wait()
-        signalled = handler.received_at or time.monotonic()
-        logging.warning('stopped by %s at step %d: checkpoint written to %s/%d in %.1f s; '
-                        'rerun the same command to resume', handler.signal_name or 'a signal',
-                        step, checkpointer.directory, step, time.monotonic() - signalled)
-        last['stopped_at'] = step
-        break
-    watch.flush()
-  finally:
-    checkpointer.close()
-    writer.close()
-    data.train.close()
-  logging.info('training done at step %d; compiled %d train-step shapes', step,
-               len(steps.shapes))
-  return last
+  def loop(self, handler: preemption.PreemptionHandler) -> Dict[str, float]:
+    """Steps until the end or a stop request; returns the last metrics."""
+    total, delay = self.config.num_train_steps, _test_step_delay()
+    try:
+      if self.evaluator is not None and self.step == 0:
+        self._evaluate()
+      while self.step < total:
+        self.state, step_sums = self.steps(self.state, self.data.train)
+        self.step += 1
+        self.window.add(step_sums)
+        self.watch.push(self.step, step_sums['nonfinite'])
+        if delay:
+          time.sleep(delay)
+        stopping = handler.stop_requested(self.step)
+        final = stopping or self.step == total
+        if self.step % self.config.log_every_steps == 0 or final:
+          self._log()
+        if (self.evaluator is not None and self.step % self.config.eval_every_steps == 0
+            and not stopping):
+          self._evaluate()
+        if self.policy.should_save(self.step, final=final):
+          self._save()
+        if stopping:
+          self._stop(handler)
+          break
+      self.watch.flush()
+    finally:
+      self.checkpointer.close()
+      self.writer.close()
+      self.data.train.close()
+    logging.info('training done at step %d; compiled %d train-step shapes', self.step,
+                 len(self.steps.shapes))
+    return self.last
+
+  def _log(self) -> None:
+    self.watch.flush()
+    m = self.window.close(self.step, self.steps.padded_tokens)
+    self.steps.padded_tokens = 0
+    if self.is_chief:
+      logging.info(_format(self.step, self.config.num_train_steps, m))
+    self.writer.write(self.step, m)
+    self.last.update(m)
+
+  def _evaluate(self) -> None:
+    result = self.evaluator(self.step, self.state.params)
+    self.last.update({f'eval_{k}': v for k, v in result.items()})
+
+  def _save(self) -> None:
+    self.watch.flush()  # never checkpoint past a run of failures that should stop training
+    self.checkpointer.save(self.step, self.state, self.data.train.get_state(), self.config)
+    self.policy.saved()
+
+  def _stop(self, handler: preemption.PreemptionHandler) -> None:
+    self.checkpointer.wait()
+    cause = handler.signal_name or 'a preemption notice (SIGTERM to one of the processes)'
+    since = (f' in {time.monotonic() - handler.received_at:.1f} s'
+             if handler.received_at is not None else '')
+    logging.warning('stopped by %s at step %d: checkpoint written to %s/%d%s; rerun the same '
+                    'command to resume', cause, self.step, self.checkpointer.directory,
+                    self.step, since)
+    self.last['stopped_at'] = self.step

@@ -1,0 +1,95 @@
+"""Work split across processes for decoding: each process its share, every result in order.
+
+On a pod every process runs the same command. Decoding (`--mode=decode`, the BLEU part of
+`--mode=eval` and dev BLEU during training) gives process p the sentences p, p + P, p + 2P,
+... (P processes; interleaved, so every share has the same mix of lengths), decodes them
+on its own devices, then gathers the strings from all processes, so that every process
+holds every translation in input order. Only process 0 writes files (`is_writer`).
+With one process all of this reduces to plain local calls.
+"""
+
+from typing import Any, Callable, List, Optional, Sequence
+
+import jax
+import numpy as np
+
+
+def is_writer() -> bool:
+  """Whether this process writes the shared outputs (decode output, eval JSON, reports)."""
+  return jax.process_index() == 0
+
+
+def barrier(name: str) -> None:
+  """Waits until every process got here (a no-op for one process)."""
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices(f't2t_jax_{name}')
+
+
+def share(n: int, index: Optional[int] = None, count: Optional[int] = None) -> range:
+  """The indices of `n` items that process `index` of `count` works on (interleaved)."""
+  index = jax.process_index() if index is None else index
+  count = jax.process_count() if count is None else count
+  return range(index, n, count)
+
+
+def _allgather(array: np.ndarray) -> np.ndarray:
+  """`[count, *array.shape]`: the same-shaped array of every process, by process index."""
+  from jax.experimental import multihost_utils
+  return np.asarray(multihost_utils.process_allgather(array))
+
+
+def gather_strings(local: Sequence[str], n: int,
+                   allgather: Callable[[np.ndarray], np.ndarray] = _allgather,
+                   count: Optional[int] = None) -> List[str]:
+  """All `n` strings in input order, given this process's `local` ones (its `share(n)`).
+
+  Strings travel as UTF-8 bytes padded to a common length: two all-gathers (lengths, then
+  bytes) whose shapes are the same on every process, as the collectives require.
+  """
+  count = jax.process_count() if count is None else count
+  if count == 1:
+    return list(local)
+  rows = -(-n // count)
+  encoded = [s.encode('utf-8') for s in local]
+  lengths = np.zeros((rows,), np.int32)
+  lengths[:len(encoded)] = [len(b) for b in encoded]
+  all_lengths = allgather(lengths)
+  width = max(int(all_lengths.max()), 1)
+  data = np.zeros((rows, width), np.uint8)
+  for r, b in enumerate(encoded):
+    data[r, :len(b)] = np.frombuffer(b, np.uint8)
+  all_data = allgather(data)
+  result = [''] * n
+  for p in range(count):
+    for r, i in enumerate(share(n, p, count)):
+      result[i] = all_data[p, r, :all_lengths[p, r]].tobytes().decode('utf-8')
+  return result
+
+
+def local_copy(tree: Any) -> Any:
+  """Host-local, single-device copies of (replicated) global arrays, e.g. training params.
+
+  A jit that mixes arrays spanning several processes with process-local inputs fails; the
+  decoder of each process runs on local arrays only. Replicated arrays are not copied (the
+  local shard is the whole array); sharded ones are gathered.
+  """
+  def one(x):
+    if not isinstance(x, jax.Array) or x.is_fully_addressable and len(x.devices()) == 1:
+      return x
+    if x.is_fully_replicated:
+      return x.addressable_data(0)
+    from jax.experimental import multihost_utils
+    return jax.device_put(np.asarray(multihost_utils.process_allgather(x, tiled=True)))
+  return jax.tree_util.tree_map(one, tree)
+
+
+def translate_all(translator: Any, sentences: Sequence[str],
+                  progress: Optional[Callable[[int, int, float], None]] = None) -> List[str]:
+  """`translator.translate(sentences)` with the work split across processes (see module doc).
+
+  `progress` reports this process's share only (it is given to process 0 alone).
+  """
+  mine = [sentences[i] for i in share(len(sentences))]
+  local = translator.translate(mine, progress=progress if is_writer() else None)
+  return gather_strings(local, len(sentences))
