@@ -1,14 +1,18 @@
-"""t2t_jax command line: `python main.py --config=configs/wmt_base.py --workdir=DIR --mode=...`.
+"""Train, evaluate and use a Transformer (Vaswani et al. 2017) from the command line.
 
-Dispatch only; every mode lives in the library. With no --config the embedded default
-`configs/quickstart.py` (the bundled EN->ES corpus) is used.
+  python main.py --config=configs/wmt_base.py --workdir=DIR --mode=train|eval|decode|...
+
+--config is a Python file in configs/ (configs/table3.py:ROW selects a row of the paper's
+Table 3, e.g. configs/table3.py:B1); without it the embedded default configs/quickstart.py
+trains on the bundled EN->ES corpus. Override any config key after --config with
+--config.KEY=VALUE, e.g. --config.num_train_steps=1000 --config.bucket_lengths=(16,32).
+Every key is listed, with its default and a one-line description, in configs/default.py.
 """
+# Dispatch only: every mode lives in the library.
 
 import json
 import os
 import sys
-
-import logging as logging_std
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -17,6 +21,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
   sys.path.insert(0, _HERE)
 
+from t2t_jax import cli  # noqa: E402
 from t2t_jax import config as config_lib  # noqa: E402
 
 MODES = ('train', 'eval', 'decode', 'average', 'info', 'plot')
@@ -24,17 +29,7 @@ MODES = ('train', 'eval', 'decode', 'average', 'info', 'plot')
 
 def _override_keys(argv):
   """The KEYs of `--config.KEY=VALUE` arguments, in order."""
-  return [arg[len('--config.'):].split('=', 1)[0].split('.', 1)[0]
-          for arg in argv[1:] if arg.startswith('--config.')]
-
-
-def _check_override_keys(argv) -> None:
-  """Refuses `--config.KEY=...` for unknown keys: config_flags would raise a raw traceback
-  while the flag is being defined, before absl can report anything."""
-  try:
-    config_lib.unknown_keys(_override_keys(argv))
-  except config_lib.ConfigError as e:
-    sys.exit(f'error: {e}')
+  return [path.split('.', 1)[0] for path in cli.override_paths(argv)]
 
 
 def _env_int(name):
@@ -42,9 +37,12 @@ def _env_int(name):
   return int(value) if value not in (None, '') else None
 
 
-_check_override_keys(sys.argv)
-config_flags.DEFINE_config_file('config', os.path.join(_HERE, 'configs', 'quickstart.py'),
-                                'Configuration file (configs/*.py[:ROW]).', lock_config=True)
+_DEFAULT_CONFIG = os.path.join(_HERE, 'configs', 'quickstart.py')
+cli.check_argv(sys.argv, _DEFAULT_CONFIG)  # config_flags reads sys.argv on the next line
+config_flags.DEFINE_config_file(
+    'config', _DEFAULT_CONFIG, 'Python config file: configs/*.py, or configs/table3.py:ROW. '
+    'Override its keys with --config.KEY=VALUE (every key: configs/default.py).',
+    lock_config=True)
 flags.DEFINE_string('workdir', None, 'Directory for the vocabulary, checkpoints and metrics.')
 flags.DEFINE_enum('mode', 'train', MODES,
                   'train; eval (loss and BLEU on --split); decode (--input -> --output); '
@@ -55,7 +53,8 @@ flags.DEFINE_string('output', None, 'decode: file to write, must not exist (defa
 flags.DEFINE_string('checkpoint', None,
                     'eval/decode: a training step or a checkpoint path (default: the newest '
                     'averaged checkpoint, else the latest training checkpoint).')
-flags.DEFINE_string('split', 'dev', 'eval: the split to evaluate (dev or test).')
+flags.DEFINE_enum('split', 'dev', config_lib.SPLITS,
+                  "eval: the split to evaluate (dev is WMT's validation split).")
 flags.DEFINE_bool('distributed', False, 'Initialise jax.distributed, detecting the cluster '
                   '(TPU pod, SLURM, Open MPI, ...) unless the flags below are given.')
 flags.DEFINE_string('coordinator_address', os.environ.get('T2T_COORDINATOR_ADDRESS'),
@@ -73,17 +72,11 @@ flags.DEFINE_string('compilation_cache', None,
 FLAGS = flags.FLAGS
 
 
-class _QuietLibraries(logging_std.Filter):
-  """Drops the INFO chatter of orbax (several lines per checkpoint); warnings still show."""
-
-  def filter(self, record: logging_std.LogRecord) -> bool:
-    return record.levelno >= logging_std.WARNING or '/orbax/' not in record.pathname
-
-
 def main(argv) -> None:
-  logging.get_absl_handler().addFilter(_QuietLibraries())
+  logging.get_absl_handler().addFilter(cli.QuietLibraries())
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  cli.check_paths(FLAGS.workdir, FLAGS.input if FLAGS.mode == 'decode' else None)
   if FLAGS.mode == 'plot':  # reads metrics.jsonl only: no cluster to join, nothing to compile
     _plot(FLAGS.workdir)
     return
@@ -181,6 +174,6 @@ def _user_errors():
 
 if __name__ == '__main__':
   try:
-    app.run(main)
+    app.run(main, flags_parser=cli.parse_flags)
   except _user_errors() as e:
     sys.exit(f'error: {e}')

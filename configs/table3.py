@@ -36,7 +36,10 @@ def get_config(row: str = 'base'):
   if row == 'big':
     return wmt_big.get_config()
   if row not in ROWS:
-    raise ValueError(f'unknown Table 3 row {row!r}; valid rows: {", ".join(list(ROWS) + ["big"])}')
+    valid = list(ROWS) + ['big']
+    same = [r for r in valid if r.lower() == row.lower()]
+    hint = f' (rows are case-sensitive: did you mean {same[0]!r}?)' if same else ''
+    raise ValueError(f'unknown Table 3 row {row!r}{hint}; valid rows: {", ".join(valid)}')
   c = wmt_base.get_config()
   if row in ('B1', 'B2'):
     c.d_v = 64  # row B changes d_k only; d_v stays the base model's 64

@@ -10,6 +10,8 @@ from typing import Any, Iterable, Sequence
 import ml_collections
 
 from configs import default as default_config
+# The splits every dataset has: train, dev (WMT's 'validation') and test.
+from t2t_jax.data.textfiles import LOCAL_SPLITS as SPLITS
 
 
 class ConfigError(ValueError):
@@ -22,6 +24,9 @@ CHOICES = {
     'dtype': ('float32', 'bfloat16'),
     'attention_impl': ('', 'xla', 'cudnn'),
     'dataset': ('wmt14_translate/de-en', 'wmt14_translate/fr-en', 'local'),
+    'train_split': SPLITS,
+    'eval_split': SPLITS,
+    'final_eval_split': ('',) + SPLITS,
 }
 _POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_layers', 'max_len',
              'max_length', 'tokens_per_batch', 'warmup_steps', 'grad_accum_steps',
@@ -47,6 +52,23 @@ def unknown_keys(keys: Iterable[str]) -> None:
       close = difflib.get_close_matches(key, sorted(known), n=3)
       hint = f'; did you mean {", ".join(close)}?' if close else ''
       raise ConfigError(f'unknown config key {key!r}{hint} Valid keys: {", ".join(sorted(known))}')
+
+
+def check_override_paths(paths: Iterable[str]) -> None:
+  """Raises ConfigError for a `--config.PATH=...` that configs/default.py cannot take.
+
+  `paths` are dotted (`num_layers`, `num_layers.x`); every default key holds one plain value,
+  so a sub-key is refused naming the key and the type that has none.
+  """
+  paths = list(paths)
+  unknown_keys(path.split('.', 1)[0] for path in paths)
+  defaults = default_config.get_config()
+  for path in paths:
+    key, _, rest = path.partition('.')
+    if rest and not isinstance(defaults[key], ml_collections.ConfigDict):
+      raise ConfigError(f'config key {path!r}: {key!r} holds a single '
+                        f'{type(defaults[key]).__name__} and has no sub-keys; '
+                        f'write --config.{key}=VALUE')
 
 
 def _check_type(key: str, value: Any, reference: Any) -> None:

@@ -6,7 +6,8 @@ from typing import Iterable, List
 
 
 class TextFileError(ValueError):
-  """A text input that is not valid UTF-8 (the message names the file and line)."""
+  """A text input that cannot be read (a folder, no permission) or is not valid UTF-8; the
+  message names the file (and line)."""
 
 
 def decode_lines(data: bytes, name: str) -> List[str]:
@@ -34,8 +35,10 @@ def read_lines(path: str) -> List[str]:
       data = f.read()
   except FileNotFoundError:
     raise FileNotFoundError(f'no such file: {path}') from None
+  except IsADirectoryError:
+    raise TextFileError(f'{path} is a directory; expected a UTF-8 text file') from None
   except OSError as e:
-    raise OSError(f'cannot read {path}: {e.strerror or e}') from None
+    raise TextFileError(f'cannot read {path}: {e.strerror or e}') from None
   return decode_lines(data, path)
 
 

@@ -9,7 +9,7 @@ being decoded. Maximum output length = input length (tokens, with EOS) + max_dec
 import functools
 import sys
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +35,10 @@ class Translator:
     max_decode_extra: maximum output length = input length + this (50 in the paper).
     batch_sentences: rows of every decode batch.
     bucket_lengths: padded source lengths; longer inputs are padded to a multiple of 32.
+
+  Attributes:
+    truncated_lines: 1-based positions, in the last `translate` call's input, of the inputs
+      cut to fit `cfg.max_len` (a warning names them too).
   """
 
   def __init__(self, cfg: model.TransformerConfig, params, tokenizer, *, beam_size: int = 4,
@@ -48,7 +52,7 @@ class Translator:
     self.batch_sentences = batch_sentences
     self.bucket_lengths = tuple(sorted(bucket_lengths))
     self.compiled_shapes = set()
-    self.truncated = 0
+    self.truncated_lines: List[int] = []
 
   def _source_length(self, n: int) -> int:
     """The padded source length of a batch whose longest input has n tokens."""
@@ -79,16 +83,18 @@ class Translator:
         eos_id=model.EOS_ID, bos_id=model.BOS_ID)
     return sequences[:, 0]
 
-  def _encode(self, sentences: Sequence[str]) -> List[List[int]]:
+  def _encode(self, sentences: Sequence[str], indices: Sequence[int]) -> Dict[int, List[int]]:
+    """{i: EOS-terminated ids of sentences[i]} for i in `indices`; records in
+    `truncated_lines` the 1-based positions of the inputs cut to max_len - 1 tokens."""
     # Leave room for at least one output position within the model's max_len.
     limit = self.cfg.max_len - 1
-    ids = []
-    for text in sentences:
-      tokens = self.tokenizer.encode(text) + [model.EOS_ID]
+    ids, self.truncated_lines = {}, []
+    for i in indices:
+      tokens = self.tokenizer.encode(sentences[i]) + [model.EOS_ID]
       if len(tokens) > limit:
-        self.truncated += 1
+        self.truncated_lines.append(i + 1)
         tokens = tokens[:limit - 1] + [model.EOS_ID]
-      ids.append(tokens)
+      ids[i] = tokens
     return ids
 
   def translate(self, sentences: Sequence[str],
@@ -96,7 +102,7 @@ class Translator:
     """Translations of `sentences`, in the same order; empty (whitespace) lines stay empty."""
     outputs = [''] * len(sentences)
     todo = [i for i, s in enumerate(sentences) if s.strip()]
-    encoded = dict(zip(todo, self._encode([sentences[i] for i in todo])))
+    encoded = self._encode(sentences, todo)
     order = sorted(todo, key=lambda i: len(encoded[i]))
     rows = self.batch_sentences
     start, done = time.monotonic(), len(sentences) - len(todo)
@@ -120,10 +126,20 @@ class Translator:
       done += len(chunk)
       if progress is not None:
         progress(done, len(sentences), time.monotonic() - start)
-    if self.truncated:
-      logging.warning('%d inputs longer than max_len=%d tokens were truncated', self.truncated,
-                      self.cfg.max_len)
+    if self.truncated_lines:
+      logging.warning('%s', truncation_warning(self.truncated_lines, self.cfg.max_len))
     return outputs
+
+
+def truncation_warning(lines: Sequence[int], max_len: int, shown: int = 10) -> str:
+  """'3 inputs longer than max_len=256 tokens were truncated: lines 4, 17, 90', naming the
+  first `shown` line numbers and counting the rest ('and 5 more')."""
+  listed = ', '.join(map(str, lines[:shown]))
+  more = f' and {len(lines) - shown} more' if len(lines) > shown else ''
+  if len(lines) == 1:
+    return f'1 input longer than max_len={max_len} tokens was truncated: line {listed}'
+  return (f'{len(lines)} inputs longer than max_len={max_len} tokens were truncated: '
+          f'lines {listed}{more}')
 
 
 def print_progress(done: int, total: int, elapsed: float, stream=sys.stderr) -> None:

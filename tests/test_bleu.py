@@ -9,7 +9,7 @@ import pytest
 import sacrebleu
 from sacrebleu.metrics import BLEU
 
-from t2t_jax import bleu
+from t2t_jax import bleu, textio
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -157,6 +157,12 @@ def test_missing_and_non_utf8_files_are_named(tmp_path):
     bleu.read_lines(bad)
   proc = _cli('--hyp', bad, '--ref', ref, '--tokenized')
   assert proc.returncode == 1 and bad in proc.stderr and 'UTF-8' in proc.stderr
+
+
+def test_a_folder_is_not_read_as_text(tmp_path):
+  with pytest.raises(textio.TextFileError, match=rf'^{tmp_path} is a directory; expected a '
+                     'UTF-8 text file$'):
+    bleu.read_lines(str(tmp_path))
 
 
 def test_read_lines_splits_on_newline_only(tmp_path):

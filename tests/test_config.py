@@ -60,6 +60,9 @@ def _with(**changes):
     (dict(vocab_size=3.5), r"'vocab_size'.*integer"),
     (dict(bucket_lengths=(8, 64, 32)), r"'bucket_lengths'.*increasing"),
     (dict(max_length=300), r"'bucket_lengths'.*max_length=300"),
+    (dict(final_eval_split='validation'),
+     r"'final_eval_split'.*one of '', 'train', 'dev', 'test', got 'validation'"),
+    (dict(eval_split='valid'), r"'eval_split'.*one of 'train', 'dev', 'test', got 'valid'"),
 ])
 def test_invalid_values_name_the_key(changes, message):
   with pytest.raises(config_lib.ConfigError, match=message):
@@ -76,3 +79,12 @@ def test_unknown_key_is_refused_with_a_suggestion():
   c.d_modle = 3
   with pytest.raises(config_lib.ConfigError, match=r"unknown config key 'd_modle'; did you mean d_model"):
     config_lib.validate(c)
+
+
+def test_override_paths_refuse_unknown_keys_and_sub_keys():
+  config_lib.check_override_paths(['d_model', 'bucket_lengths'])
+  with pytest.raises(config_lib.ConfigError, match=r"unknown config key 'd_modle'"):
+    config_lib.check_override_paths(['d_modle.x'])
+  with pytest.raises(config_lib.ConfigError, match=r"^config key 'dtype.x': 'dtype' holds a "
+                     r"single str and has no sub-keys; write --config.dtype=VALUE$"):
+    config_lib.check_override_paths(['beam_size', 'dtype.x'])

@@ -2,8 +2,10 @@
 
 import json
 import os
+import stat
 
 import numpy as np
+import pytest
 
 from conftest import TINY, read_metrics as _metrics, run_main
 
@@ -59,7 +61,15 @@ def test_unwritable_workdir_and_missing_data_fail_before_training(corpus, tmp_pa
   assert 'error:' in result.stderr and str(empty) in result.stderr and 'train.en' in result.stderr
 
 
-def test_average_decode_and_eval_from_the_command_line(corpus, tmp_path):
+@pytest.fixture
+def umask_002():
+  """main.py runs under the user's umask 002 (group-writable), inherited by subprocesses."""
+  old = os.umask(0o002)
+  yield
+  os.umask(old)
+
+
+def test_average_decode_and_eval_from_the_command_line(corpus, tmp_path, umask_002):
   workdir = str(tmp_path / 'run')
   result = run_main(f'--workdir={workdir}', f'--config.local_corpus_dir={corpus}',
                     '--config.num_train_steps=40', *TINY)
@@ -103,6 +113,13 @@ def test_average_decode_and_eval_from_the_command_line(corpus, tmp_path):
   assert 0 <= result['bleu'] <= 100 and 'nrefs:1' in result['bleu_signature']
   assert np.isfinite(result['loss']) and result['perplexity'] > 1
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == checkpoints  # untouched
+  # Outputs get the umask's modes (664 files, 775 folders), not 600/700 from temp files.
+  written = [str(output), report, os.path.join(workdir, 'averaged')] + [
+      os.path.join(root, name) for root, dirs, files in os.walk(os.path.join(workdir, 'averaged'))
+      for name in dirs + files]
+  modes = {path: oct(stat.S_IMODE(os.stat(path).st_mode)) for path in written}
+  assert len(modes) > 10 and all(
+      mode == ('0o775' if os.path.isdir(path) else '0o664') for path, mode in modes.items()), modes
 
   bad = tmp_path / 'bad.en'
   bad.write_bytes(b'fine\n\xff\xfe broken\n')

@@ -99,3 +99,29 @@ def test_progress_reports_every_batch():
                                     max_decode_extra=2, batch_sentences=2, bucket_lengths=(8,))
   translator.translate(['ab', 'cd', 'ef', ''], progress=lambda d, t, e: calls.append((d, t)))
   assert calls == [(3, 4), (4, 4)]  # the empty line counts as done from the start
+
+
+def test_truncated_inputs_are_named_by_line_number(caplog):
+  # max_len=8 (positions are sinusoidal: the same params): at most 6 tokens plus EOS, so
+  # every batch has the one shape (8, 8) and compiles once.
+  translator = translate.Translator(CFG.replace(max_len=8), _params(), CharTokenizer(),
+                                    beam_size=1, max_decode_extra=1, batch_sentences=4,
+                                    bucket_lengths=(8,))
+  sentences = ['ab', 'x' * 6, '', 'y' * 7, 'cd', 'z' * 40]
+  with caplog.at_level('WARNING'):
+    outputs = translator.translate(sentences)
+  assert len(outputs) == 6 and outputs[2] == ''
+  assert translator.truncated_lines == [4, 6]  # 1-based; line 2 (6 tokens + EOS) fits
+  assert translator.compiled_shapes == {(8, 8)}
+  assert ('2 inputs longer than max_len=8 tokens were truncated: lines 4, 6'
+          in caplog.messages)
+  translator.translate(['ab'])
+  assert translator.truncated_lines == []  # per call, not accumulated over calls
+
+
+def test_truncation_warning_caps_the_list():
+  assert (translate.truncation_warning([7], 256)
+          == '1 input longer than max_len=256 tokens was truncated: line 7')
+  assert (translate.truncation_warning(list(range(1, 16)), 256, shown=3)
+          == '15 inputs longer than max_len=256 tokens were truncated: lines 1, 2, 3 '
+             'and 12 more')

@@ -1,0 +1,169 @@
+"""Command-line checks that turn a user's mistake into one line `error: ...` before jax starts.
+
+config_flags loads `--config=FILE[:ARG]` and defines the `--config.KEY` override flags while
+main.py is imported; it reports a missing file, a bad Table 3 row or a sub-key of a plain value
+as a traceback. absl prints its flag errors on two lines and exits 1 after `--help`. The
+functions here run first (`check_argv`), replace absl's flag parser (`parse_flags`), check the
+paths a mode will use (`check_paths`) and keep library noise off the console
+(`QuietLibraries`).
+"""
+
+import importlib.machinery
+import importlib.util
+import inspect
+import logging
+import os
+import re
+import sys
+from typing import List, Optional, Sequence
+
+import ml_collections
+from absl import flags
+
+from t2t_jax import config as config_lib
+from t2t_jax import textio
+from t2t_jax.workdir import WorkdirError
+
+_HELP = re.compile(r'--?(help|helpshort|helpfull|helpxml|\?)')
+
+
+def _flag_arguments(argv: Sequence[str]) -> List[str]:
+  """The arguments absl reads as flags: those before a bare '--'."""
+  args = list(argv[1:])
+  return args[:args.index('--')] if '--' in args else args
+
+
+def override_paths(argv: Sequence[str]) -> List[str]:
+  """The dotted PATHs of `--config.PATH=VALUE` arguments, in order."""
+  return [arg.lstrip('-')[len('config.'):].split('=', 1)[0] for arg in _flag_arguments(argv)
+          if re.match(r'--?config\.', arg)]
+
+
+def config_argument(argv: Sequence[str]) -> Optional[str]:
+  """The value of the last `--config=FILE[:ARG]` (or `--config FILE`), None if there is none."""
+  args, value = _flag_arguments(argv), None
+  for i, arg in enumerate(args):
+    name, eq, rest = arg.lstrip('-').partition('=')
+    if arg.startswith('-') and name == 'config':
+      value = rest if eq else (args[i + 1] if i + 1 < len(args) else None)
+  return value
+
+
+def _load_module(path: str):
+  """Executes a config file as a module, as config_flags does (any extension)."""
+  loader = importlib.machinery.SourceFileLoader('_t2t_jax_config_check', path)
+  module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+  loader.exec_module(module)
+  return module
+
+
+def check_config_file(value: str) -> ml_collections.ConfigDict:
+  """Loads `--config=value` (`FILE` or `FILE:ARG`) and returns `get_config([ARG])`.
+
+  Raises:
+    ConfigError: one line naming the file (and ARG) and what was expected.
+  """
+  path, has_arg, arg = value.partition(':')
+  where = f'--config={value}'
+  if os.path.isdir(path):
+    files = sorted(n for n in os.listdir(path) if n.endswith('.py') and n != '__init__.py')
+    raise config_lib.ConfigError(
+        f'{where}: {path} is a directory; expected a Python config file'
+        + (f' such as {os.path.join(path, files[0])}' if files else ''))
+  if not os.path.isfile(path):
+    raise config_lib.ConfigError(f'{where}: no such file {path!r}; expected a Python config '
+                                 'file such as configs/wmt_base.py or configs/table3.py:B1')
+  try:
+    module = _load_module(path)
+  except SyntaxError as e:
+    raise config_lib.ConfigError(f'{where}: {path} line {e.lineno}: {e.msg}; expected a '
+                                 'Python file defining get_config()') from None
+  except Exception as e:  # pylint: disable=broad-except  (a user's file can raise anything)
+    raise config_lib.ConfigError(f'{where}: {path} fails to load: {type(e).__name__}: {e}'
+                                 ) from None
+  get_config = getattr(module, 'get_config', None)
+  if not callable(get_config):
+    raise config_lib.ConfigError(f'{where}: {path} defines no get_config() function')
+  args = (arg,) if has_arg else ()
+  try:
+    inspect.signature(get_config).bind(*args)
+  except TypeError:
+    raise config_lib.ConfigError(
+        f'{where}: the get_config() of {path} takes no argument; use --config={path}'
+        if has_arg else f'{where}: the get_config() of {path} needs an argument; use '
+        f'--config={path}:ARG') from None
+  try:
+    config = get_config(*args)
+  except ValueError as e:  # ConfigError included: the file's own message names the problem
+    raise config_lib.ConfigError(f'{where}: {e}') from None
+  except Exception as e:  # pylint: disable=broad-except
+    raise config_lib.ConfigError(f'{where}: get_config() raised {type(e).__name__}: {e}'
+                                 ) from None
+  if not isinstance(config, ml_collections.ConfigDict):
+    raise config_lib.ConfigError(f'{where}: get_config() returned {type(config).__name__}, '
+                                 'expected an ml_collections.ConfigDict')
+  return config
+
+
+def check_argv(argv: Sequence[str], default_config: str) -> None:
+  """Exits with one line `error: ...` for a bad `--config` file or `--config.KEY`.
+
+  Runs before config_flags reads the command line (it defines the override flags and loads
+  the file while main.py is imported).
+  """
+  try:
+    value = config_argument(argv)
+    check_config_file(default_config if value is None else value)
+    config_lib.check_override_paths(override_paths(argv))
+  except config_lib.ConfigError as e:
+    sys.exit(f'error: {e}')
+
+
+def _asked_for_help(argv: Sequence[str]) -> bool:
+  return any(_HELP.fullmatch(arg) for arg in _flag_arguments(argv))
+
+
+def parse_flags(argv: Sequence[str]) -> List[str]:
+  """absl's flag parsing (`app.run(main, flags_parser=parse_flags)`), with `-h` for `--help`,
+  exit status 0 after help and a flag error as one line `error: ...` (exit status 1)."""
+  argv = [argv[0]] + ['--help' if arg == '-h' else arg for arg in argv[1:]]
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    sys.exit(f'error: {e}')
+  except SystemExit as e:
+    if e.code == 1 and _asked_for_help(argv):  # absl exits 1 after printing the help
+      sys.exit(0)
+    raise
+
+
+def check_paths(workdir: Optional[str], input_path: Optional[str]) -> None:
+  """Refuses a `--workdir` that is a file and an `--input` that is not a readable file.
+
+  Raises:
+    WorkdirError, FileNotFoundError, TextFileError: naming the flag, the path and what was
+      expected; nothing is created.
+  """
+  if workdir and os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise WorkdirError(f'--workdir={workdir} is a file; expected a directory (one that does '
+                       'not exist yet is created)')
+  if input_path:
+    if not os.path.exists(input_path):
+      raise FileNotFoundError(f'--input={input_path}: no such file')
+    if os.path.isdir(input_path):
+      raise textio.TextFileError(f'--input={input_path} is a directory; expected a UTF-8 text '
+                                 'file with one sentence per line')
+
+
+class QuietLibraries(logging.Filter):
+  """Drops library chatter from the console: orbax's INFO lines (several per checkpoint) and
+  jax's INFO line about backends it could not start (`Unable to initialize backend 'tpu'`
+  on every machine without one). Warnings and errors always show."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    if record.levelno >= logging.WARNING:
+      return True
+    if '/orbax/' in record.pathname:
+      return False
+    return not (record.name.startswith('jax') and
+                str(record.msg).startswith('Unable to initialize backend'))
