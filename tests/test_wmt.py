@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from tensorflow_datasets.core.download import download_manager
+from tensorflow_datasets.core.download import downloader
 
 import fake_statmt
 from configs import wmt_base, wmt_enfr_big
@@ -125,9 +125,28 @@ def test_prepared_wmt_is_reused_without_network(de_en, monkeypatch):
 def test_download_not_matching_tfds_checksums_is_refused(tmp_path, monkeypatch):
   # The synthetic archives are not the files TFDS recorded: verification stays on.
   with _statmt(monkeypatch, 'de-en', real_checksums=True):
-    with pytest.raises(download_manager.NonMatchingChecksumError, match='dev.tgz'):
+    with pytest.raises(corpora.DataError, match=r'^Downloading http://data\.statmt\.org/wmt19/'
+                       r'translation-task/dev\.tgz into .* failed: .* has wrong checksum: '
+                       r'\* Expected: .*needs the network once'):
       corpora.load_split(wmt_base.get_config(), 'train', str(tmp_path))
   assert not (tmp_path / 'wmt14_translate' / 'de-en' / '1.0.0').exists()
+
+
+def test_failed_downloads_are_one_line_errors(tmp_path, monkeypatch):
+  files = fake_statmt.archives('de-en')
+  del files[fake_statmt.EUROPARL]
+  with fake_statmt.proxy(files) as (address, _):
+    _proxy_env(monkeypatch, address)
+    monkeypatch.setattr(wmt.Wmt14Translate, 'url_infos', fake_statmt.url_infos(files))
+    with pytest.raises(corpora.DataError, match=r'Downloading .*europarl-v7\.tgz into .* '
+                       r'failed: Failed to get url .* HTTP code: 404\.'):
+      corpora.load_split(wmt_base.get_config(), 'train', str(tmp_path / 'a'))
+  # No network at all (TFDS's 10 retries, over minutes, cut to none).
+  monkeypatch.setattr(downloader, 'MAX_RETRIES', 0)
+  _proxy_env(monkeypatch, NO_NETWORK)
+  with pytest.raises(corpora.DataError, match=r'Downloading http://.*dev\.tgz into .* failed: '
+                     r'.*Connection refused.* needs the network once'):
+    corpora.load_split(wmt_base.get_config(), 'train', str(tmp_path / 'b'))
 
 
 def test_fr_en_prepared_offline_with_gzip_files_in_a_tar(tmp_path, monkeypatch):

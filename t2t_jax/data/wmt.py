@@ -18,6 +18,10 @@ What `de-en` downloads (~1.7 GB, into `<data_dir>/downloads/wmt14_translate/`):
 (training-giga-fren.tar, 2.6 GB; gzip files inside), ~6.7 GB in all. The extracted files go
 to `<data_dir>/downloads/extracted/MEMBERS.<archive>/`.
 
+A failed download (no network, an HTTP error, a file unlike the one TFDS recorded) is a
+one-line DataError naming the URL; TFDS retries a refused connection 10 times first
+(minutes).
+
 The prepared folder is `<data_dir>/wmt14_translate/<pair>/1.0.0`, where TFDS's builder
 (with TensorFlow) writes the same examples under the same keys: either preparation is
 reused by the other.
@@ -33,6 +37,8 @@ from typing import Any, Iterable
 
 from etils import epath
 import tensorflow_datasets as tfds
+from tensorflow_datasets.core.download import download_manager as tfds_download_manager
+from tensorflow_datasets.core.download import util as tfds_download_util
 from tensorflow_datasets.translate import wmt as tfds_wmt
 from tensorflow_datasets.translate import wmt14 as tfds_wmt14
 
@@ -40,6 +46,10 @@ from t2t_jax.data.textfiles import DataError
 
 # Dataset name -> TFDS builder config; the pairs whose sources this module can extract.
 CONFIGS = {'wmt14_translate/de-en': 'de-en', 'wmt14_translate/fr-en': 'fr-en'}
+# What a failed download raises: requests' errors are OSErrors, an HTTP status other than
+# 200 a DownloadError, a file unlike the one TFDS recorded a NonMatchingChecksumError.
+_DOWNLOAD_ERRORS = (OSError, tfds_download_util.DownloadError,
+                    tfds_download_manager.NonMatchingChecksumError)
 
 
 def extract_members(archive: epath.PathLike, members: Iterable[str],
@@ -106,7 +116,14 @@ class Wmt14Translate(tfds_wmt14.Wmt14Translate, skip_registration=True):
     extracted = {}
     # One URL at a time: statmt.org answers parallel downloads with 503 (as TFDS notes).
     for url, members in sorted(self._archives().items()):
-      archive = dl_manager.download(url)
+      try:
+        archive = dl_manager.download(url)
+      except _DOWNLOAD_ERRORS as e:
+        detail = ' '.join(str(e).split())  # TFDS's checksum message spans lines
+        raise DataError(
+            f'Downloading {url} into {dl_manager.download_dir} failed: {detail} (preparing '
+            f'{self.name}/{self.builder_config.name} needs the network once; a data_dir '
+            'where it is prepared needs none).') from e
       extracted[url] = os.fspath(extract_members(
           archive, members, dl_manager.download_dir / 'extracted' / f'MEMBERS.{archive.name}'))
     extraction_map = {
