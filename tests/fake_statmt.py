@@ -91,11 +91,11 @@ def train_pairs(pair: str = 'de-en') -> dict[str, tuple[list[str], list[str]]]:
   return out
 
 
-def dev_pairs() -> tuple[list[str], list[str]]:
+def newstest2013_pairs() -> tuple[list[str], list[str]]:
   return _pairs(20000, DEV_PAIRS)
 
 
-def test_pairs() -> tuple[list[str], list[str]]:
+def newstest2014_pairs() -> tuple[list[str], list[str]]:
   return _pairs(21000, TEST_PAIRS)
 
 
@@ -103,7 +103,7 @@ def archives(pair: str = 'de-en') -> dict[str, bytes]:
   """URL -> archive bytes for everything `wmt14_translate/<pair>` downloads."""
   xx = pair.split('-')[0]
   train = {name: (_text(a), _text(b)) for name, (a, b) in train_pairs(pair).items()}
-  (dev_xx, dev_en), (test_xx, test_en) = dev_pairs(), test_pairs()
+  (dev_xx, dev_en), (test_xx, test_en) = newstest2013_pairs(), newstest2014_pairs()
   other = _text(['Andere Sprache.'] * 5)  # files of other pairs, which must not be read
   files = {
       EUROPARL: {f'training/europarl-v7.{xx}-en.{xx}': train['europarl'][0],

@@ -96,9 +96,9 @@ def test_de_en_prepared_offline_from_the_real_formats(de_en):
   assert _all(train) == _expected_train('de-en')
   assert len(train) == 799  # 800 written, one with an empty German side
   assert any('\r' in en for en, _ in _all(train))  # a carriage return kept inside its line
-  dev_de, dev_en = fake_statmt.dev_pairs()
+  dev_de, dev_en = fake_statmt.newstest2013_pairs()
   assert _all(corpora.load_split(config, 'dev', data_dir)) == sorted(zip(dev_en, dev_de))
-  test_de, test_en = fake_statmt.test_pairs()  # from the SGML files
+  test_de, test_en = fake_statmt.newstest2014_pairs()  # from the SGML files
   test = corpora.load_split(config, 'test', data_dir)
   assert test.name == 'wmt14_translate/de-en:test:en-de'
   assert _all(test) == sorted(zip(test_en, test_de))
@@ -119,7 +119,7 @@ def test_prepared_wmt_is_reused_without_network(de_en, monkeypatch):
   for process_index in (0, 1):
     dev = corpora.load_split(config, 'dev', data_dir, process_index=process_index)
     assert len(dev) == fake_statmt.DEV_PAIRS
-    assert dev[0]['source'] in fake_statmt.dev_pairs()[0]
+    assert dev[0]['source'] in fake_statmt.newstest2013_pairs()[0]
 
 
 def test_download_not_matching_tfds_checksums_is_refused(tmp_path, monkeypatch):
@@ -157,7 +157,7 @@ def test_fr_en_prepared_offline_with_gzip_files_in_a_tar(tmp_path, monkeypatch):
                                       fake_statmt.MULTIUN, fake_statmt.GIGAFREN])
   assert train.name == 'wmt14_translate/fr-en:train:en-fr'
   assert _all(train) == _expected_train('fr-en')
-  test_fr, test_en = fake_statmt.test_pairs()
+  test_fr, test_en = fake_statmt.newstest2014_pairs()
   assert _all(corpora.load_split(wmt_enfr_big.get_config(), 'test', str(tmp_path))) == (
       sorted(zip(test_en, test_fr)))
 
