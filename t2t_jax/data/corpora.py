@@ -3,7 +3,8 @@
 Two kinds of data set:
 
 * WMT'14 from the TFDS catalogue (`wmt14_translate/de-en`, `wmt14_translate/fr-en`),
-  downloaded and prepared by TFDS.
+  downloaded and prepared by TFDS's builder with our TensorFlow-free extraction (`wmt.py`:
+  what is downloaded, where it goes).
 * Any local parallel corpus (`config.dataset = 'local'`), prepared by the
   `LocalParallelCorpus` builder from `config.local_corpus_dir`, which holds per split either
   two aligned plain-text files `<split>.<source_lang>` / `<split>.<target_lang>` or one
@@ -31,11 +32,8 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 from absl import logging
 import tensorflow_datasets as tfds
-# The translate builders register themselves on import; without TensorFlow the TFDS
-# package does not import them, so `tfds.builder('wmt14_translate/...')` needs this.
-import tensorflow_datasets.translate.wmt14  # pylint: disable=unused-import
 
-from t2t_jax.data import textfiles
+from t2t_jax.data import textfiles, wmt
 from t2t_jax.data.textfiles import (LOCAL_SPLITS, DataError, MissingDataError, SplitFiles,
                                     check_split, discover_splits, iter_pairs)
 # Re-exported: callers catch every data error from this module.
@@ -232,7 +230,7 @@ def _wmt_source(config: Any, split: str, data_dir: Optional[str], process_index:
       config.source_lang == config.target_lang):
     raise DataError(f'{config.dataset} has languages {langs}; the config asks for '
                     f'{config.source_lang}->{config.target_lang}.')
-  make_builder = lambda: tfds.builder(config.dataset, data_dir=data_dir or None)
+  make_builder = lambda: wmt.wmt_builder(config.dataset, data_dir)
   builder = make_builder()
   if process_index == 0:
     # A no-op when already prepared; needs the network otherwise.
