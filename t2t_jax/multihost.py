@@ -90,6 +90,8 @@ def translate_all(translator: Any, sentences: Sequence[str],
 
   `progress` reports this process's share only (it is given to process 0 alone).
   """
-  mine = [sentences[i] for i in share(len(sentences))]
-  local = translator.translate(mine, progress=progress if is_writer() else None)
+  indices = share(len(sentences))
+  local = translator.translate([sentences[i] for i in indices],
+                               progress=progress if is_writer() else None,
+                               line_numbers=[i + 1 for i in indices])
   return gather_strings(local, len(sentences))

@@ -98,11 +98,18 @@ class Translator:
     return ids
 
   def translate(self, sentences: Sequence[str],
-                progress: Optional[Callable[[int, int, float], None]] = None) -> List[str]:
-    """Translations of `sentences`, in the same order; empty (whitespace) lines stay empty."""
+                progress: Optional[Callable[[int, int, float], None]] = None,
+                line_numbers: Optional[Sequence[int]] = None) -> List[str]:
+    """Translations of `sentences`, in the same order; empty (whitespace) lines stay empty.
+
+    `line_numbers` name the sentences in warnings (default 1, 2, ...; a process decoding its
+    share of a file passes the file's line numbers).
+    """
     outputs = [''] * len(sentences)
     todo = [i for i, s in enumerate(sentences) if s.strip()]
     encoded = self._encode(sentences, todo)
+    if line_numbers is not None:
+      self.truncated_lines = [line_numbers[i - 1] for i in self.truncated_lines]
     order = sorted(todo, key=lambda i: len(encoded[i]))
     rows = self.batch_sentences
     start, done = time.monotonic(), len(sentences) - len(todo)

@@ -117,6 +117,9 @@ def test_truncated_inputs_are_named_by_line_number(caplog):
           in caplog.messages)
   translator.translate(['ab'])
   assert translator.truncated_lines == []  # per call, not accumulated over calls
+  # A process decoding its share of a file names the file's lines.
+  translator.translate(['y' * 7, 'ab', 'z' * 40], line_numbers=[2, 5, 8])
+  assert translator.truncated_lines == [2, 8]
 
 
 def test_truncation_warning_caps_the_list():
