@@ -107,8 +107,8 @@ def main(argv) -> None:
     _decode(FLAGS.workdir)
   elif FLAGS.mode == 'eval':
     from t2t_jax import evaluate, multihost
-    inference_config, _ = _inference(FLAGS.workdir)
-    result = evaluate.evaluate(inference_config, FLAGS.workdir, FLAGS.split, FLAGS.checkpoint)
+    inference_config, inference = _inference(FLAGS.workdir)
+    result = evaluate.evaluate(inference_config, FLAGS.workdir, FLAGS.split, inference=inference)
     if multihost.is_writer():
       print(json.dumps(result, indent=2, sort_keys=True))
 

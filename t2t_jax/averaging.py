@@ -18,7 +18,9 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from t2t_jax.checkpoint import CheckpointError
+from t2t_jax import damage
+from t2t_jax.checkpoint import (CheckpointError, first_readable, read_config_item,
+                                read_json_item)
 
 
 CHECKPOINTS_DIR = 'checkpoints'
@@ -84,18 +86,16 @@ def averaged_checkpoints(workdir: str) -> List[Tuple[int, int, str]]:
                     os.path.join(directory, name)))
 
 
-def _params_metadata(checkpoint_dir: str, what: str) -> Any:
+def _params_metadata(checkpoint_dir: str) -> Any:
   """The `params` subtree of `<checkpoint_dir>/state` as orbax metadata (reads no arrays)."""
   state_dir = os.path.join(checkpoint_dir, 'state')
   handler = ocp.PyTreeCheckpointHandler()
   try:
     tree = handler.metadata(epath.Path(state_dir)).tree
-  except (OSError, ValueError) as e:
-    raise CheckpointError(f'cannot read the state of {what} in {state_dir}: {e}') from e
   finally:
     handler.close()
   if not isinstance(tree, dict) or 'params' not in tree:
-    raise CheckpointError(f'{what} ({state_dir}) has no "params" in its saved state')
+    raise damage.DamagedCheckpointError(f'{state_dir} has no "params" in its saved state')
   return tree['params']
 
 
@@ -125,30 +125,101 @@ def _restore_params(checkpoint_dir: str, params_metadata) -> Any:
 
   The target is built from the checkpoint's own metadata, so no optimizer or model is needed;
   `partial_restore` skips the optimizer moments (2/3 of a training state). Restoring to numpy
-  ignores the saved device sharding, so a checkpoint from 8 GPUs loads on 1 CPU.
+  ignores the saved device sharding, so a checkpoint from 8 GPUs loads on 1 CPU. The handler
+  is used alone: each process reads on its own, with no barrier (see `checkpoint.py`).
   """
   restore_args = jax.tree_util.tree_map(
       lambda _: ocp.RestoreArgs(restore_type=np.ndarray), params_metadata)
-  with ocp.PyTreeCheckpointer() as checkpointer:
-    restored = checkpointer.restore(
-        os.path.join(checkpoint_dir, 'state'), args=ocp.args.PyTreeRestore(
+  handler = ocp.PyTreeCheckpointHandler()
+  try:
+    restored = handler.restore(
+        epath.Path(checkpoint_dir) / 'state', args=ocp.args.PyTreeRestore(
             item={'params': params_metadata}, restore_args={'params': restore_args},
             partial_restore=True))
+  finally:
+    handler.close()
   return restored['params']
 
 
-def _read_json(item_dir: str) -> Any:
-  with ocp.Checkpointer(ocp.JsonCheckpointHandler()) as checkpointer:
-    return checkpointer.restore(item_dir, args=ocp.args.JsonRestore())
+def _config(checkpoint_dir: str) -> Dict[str, Any]:
+  return read_config_item(os.path.join(checkpoint_dir, 'config'))
 
 
 def latest_training_config(workdir: str) -> Dict[str, Any]:
-  """The config JSON saved with the newest training checkpoint (read-only)."""
-  steps = training_steps(workdir)
+  """The config JSON saved with the newest training checkpoint whose config reads (read-only;
+  damaged ones are skipped with a warning)."""
   source = os.path.join(os.path.abspath(workdir), CHECKPOINTS_DIR)
+  steps = training_steps(workdir)
   if not steps:
     raise CheckpointError(f'no training checkpoint in {source}')
-  return _read_json(os.path.join(source, str(steps[-1]), 'config'))
+  config, _, skipped = first_readable(
+      [os.path.join(source, str(s)) for s in reversed(steps)], _config, _name)
+  if config is None:
+    raise CheckpointError(f'no training checkpoint in {source} has a readable config: '
+                          + '; '.join(f'{p}: {reason}' for p, reason in skipped))
+  return config
+
+
+def _name(path: str) -> str:
+  return f'checkpoint {path}'
+
+
+def _pick_readable(source: str, available: List[int], num: int, damaged: Dict[int, str]
+                   ) -> Dict[int, Any]:
+  """{step: params metadata} of the newest `num` steps whose metadata reads; steps found
+  damaged are added to `damaged` (step -> reason) and skipped."""
+  metadata: Dict[int, Any] = {}
+  remaining = [s for s in reversed(available) if s not in damaged]
+  while len(metadata) < num:
+    meta, step, skipped = first_readable(
+        remaining, lambda s: _params_metadata(os.path.join(source, str(s))),
+        lambda s: _name(os.path.join(source, str(s))))
+    damaged.update(skipped)
+    if step is None:
+      raise CheckpointError(
+          f'cannot average the last {num} checkpoints: only {len(metadata)} of the '
+          f'{len(available)} in {source} are readable (damaged: ' + '; '.join(
+              f'step {s}: {reason}' for s, reason in sorted(damaged.items())) + ')')
+    metadata[step] = meta
+    remaining = remaining[remaining.index(step) + 1:]
+  return metadata
+
+
+def _existing_average(target: str, steps: Tuple[int, ...]) -> Optional[AveragedCheckpoint]:
+  """The averaged checkpoint `target` if it exists (made from `steps`, else CheckpointError)."""
+  if not os.path.exists(target):
+    return None
+  found, _, skipped = first_readable(
+      [target], lambda t: (tuple(read_json_item(os.path.join(t, 'averaging'))['steps']),
+                           _restore_params(t, _params_metadata(t))), _name, warn=False)
+  if found is None or found[0] != steps:
+    made = (f'is damaged ({skipped[0][1]})' if found is None
+            else f'averages steps {found[0]}, not {steps}')
+    raise CheckpointError(f'{target} exists but {made}; move it away to rebuild it (nothing '
+                          'was changed)')
+  logging.info('checkpoint averaging: %s exists (steps %s); not rewriting it', target,
+               ','.join(map(str, steps)))
+  return AveragedCheckpoint(target, steps, found[1])
+
+
+def _sum_params(source: str, metadata: Dict[int, Any], damaged: Dict[int, str]) -> Any:
+  """float32 sum of the params of `metadata`'s steps; None (and the step added to `damaged`)
+  when one of them turns out damaged."""
+  total = None
+  for s in sorted(metadata):
+    path = os.path.join(source, str(s))
+    params, _, skipped = first_readable([path], lambda p: _restore_params(p, metadata[s]), _name)
+    if params is None:
+      damaged[s] = skipped[0][1]
+      return None
+    if total is None:
+      total = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float32).copy(), params)
+    else:
+      # In place: memory stays one restored model plus the float32 sum, whatever `num` is.
+      jax.tree_util.tree_map(lambda acc, x: np.add(acc, np.asarray(x, np.float32), out=acc),
+                             total, params)
+    del params
+  return total
 
 
 def average_checkpoints(workdir: str, num: int) -> AveragedCheckpoint:
@@ -157,14 +228,16 @@ def average_checkpoints(workdir: str, num: int) -> AveragedCheckpoint:
   Writes `<workdir>/averaged/step_<last>_last_<num>/` (orbax: temp dir + rename, so it is
   complete or absent) with the mean parameters, the newest checkpoint's config and the steps
   averaged. If that directory exists already (same last step and N), it is returned as is.
-  The training checkpoints are only read. The mean is a running float32 sum over checkpoints
-  (host memory: one model plus the sum), divided once by `num`, then cast back to each
-  parameter's dtype.
+  The training checkpoints are only read; one with damaged files is skipped with a warning
+  and the next older one is used instead (the name and the `averaging` entry say which steps
+  were averaged). The mean is a running float32 sum over checkpoints (host memory: one model
+  plus the sum), divided once by `num`, then cast back to each parameter's dtype.
 
   Raises:
-    CheckpointError: `num < 1`; no or fewer than `num` checkpoints; a checkpoint whose params
-      differ from the newest one's in structure, shape or dtype (the first mismatch is named);
-      an existing averaged checkpoint of the same name made from other steps.
+    CheckpointError: `num < 1`; fewer than `num` (readable) checkpoints; a checkpoint whose
+      params differ from the newest one's in structure, shape or dtype (the first mismatch is
+      named); an existing averaged checkpoint of the same name made from other steps; a read
+      that failed for a passing reason (I/O error, memory).
   """
   workdir = os.path.abspath(workdir)
   source = os.path.join(workdir, CHECKPOINTS_DIR)
@@ -177,43 +250,37 @@ def average_checkpoints(workdir: str, num: int) -> AveragedCheckpoint:
     raise CheckpointError(
         f'cannot average the last {num} checkpoints: only {len(available)} exist in {source} '
         f'(steps {", ".join(map(str, available))})')
-  steps = tuple(available[-num:])
-  target = os.path.join(workdir, AVERAGED_DIR, f'step_{steps[-1]}_last_{num}')
-  if os.path.exists(target):
-    done = tuple(_read_json(os.path.join(target, 'averaging'))['steps'])
-    if done != steps:
-      raise CheckpointError(f'{target} exists but averages steps {done}, not {steps}; move it '
-                            f'away to rebuild it (nothing was changed)')
-    logging.info('checkpoint averaging: %s exists (steps %s); not rewriting it', target,
-                 ','.join(map(str, steps)))
-    return AveragedCheckpoint(
-        target, steps, _restore_params(target, _params_metadata(target, target)))
-
-  # Check every tree against the newest before reading any array, so a mismatch costs nothing.
-  step_dirs = {s: os.path.join(source, str(s)) for s in steps}
-  metadata = {s: _params_metadata(step_dirs[s], f'training checkpoint {s}') for s in steps}
-  ref = _signature(metadata[steps[-1]])
-  for s in steps[:-1]:
-    _check_same(steps[-1], ref, s, _signature(metadata[s]))
-  for name, (_, dtype) in ref.items():
-    if not jax.numpy.issubdtype(dtype, jax.numpy.floating):  # bfloat16 included
-      raise CheckpointError(f'cannot average: parameter {name!r} has non-float dtype {dtype}')
-
-  total = None
-  for s in steps:
-    params = _restore_params(step_dirs[s], metadata[s])
-    if total is None:
-      total = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float32).copy(), params)
-    else:
-      # In place: memory stays one restored model plus the float32 sum, whatever `num` is.
-      jax.tree_util.tree_map(lambda acc, x: np.add(acc, np.asarray(x, np.float32), out=acc),
-                             total, params)
-    del params
+  existing = _existing_average(
+      os.path.join(workdir, AVERAGED_DIR, f'step_{available[-1]}_last_{num}'),
+      tuple(available[-num:]))
+  if existing is not None:
+    return existing  # made before any damage: nothing to read
+  damaged: Dict[int, str] = {}
+  while True:  # again after a step turns out damaged while its arrays are read
+    # Check every tree against the newest before reading any array: a mismatch costs nothing.
+    metadata = _pick_readable(source, available, num, damaged)
+    steps = tuple(sorted(metadata))
+    target = os.path.join(workdir, AVERAGED_DIR, f'step_{steps[-1]}_last_{num}')
+    existing = _existing_average(target, steps)
+    if existing is not None:
+      return existing
+    ref = _signature(metadata[steps[-1]])
+    for s in steps[:-1]:
+      _check_same(steps[-1], ref, s, _signature(metadata[s]))
+    for name, (_, dtype) in ref.items():
+      if not jax.numpy.issubdtype(dtype, jax.numpy.floating):  # bfloat16 included
+        raise CheckpointError(f'cannot average: parameter {name!r} has non-float dtype {dtype}')
+    newest = os.path.join(source, str(steps[-1]))
+    config, _, skipped = first_readable([newest], _config, _name)
+    if config is None:
+      damaged[steps[-1]] = skipped[0][1]
+      continue
+    total = _sum_params(source, metadata, damaged)
+    if total is not None:
+      break
   dtypes = jax.tree_util.tree_map(lambda m: np.dtype(m.dtype), metadata[steps[-1]])
   mean = jax.tree_util.tree_map(lambda acc, dtype: (acc / np.float32(num)).astype(dtype),
                                 total, dtypes)
-
-  config = _read_json(os.path.join(step_dirs[steps[-1]], 'config'))
   os.makedirs(os.path.dirname(target), exist_ok=True)
   with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
     checkpointer.save(target, args=ocp.args.Composite(
@@ -224,26 +291,24 @@ def average_checkpoints(workdir: str, num: int) -> AveragedCheckpoint:
   return AveragedCheckpoint(target, steps, mean)
 
 
-def _resolve(workdir: str, checkpoint: Optional[str]) -> Tuple[str, int, Optional[List[int]]]:
-  """(checkpoint dir, step, averaged steps or None for a training checkpoint)."""
+def _default_candidates(workdir: str) -> List[str]:
+  """Eval/decode's preference: the averaged checkpoints, newest first (highest last step,
+  then largest N), then the training checkpoints, newest first."""
+  source = os.path.join(workdir, CHECKPOINTS_DIR)
+  return ([path for _, _, path in reversed(averaged_checkpoints(workdir))]
+          + [os.path.join(source, str(s)) for s in reversed(training_steps(workdir))])
+
+
+def _resolve(workdir: str, checkpoint: str) -> str:
+  """The directory an explicit --checkpoint (a step, or a path) names."""
   source = os.path.join(workdir, CHECKPOINTS_DIR)
   available = training_steps(workdir)
   listing = (f'training steps available in {source}: '
              f'{", ".join(map(str, available)) if available else "none"}')
-  if checkpoint is None:
-    averaged = averaged_checkpoints(workdir)
-    if averaged:
-      # Newest: the highest last step, then the largest N (sorted tuples: the last one).
-      checkpoint = averaged[-1][2]
-    elif available:
-      return os.path.join(source, str(available[-1])), available[-1], None
-    else:
-      raise CheckpointError(f'no checkpoint in workdir {workdir}: looked in {source} and '
-                            f'{os.path.join(workdir, AVERAGED_DIR)}')
-  elif checkpoint.isdigit():
+  if checkpoint.isdigit():
     if int(checkpoint) not in available:
       raise CheckpointError(f'no training checkpoint at step {checkpoint}; {listing}')
-    return os.path.join(source, str(int(checkpoint))), int(checkpoint), None
+    return os.path.join(source, str(int(checkpoint)))
   # A path: as given, else relative to the workdir (e.g. 'averaged/step_800_last_5').
   path = next((os.path.abspath(p) for p in (checkpoint, os.path.join(workdir, checkpoint))
                if os.path.isdir(p)), None)
@@ -251,14 +316,34 @@ def _resolve(workdir: str, checkpoint: Optional[str]) -> Tuple[str, int, Optiona
     raise CheckpointError(f'checkpoint {checkpoint!r} does not exist or is incomplete; '
                           f'{listing}; averaged: '
                           f'{[os.path.basename(a[2]) for a in averaged_checkpoints(workdir)]}')
-  if os.path.isdir(os.path.join(path, 'averaging')):
-    steps = [int(s) for s in _read_json(os.path.join(path, 'averaging'))['steps']]
-    return path, steps[-1], steps
-  name = os.path.basename(path)
-  if not (name.isdigit() and os.path.isdir(os.path.join(path, 'state'))):
+  if not (os.path.isdir(os.path.join(path, 'averaging')) or (
+      os.path.basename(path).isdigit() and os.path.isdir(os.path.join(path, 'state')))):
     raise CheckpointError(f'{path} is neither a training step directory (<step>/state) nor '
                           f'an averaged checkpoint (with an "averaging" entry)')
-  return path, int(name), None
+  return path
+
+
+def _read_inference(path: str) -> InferenceParams:
+  """Params (float32, on the default device), config and origin of the checkpoint `path`."""
+  if os.path.isdir(os.path.join(path, 'averaging')):
+    steps = [int(s) for s in read_json_item(os.path.join(path, 'averaging'))['steps']]
+    description, step = f'averaged steps {",".join(map(str, steps))}', steps[-1]
+  else:
+    step = int(os.path.basename(path))
+    description = f'training checkpoint step {step}'
+  params = _restore_params(path, _params_metadata(path))
+  params = jax.tree_util.tree_map(lambda x: jax.device_put(np.asarray(x, np.float32)), params)
+  return InferenceParams(params, _config(path), description, step)
+
+
+def _warn_if_stale(workdir: str, inference: InferenceParams, path: str) -> None:
+  """Says so when training checkpoints newer than the averaged one `path` exist."""
+  newer = [s for s in training_steps(workdir) if s > inference.step]
+  if newer and os.path.isdir(os.path.join(path, 'averaging')):
+    logging.warning(
+        'using %s (%s), but training checkpoints up to step %d are newer; refresh the average '
+        'with: python main.py --mode=average --workdir=%s (or pick one with --checkpoint=%d)',
+        os.path.relpath(path, workdir), inference.description, newer[-1], workdir, newer[-1])
 
 
 def load_inference_params(workdir: str, checkpoint: Optional[str] = None) -> InferenceParams:
@@ -267,21 +352,38 @@ def load_inference_params(workdir: str, checkpoint: Optional[str] = None) -> Inf
   Args:
     workdir: the run's directory.
     checkpoint: None: the newest averaged checkpoint (highest last step, then largest N) if
-      there is one, else the latest training checkpoint; a step number as a string: that
-      training checkpoint; or the path of an averaged or training step directory.
+      there is one, else the latest training checkpoint; one with damaged files is skipped
+      with a one-line warning for the next in that order, and an average older than the
+      newest training checkpoint is used with a warning naming the command that refreshes
+      it. A step number as a string: that training checkpoint; or the path of an averaged or
+      training step directory: exactly that one (damaged: CheckpointError).
 
   Returns:
     InferenceParams; `t2t_jax.config.from_json(result.config_json)` rebuilds the config.
 
   Raises:
-    CheckpointError: no checkpoint, or the requested one does not exist (available listed).
+    CheckpointError: no (readable) checkpoint, the requested one does not exist (available
+      listed) or is damaged, or a read failed for a passing reason (I/O error, memory).
   """
   workdir = os.path.abspath(workdir)
-  path, step, averaged = _resolve(workdir, checkpoint)
-  params = _restore_params(path, _params_metadata(path, f'checkpoint {path}'))
-  params = jax.tree_util.tree_map(lambda x: jax.device_put(np.asarray(x, np.float32)), params)
-  config_json = _read_json(os.path.join(path, 'config'))
-  description = (f'averaged steps {",".join(map(str, averaged))}' if averaged
-                 else f'training checkpoint step {step}')
-  logging.info('inference parameters: %s (%s)', description, path)
-  return InferenceParams(params, config_json, description, step)
+  candidates = _default_candidates(workdir) if checkpoint is None else [
+      _resolve(workdir, checkpoint)]
+  if not candidates:
+    raise CheckpointError(f'no checkpoint in workdir {workdir}: looked in '
+                          f'{os.path.join(workdir, CHECKPOINTS_DIR)} and '
+                          f'{os.path.join(workdir, AVERAGED_DIR)}')
+  inference, path, skipped = first_readable(candidates, _read_inference, _name,
+                                            warn=checkpoint is None)
+  if inference is None and checkpoint is not None:
+    steps = ', '.join(map(str, training_steps(workdir))) or 'none'
+    raise CheckpointError(
+        f'{_name(candidates[0])} is damaged ({skipped[0][1]}); choose another with '
+        f'--checkpoint=STEP (training steps: {steps}) or leave --checkpoint out to use the '
+        'newest readable one')
+  if inference is None:
+    raise CheckpointError(f'no checkpoint in workdir {workdir} is readable: ' + '; '.join(
+        f'{p}: {reason}' for p, reason in skipped))
+  if checkpoint is None:
+    _warn_if_stale(workdir, inference, path)
+  logging.info('inference parameters: %s (%s)', inference.description, path)
+  return inference

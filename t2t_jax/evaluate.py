@@ -71,17 +71,20 @@ def write_result(workdir: str, split: str, step: int, result: Dict[str, Any]) ->
 
 
 def evaluate(config: ml_collections.ConfigDict, workdir: str, split: str = 'dev',
-             checkpoint: Optional[str] = None, show_progress: bool = True) -> Dict[str, Any]:
+             checkpoint: Optional[str] = None, show_progress: bool = True,
+             inference: Any = None) -> Dict[str, Any]:
   """Teacher-forced metrics and decoded BLEU of the workdir's model on `split`.
 
-  Uses the averaged checkpoint when one exists (or `checkpoint`: a step or a path). Writes
+  Uses `inference` (`averaging.InferenceParams`) when given, else loads the averaged
+  checkpoint when one exists (or `checkpoint`: a step or a path). Writes
   `<workdir>/eval_<split>_<step>.json` and returns the same dict. On several processes each
   evaluates its share of the batches and sentences, every process returns the same result,
   and process 0 alone writes the file.
   """
   from t2t_jax import averaging
   from t2t_jax.data import corpora, pipeline, tokenizer
-  inference = averaging.load_inference_params(workdir, checkpoint)
+  if inference is None:
+    inference = averaging.load_inference_params(workdir, checkpoint)
   tok = tokenizer.load(tokenizer.vocab_path(workdir))
   source = corpora.load_split(config, split, corpora.default_data_dir(config, workdir),
                              process_index=jax.process_index())

@@ -25,7 +25,7 @@ from t2t_jax import (checkpoint, dev_eval, metrics, model, optim, parallel, pree
 from t2t_jax import workdir as workdir_lib
 from t2t_jax.evaluate import summarize
 from t2t_jax import config as config_lib
-from t2t_jax.data import corpora, pipeline, tokenizer
+from t2t_jax.data import corpora, fingerprint, pipeline, tokenizer
 
 
 class TrainError(RuntimeError):
@@ -202,8 +202,10 @@ class _Run:
     self.config, self.workdir = config, workdir
     self.is_chief = jax.process_index() == 0
     self.start_time = time.monotonic()
-    self.checkpointer = checkpoint.Checkpointer(workdir, config.keep_checkpoints)
-    self.checkpointer.check_compatible(config)  # before any expensive work
+    self.checkpointer = checkpoint.Checkpointer(
+        workdir, config.keep_checkpoints,
+        data_fingerprint=fingerprint.compute(config, corpora.default_data_dir(config, workdir)))
+    self.checkpointer.check_compatible(config)  # config and data, before any expensive work
     self.policy = save_policy.SavePolicy(config.checkpoint_every_steps,
                                          config.checkpoint_every_minutes,
                                          check_every=config.log_every_steps)

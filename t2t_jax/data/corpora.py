@@ -24,6 +24,7 @@ pairs with an empty side are dropped and counted.
 """
 
 import dataclasses
+import functools
 import hashlib
 import os
 import re
@@ -53,16 +54,39 @@ _WMT_SPLITS = {'dev': 'validation'}     # WMT calls it validation
 def _fingerprint(corpus_dir: str, splits: dict[str, SplitFiles], source_lang: str,
                  target_lang: str) -> str:
   """sha256 of the folder path, the language pair and the raw bytes of every data file."""
+  return file_digests(corpus_dir, splits, source_lang, target_lang)[0]
+
+
+def file_digests(corpus_dir: str, splits: dict[str, SplitFiles], source_lang: str,
+                 target_lang: str) -> tuple[str, dict[str, dict[str, str]]]:
+  """(the corpus sha256 of `_fingerprint`, {split: {file name: sha256 of its bytes}}).
+
+  Every file is read once for both. The result is remembered for the files' current (path,
+  size, mtime), so the data fingerprint of a run and its preparation share one hashing pass.
+  """
+  stats = tuple((split, path, os.stat(path).st_size, os.stat(path).st_mtime_ns)
+                for split in sorted(splits) for path in splits[split].paths)
+  combined, files = _hash_files(os.path.realpath(corpus_dir), source_lang, target_lang, stats)
+  return combined, {split: dict(names) for split, names in files.items()}  # cached: a copy
+
+
+@functools.lru_cache(maxsize=16)
+def _hash_files(real_dir: str, source_lang: str, target_lang: str,
+                stats: tuple[tuple[str, str, int, int], ...]
+                ) -> tuple[str, dict[str, dict[str, str]]]:
   h = hashlib.sha256()
-  h.update(f'v1\0{os.path.realpath(corpus_dir)}\0{source_lang}\0{target_lang}\0'.encode())
-  for split in sorted(splits):
-    for path in splits[split].paths:
-      h.update(f'{split}\0{os.path.basename(path)}\0'.encode())
-      with open(path, 'rb') as f:
-        for chunk in iter(lambda: f.read(1 << 20), b''):  # pylint: disable=cell-var-from-loop
-          h.update(chunk)
-      h.update(b'\0')
-  return h.hexdigest()
+  h.update(f'v1\0{real_dir}\0{source_lang}\0{target_lang}\0'.encode())
+  files: dict[str, dict[str, str]] = {}
+  for split, path, _, _ in stats:
+    one = hashlib.sha256()
+    h.update(f'{split}\0{os.path.basename(path)}\0'.encode())
+    with open(path, 'rb') as f:
+      for chunk in iter(lambda: f.read(1 << 20), b''):  # pylint: disable=cell-var-from-loop
+        h.update(chunk)
+        one.update(chunk)
+    h.update(b'\0')
+    files.setdefault(split, {})[os.path.basename(path)] = one.hexdigest()
+  return h.hexdigest(), files
 
 
 @dataclasses.dataclass(eq=False)

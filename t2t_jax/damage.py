@@ -1,0 +1,115 @@
+"""Is a checkpoint that failed to read damaged, or did the read itself fail?
+
+Only damaged files justify falling back to an older checkpoint (and, in training, moving the
+damaged one to `checkpoints_unreadable/`). A read that failed for a passing reason (an I/O
+error, a full disk, no memory) must fail loudly and change nothing: the same checkpoint reads
+fine once the cause is gone. `is_damage` draws that line from the exception; `agree` makes
+every process of a multi-process run take the same decision.
+"""
+
+import errno
+import json
+import re
+from typing import List, Sequence, Tuple
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+# The outcome of one process reading one checkpoint; a larger value wins when combined.
+OK, DAMAGED, FAILED = 0, 1, 2
+
+# tensorstore raises ValueError('<absl status code>: ...'). These codes say the bytes on disk
+# are wrong or missing; its OS errors come as UNKNOWN (EIO), RESOURCE_EXHAUSTED (ENOSPC,
+# ENOMEM, EMFILE) or PERMISSION_DENIED, or, in older versions, as FAILED_PRECONDITION with
+# "[OS error: ...]" in the text.
+_DAMAGE_CODES = ('OUT_OF_RANGE', 'DATA_LOSS', 'NOT_FOUND', 'FAILED_PRECONDITION')
+_STATUS = re.compile(r'^([A-Z_]+): ')
+_OS_ERROR = re.compile(r'\[OS error')
+
+
+class DamagedCheckpointError(ValueError):
+  """A checkpoint file reads but holds something impossible (e.g. a config that is not an
+  object); raised by our own checks, classified as damage."""
+
+
+def is_damage(error: BaseException) -> bool:
+  """True when `error`, raised while reading a checkpoint, means its files are damaged.
+
+  Observed with orbax-checkpoint 0.12.8 and tensorstore 0.1.86, garbling a saved checkpoint
+  (and injecting errno values into its reads with an LD_PRELOAD shim):
+
+  Damaged (True):
+    - array files truncated or overwritten with junk: ValueError 'OUT_OF_RANGE: ... Requested
+      byte range [0, 434) is not valid for value of size 7'.
+    - array bytes flipped, `manifest.ocdbt` junk: ValueError 'DATA_LOSS: ... CRC-32C checksum
+      verification failed' / '... Error decoding manifest'.
+    - array files or the manifest deleted (or a directory in their place): 'NOT_FOUND: ...'.
+    - `state/_sharding` junk: ValueError 'FAILED_PRECONDITION: ... Invalid JSON'.
+    - garbled JSON files (`state/_METADATA`, `state/array_metadatas/*`, `config`, `data`,
+      `data_fingerprint`): json.JSONDecodeError; binary junk in them: UnicodeDecodeError.
+    - a missing item directory or `_METADATA`: FileNotFoundError; through a CheckpointManager,
+      KeyError('Item "state" was not found in the checkpoint...').
+    - DamagedCheckpointError from our own checks.
+  Not damaged (False; nothing is moved, the caller fails loudly):
+    - OSError other than ENOENT from Python reads: EIO, ENOSPC, ENOMEM, EACCES, EMFILE, ...
+    - the same errnos inside tensorstore: ValueError 'UNKNOWN: ... Input/output error',
+      'RESOURCE_EXHAUSTED: ... No space left on device' (also ENOMEM, EMFILE),
+      'PERMISSION_DENIED: ...', and any status text carrying '[OS error: ...]'.
+    - MemoryError; jax runtime errors (e.g. XLA RESOURCE_EXHAUSTED placing arrays on devices).
+    - anything else, e.g. a state tree that no longer matches the code (a deleted
+      `state/_METADATA` read through a CheckpointManager looks like this too: a pytree
+      structure ValueError), so an unknown failure never costs a checkpoint.
+  A garbled `_CHECKPOINT_METADATA` raises nothing: orbax logs an error and the step restores.
+  CheckpointError wrappers are judged by their `__cause__`.
+  """
+  if isinstance(error, DamagedCheckpointError):
+    return True
+  if isinstance(error, (json.JSONDecodeError, UnicodeDecodeError)):
+    return True
+  if isinstance(error, OSError):
+    return error.errno == errno.ENOENT or (
+        error.errno is None and isinstance(error, FileNotFoundError))
+  if isinstance(error, KeyError):
+    return 'was not found in the checkpoint' in str(error)
+  if type(error) is ValueError:  # tensorstore's exception type; subclasses are not its
+    text = str(error)
+    status = _STATUS.match(text)
+    return bool(status) and status.group(1) in _DAMAGE_CODES and not _OS_ERROR.search(text)
+  cause = error.__cause__
+  return cause is not None and type(error).__name__ == 'CheckpointError' and is_damage(cause)
+
+
+def outcome(error: BaseException) -> int:
+  """DAMAGED or FAILED for a read that raised `error`."""
+  return DAMAGED if is_damage(error) else FAILED
+
+
+def short_error(error: BaseException, limit: int = 240) -> str:
+  """One line naming `error`: its type and message, without tensorstore's spec dumps."""
+  text = re.sub(r'\s*\[tensorstore_spec.*', '', str(error), flags=re.S)
+  text = ' '.join(text.split())
+  if len(text) > limit:
+    status = _STATUS.match(text)
+    head = status.group(0) if status else ''
+    text = f'{head}...{text[-(limit - len(head)):]}'
+  return f'{type(error).__name__}: {text}'
+
+
+def combine(codes: Sequence[int]) -> int:
+  """The decision for all processes from each one's outcome: OK only if every process read
+  the checkpoint; FAILED if any failed for a passing reason (it must not be moved); else
+  DAMAGED."""
+  return int(max(codes))
+
+
+def agree(code: int) -> Tuple[int, List[int]]:
+  """(combined outcome, per-process outcomes) of this process's `code` and everyone else's.
+
+  A collective in multi-process runs: every process must call it for every read attempt.
+  """
+  if jax.process_count() == 1:
+    return code, [code]
+  codes = [int(c) for c in np.asarray(
+      multihost_utils.process_allgather(np.asarray(code, np.int32))).reshape(-1)]
+  return combine(codes), codes

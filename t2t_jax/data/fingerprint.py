@@ -1,0 +1,87 @@
+"""The data fingerprint saved with each training checkpoint, and what a change means on resume.
+
+A resumed run continues the data iterator at a saved position and keeps the vocabulary trained
+from the original text, so training files edited in place would silently mix two corpora. The
+fingerprint records what the data was:
+
+* a local corpus: `{'dataset': 'local', 'corpus_dir', 'source_lang', 'target_lang',
+  'train_split', 'sha256' (all files together, as in the prepared dataset's name), 'files':
+  {split: {file name: sha256}}}`;
+* WMT from TFDS: `{'dataset', 'source_lang', 'target_lang', 'train_split', 'tfds_name',
+  'tfds_config', 'tfds_version'}`.
+
+`compare` refuses a changed training split (or another dataset or TFDS version) and only notes
+changed dev/test files, whose change makes metrics before and after incomparable but leaves the
+checkpoint valid.
+"""
+
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+from t2t_jax.data import corpora, textfiles
+
+_WMT_KEYS = ('tfds_name', 'tfds_config', 'tfds_version')
+
+
+def compute(config: Any, data_dir: Optional[str]) -> Dict[str, Any]:
+  """The fingerprint of `config`'s data (see the module doc); reads no network.
+
+  For a local corpus this hashes the files (the preparation reuses the result, see
+  `corpora.file_digests`); missing or malformed corpus files raise `corpora.DataError`.
+  """
+  common = {'dataset': config.dataset, 'source_lang': config.source_lang,
+            'target_lang': config.target_lang, 'train_split': config.train_split}
+  if config.dataset in corpora.WMT_DATASETS:
+    import tensorflow_datasets as tfds
+    builder = tfds.builder(config.dataset, data_dir=data_dir or None)
+    return dict(common, tfds_name=builder.name, tfds_version=str(builder.version),
+                tfds_config=builder.builder_config.name if builder.builder_config else '')
+  corpus_dir, src, tgt = corpora.local_corpus_location(config)
+  corpus_dir = os.path.abspath(corpus_dir)
+  splits = textfiles.discover_splits(corpus_dir, src, tgt)
+  combined, files = corpora.file_digests(corpus_dir, splits, src, tgt)
+  return dict(common, corpus_dir=corpus_dir, sha256=combined, files=files)
+
+
+def _file_changes(saved: Dict[str, Any], current: Dict[str, Any], split: str) -> List[str]:
+  """'<path> (what changed)' for each file of `split` that differs."""
+  before = saved.get('files', {}).get(split, {})
+  now = current.get('files', {}).get(split, {})
+  changes = []
+  for name in sorted(set(before) | set(now)):
+    path = os.path.join(current['corpus_dir'], name)
+    if name not in now:
+      changes.append(f'{path} (gone)')
+    elif name not in before:
+      changes.append(f'{path} (new)')
+    elif before[name] != now[name]:
+      changes.append(f'{path} (sha256 {before[name][:12]}... now {now[name][:12]}...)')
+  return changes
+
+
+def compare(saved: Dict[str, Any], current: Dict[str, Any]) -> Tuple[Optional[str], List[str]]:
+  """(why resuming on `current` data is refused, or None; notes worth a warning).
+
+  Args:
+    saved: the fingerprint stored with a checkpoint.
+    current: `compute` for the run about to resume.
+  """
+  if saved.get('dataset') != current.get('dataset'):
+    return (f'dataset {saved.get("dataset")!r} then, {current.get("dataset")!r} now'), []
+  if current['dataset'] != 'local':
+    changed = [f'{k} {saved.get(k)!r} then, {current.get(k)!r} now' for k in _WMT_KEYS
+               if saved.get(k) != current.get(k)]
+    return ('TFDS ' + ', '.join(changed) if changed else None), []
+  train = saved.get('train_split', 'train')
+  changed = _file_changes(saved, current, train)
+  refusal = (f'the {train} split changed since they were written: {", ".join(changed)}'
+             if changed else None)
+  notes = []
+  for split in sorted((set(saved.get('files', {})) | set(current.get('files', {}))) - {train}):
+    if files := _file_changes(saved, current, split):
+      notes.append(f'the {split} split changed since the checkpoint was written '
+                   f'({", ".join(files)}); its metrics before and after are not comparable')
+  if saved.get('corpus_dir') != current['corpus_dir'] and not changed:
+    notes.append(f'the corpus moved from {saved.get("corpus_dir")} to {current["corpus_dir"]} '
+                 'with the same training files')
+  return refusal, notes
