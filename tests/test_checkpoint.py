@@ -1,17 +1,20 @@
 """Checkpoints: the training Checkpointer round trip, averaging the last N (§6.1), and loading
 inference parameters from an averaged or a training checkpoint."""
 
+import errno
 import os
+import re
 import shutil
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import orbax.checkpoint as ocp
 import pytest
 
 from configs import default
-from t2t_jax import averaging, checkpoint, model, parallel
+from t2t_jax import averaging, checkpoint, damage, model, parallel
 from t2t_jax import config as config_lib
 from t2t_jax.checkpoint import CheckpointError
 
@@ -237,3 +240,116 @@ def test_average_real_model_and_rebuild_it(tmp_path):
   logits = jax.jit(lambda p: model.Transformer(rebuilt.replace(deterministic=True)).apply(
       {'params': p}, tokens, tokens))(loaded.params)
   assert logits.shape == (1, 4, 32) and bool(jnp.all(jnp.isfinite(logits)))
+
+
+def abstract_state():
+  params = tree(0.0)
+  return checkpoint.abstract_like(parallel.TrainState(
+      jnp.asarray(0, jnp.int32), params, optax.adam(1e-3).init(params)))
+
+
+def unreadable(workdir):
+  aside = os.path.join(workdir, 'checkpoints_unreadable')
+  return sorted(n.split('-')[0] for n in os.listdir(aside)) if os.path.isdir(aside) else []
+
+
+def test_garbled_latest_config_is_set_aside_and_training_resumes(tmp_path, caplog):
+  workdir = str(tmp_path)
+  save(workdir, {1: tree(1.0), 2: tree(2.0), 3: tree(3.0)})
+  with open(os.path.join(workdir, 'checkpoints', '3', 'config', 'metadata'), 'w') as f:
+    f.write('{"d_model": 8,')
+  checkpointer = checkpoint.Checkpointer(workdir)
+  checkpointer.check_compatible(tiny_config())  # compares with step 2's config instead
+  changed = tiny_config()
+  changed.d_model = 16
+  with pytest.raises(CheckpointError, match=r'\(latest step 2\) of an incompatible config'):
+    checkpointer.check_compatible(changed)
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING'
+              and 'is damaged' in r.getMessage()]
+  assert warnings == [
+      f'checkpoint {workdir}/checkpoints/3 is damaged (JSONDecodeError: Expecting property '
+      'name enclosed in double quotes: line 1 column 15 (char 14)); skipping it']
+  state, data_state, step = checkpointer.restore_latest_good(abstract_state())
+  assert (step, data_state) == (2, {'position': 2})
+  np.testing.assert_array_equal(leaves(state.params)[0], 2.0)
+  assert checkpointer.all_steps() == [1, 2] and unreadable(workdir) == ['3']
+  checkpointer.close()
+
+
+@pytest.mark.parametrize('error', [
+    OSError(errno.EIO, 'Input/output error'),
+    ValueError('RESOURCE_EXHAUSTED: Error reading "/w/checkpoints/2/state/d/1": Failed to read '
+               '434 bytes from file at offset 0: No space left on device'),
+    MemoryError('out of host memory'),
+], ids=['EIO', 'tensorstore ENOSPC', 'MemoryError'])
+def test_transient_restore_error_fails_loudly_and_moves_nothing(tmp_path, monkeypatch, error):
+  workdir = str(tmp_path)
+  save(workdir, {1: tree(1.0), 2: tree(2.0)})
+  real_restore = ocp.StandardCheckpointHandler.restore
+  failures = []
+
+  def restore_failing_once(self, directory, *args, **kwargs):
+    if not failures:
+      failures.append(str(directory))
+      raise error
+    return real_restore(self, directory, *args, **kwargs)
+
+  monkeypatch.setattr(ocp.StandardCheckpointHandler, 'restore', restore_failing_once)
+  before = snapshot(os.path.join(workdir, 'checkpoints'))
+  checkpointer = checkpoint.Checkpointer(workdir)
+  with pytest.raises(CheckpointError) as raised:
+    checkpointer.restore_latest_good(abstract_state())
+  assert str(raised.value) == (
+      f'checkpoint {workdir}/checkpoints/2 could not be read ({damage.short_error(error)}), '
+      'and that does not look like damaged files (an I/O error, a full disk, too little '
+      'memory?), so nothing was skipped or moved. Fix the cause and rerun; if its files really '
+      'are damaged, move it away.')
+  assert failures == [f'{workdir}/checkpoints/2/state']
+  assert snapshot(os.path.join(workdir, 'checkpoints')) == before and unreadable(workdir) == []
+  _, data_state, step = checkpointer.restore_latest_good(abstract_state())  # cause gone
+  assert (step, data_state) == (2, {'position': 2})
+  checkpointer.close()
+
+
+@pytest.mark.parametrize('local, others, expected', [
+    (damage.OK, [damage.DAMAGED], (1, ['2'])),  # another process cannot read step 2: skip it
+    (damage.OK, [damage.OK], (2, [])),
+    (damage.OK, [damage.FAILED], 'could not be read (failed on process(es) 1)'),
+])
+def test_every_process_restores_the_same_step(tmp_path, monkeypatch, local, others, expected):
+  """The other process's outcome for step 2 is simulated; the gather is damage.agree's job."""
+  workdir = str(tmp_path)
+  save(workdir, {1: tree(1.0), 2: tree(2.0)})
+  calls = []
+
+  def agree(code):
+    calls.append(code)
+    codes = [code] + (others if len(calls) == 1 else [damage.OK])
+    return damage.combine(codes), codes
+
+  monkeypatch.setattr(damage, 'agree', agree)
+  checkpointer = checkpoint.Checkpointer(workdir)
+  if isinstance(expected, str):
+    with pytest.raises(CheckpointError, match=re.escape(expected)):
+      checkpointer.restore_latest_good(abstract_state())
+    assert unreadable(workdir) == [] and checkpointer.all_steps() == [1, 2]
+  else:
+    _, _, step = checkpointer.restore_latest_good(abstract_state())
+    assert (step, unreadable(workdir)) == expected
+  assert calls[0] == local
+  checkpointer.close()
+
+
+def test_no_readable_checkpoint_moves_nothing(tmp_path):
+  workdir = str(tmp_path)
+  save(workdir, {1: tree(1.0), 2: tree(2.0)})
+  for step in (1, 2):
+    with open(os.path.join(workdir, 'checkpoints', str(step), 'data', 'metadata'), 'w') as f:
+      f.write('{"position')
+  checkpointer = checkpoint.Checkpointer(workdir)
+  with pytest.raises(CheckpointError, match=(
+      r'no checkpoint in .*/checkpoints restores \(nothing was moved\): step 1: JSONDecodeError: '
+      r'Unterminated string .*; step 2: JSONDecodeError: Unterminated string')):
+    checkpointer.restore_latest_good(abstract_state())
+  assert unreadable(workdir) == [] and checkpointer.all_steps() == [1, 2]
+  checkpointer.close()
