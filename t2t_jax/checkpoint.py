@@ -65,6 +65,7 @@ def first_readable(candidates: Sequence[C], read: Callable[[C], T], name: Callab
     CheckpointError: a read failed for another reason (I/O error, memory, ...) on some
       process; nothing is skipped, the caller moves nothing.
   """
+  damage.quiet_closed_loop_reports()  # a failing read reports as it fails: filter before
   skipped = []
   for candidate in candidates:
     value, error, code = None, None, damage.OK

@@ -10,6 +10,7 @@ every process of a multi-process run take the same decision.
 import errno
 import json
 import re
+import sys
 from typing import List, Sequence, Tuple
 
 import jax
@@ -113,3 +114,30 @@ def agree(code: int) -> Tuple[int, List[int]]:
   codes = [int(c) for c in np.asarray(
       multihost_utils.process_allgather(np.asarray(code, np.int32))).reshape(-1)]
   return combine(codes), codes
+
+
+def _closed_loop_report(unraisable) -> bool:
+  error = unraisable.exc_value
+  return isinstance(error, RuntimeError) and str(error) == 'Event loop is closed'
+
+
+def quiet_closed_loop_reports() -> None:
+  """Drops the 'Event loop is closed' tracebacks a failed read leaves behind.
+
+  When one array of a checkpoint fails to read, orbax stops waiting and closes its event loop
+  while tensorstore still completes the other reads; each completion then fails to reach the
+  closed loop and is reported through `sys.unraisablehook` as a traceback (dozens on the
+  console of a one-line warning). Those reports carry nothing: the failure itself was raised
+  and handled. Every other report still goes to the previous hook. Idempotent; installed
+  before reading, since the reports start while the failed read is still unwinding.
+  """
+  previous = sys.unraisablehook
+  if getattr(previous, 'quiet_closed_loop', False):
+    return
+
+  def hook(unraisable):
+    if not _closed_loop_report(unraisable):
+      previous(unraisable)
+
+  hook.quiet_closed_loop = True
+  sys.unraisablehook = hook

@@ -11,6 +11,7 @@ import glob
 import json
 import os
 import shutil
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -177,3 +178,22 @@ def test_processes_combine_outcomes(codes, decision):
 
 def test_agree_in_one_process_is_the_local_outcome():
   assert damage.agree(damage.DAMAGED) == (damage.DAMAGED, [damage.DAMAGED])
+
+
+def test_closed_loop_reports_of_a_failed_read_are_dropped_and_others_kept(monkeypatch):
+  seen = []
+  monkeypatch.setattr(sys, 'unraisablehook', lambda u: seen.append(repr(u.exc_value)))
+  damage.quiet_closed_loop_reports()
+  damage.quiet_closed_loop_reports()  # idempotent: one filter, not two
+
+  class RaisesWhenCollected:
+    def __init__(self, error):
+      self.error = error
+
+    def __del__(self):
+      raise self.error
+
+  RaisesWhenCollected(RuntimeError('Event loop is closed'))
+  RaisesWhenCollected(ValueError('kept'))
+  RaisesWhenCollected(RuntimeError('Event loop is running'))
+  assert seen == ["ValueError('kept')", "RuntimeError('Event loop is running')"]

@@ -1,6 +1,7 @@
 """Surviving interruption: SIGTERM, SIGKILL + exact resume, corrupted checkpoints, NaN steps,
 and the workdir lock."""
 
+import hashlib
 import os
 import shutil
 import signal
@@ -113,3 +114,45 @@ def test_workdir_locked_by_a_live_run_is_refused(corpus, tmp_path):
   assert result.returncode != 0
   assert f'{workdir} is in use by another live run (pid {os.getpid()}' in result.stderr
   assert not os.path.exists(os.path.join(workdir, 'checkpoints'))
+
+
+def _sha(path):
+  with open(path, 'rb') as f:
+    return hashlib.sha256(f.read()).hexdigest()[:12]
+
+
+def test_decode_skips_a_damaged_checkpoint_and_resume_refuses_edited_data(corpus, tmp_path):
+  own_corpus = str(tmp_path / 'corpus')
+  shutil.copytree(corpus, own_corpus)
+  workdir = str(tmp_path / 'run')
+  common = [f'--workdir={workdir}', f'--config.local_corpus_dir={own_corpus}', *TINY, NO_EVAL,
+            '--config.checkpoint_every_steps=2', '--config.log_every_steps=2']
+  result = run_main(*common, '--config.num_train_steps=4')
+  assert result.returncode == 0, result.stderr[-3000:]
+  for root, _, files in os.walk(os.path.join(workdir, 'checkpoints', '4', 'state')):
+    for name in files:
+      if os.path.basename(root) == 'd':
+        with open(os.path.join(root, name), 'wb') as f:
+          f.write(b'damaged')
+  decoded = run_main(f'--workdir={workdir}', '--mode=decode', input='In the beginning\n')
+  assert decoded.returncode == 0, decoded.stderr[-3000:]
+  assert len(decoded.stdout.splitlines()) == 1
+  warnings = [line for line in decoded.stderr.splitlines() if line.startswith(('W', 'E'))]
+  assert len(warnings) == 1 and f'{workdir}/checkpoints/4 is damaged (' in warnings[0]
+  assert 'Traceback' not in decoded.stderr and 'training checkpoint step 2' in decoded.stderr
+  assert _steps(workdir) == [2, 4]  # decode moves nothing
+
+  train = {lang: os.path.join(own_corpus, f'train.{lang}') for lang in ('en', 'es')}
+  before = {lang: _sha(path) for lang, path in train.items()}
+  for lang, line in (('en', 'One more line.'), ('es', 'Una línea más.')):
+    with open(train[lang], 'a', encoding='utf-8') as f:
+      f.write(line + '\n')
+  refused = run_main(*common, '--config.num_train_steps=6')
+  assert refused.returncode == 1
+  assert refused.stderr.splitlines()[-1] == (
+      f'error: {workdir}/checkpoints holds checkpoints (latest step 4) trained on other data: '
+      f'the train split changed since they were written: {train["en"]} (sha256 '
+      f'{before["en"]}... now {_sha(train["en"])}...), {train["es"]} (sha256 {before["es"]}... '
+      f'now {_sha(train["es"])}...). Restore those files, or train in another --workdir; '
+      'nothing was changed.')
+  assert _steps(workdir) == [2, 4]
