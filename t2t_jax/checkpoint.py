@@ -78,7 +78,7 @@ def first_readable(candidates: Sequence[C], read: Callable[[C], T], name: Callab
       return value, candidate, skipped
     others = [i for i, c in enumerate(codes) if c == combined and i != jax.process_index()]
     reason = '; '.join(([damage.short_error(error)] if error is not None else []) + (
-        [f'failed on process(es) {", ".join(map(str, others))}'] if others else []))
+        [f'on process(es) {", ".join(map(str, others))}'] if others else []))
     if combined == damage.FAILED:
       raise CheckpointError(
           f'{name(candidate)} could not be read ({reason}), and that does not look like damaged '
@@ -192,26 +192,37 @@ class Checkpointer:
     self._damaged.update(skipped)
     if setup is None:
       return  # nothing readable to compare with: restore_latest_good says so
-    saved_config, saved_fingerprint = setup
+    refusal = self._refusal(config, step, *setup)
+    # Each process hashed its own copy of the data: all stop if any of them refuses.
+    combined, codes = damage.agree(damage.FAILED if refusal else damage.OK)
+    if combined != damage.OK:
+      others = ', '.join(str(i) for i, c in enumerate(codes) if c != damage.OK)
+      raise CheckpointError(refusal or f'process(es) {others} refused to resume from '
+                            f'{self.directory} (their log says why); nothing was changed.')
+
+  def _refusal(self, config: ml_collections.ConfigDict, step: int, saved_config: Dict[str, Any],
+               saved_fingerprint: Optional[Dict[str, Any]]) -> Optional[str]:
+    """Why this run must not resume from `step` (saved config and fingerprint), or None."""
     diffs = incompatible_keys(saved_config, config)
     if diffs:
       detail = '; '.join(f'{k}: checkpoint has {a!r}, config has {b!r}' for k, a, b in diffs)
-      raise CheckpointError(
-          f'{self.directory} holds checkpoints (latest step {step}) of an incompatible config '
-          f'({detail}). Use another --workdir, or restore those values; nothing was changed.')
+      return (f'{self.directory} holds checkpoints (latest step {step}) of an incompatible '
+              f'config ({detail}). Use another --workdir, or restore those values; nothing was '
+              'changed.')
     if self.data_fingerprint is None:
-      return
+      return None
     if saved_fingerprint is None:
       logging.info('checkpoint step %d was written without a data fingerprint; the training '
                    'data cannot be compared with it', step)
-      return
+      return None
     refusal, notes = fingerprint_lib.compare(saved_fingerprint, self.data_fingerprint)
     for note in notes:
       logging.warning('%s (checkpoint step %d)', note, step)
     if refusal:
-      raise CheckpointError(
-          f'{self.directory} holds checkpoints (latest step {step}) trained on other data: '
-          f'{refusal}. Restore those files, or train in another --workdir; nothing was changed.')
+      return (f'{self.directory} holds checkpoints (latest step {step}) trained on other data: '
+              f'{refusal}. Restore those files, or train in another --workdir; nothing was '
+              'changed.')
+    return None
 
   def restore(self, abstract_state, step: Optional[int] = None):
     """(state, data_state) from `step` (default: the latest), placed like `abstract_state`.
@@ -251,7 +262,8 @@ class Checkpointer:
     self._damaged.update(skipped)
     if restored is None:
       raise CheckpointError(
-          f'no checkpoint in {self.directory} restores (nothing was moved): ' + '; '.join(
+          f'no checkpoint in {self.directory} restores (nothing was moved; move them away or '
+          'use another --workdir to start afresh): ' + '; '.join(
               f'step {s}: {reason}' for s, reason in sorted(self._damaged.items())))
     newer = sorted(s for s in self._damaged if s > step)
     if newer:

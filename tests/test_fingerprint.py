@@ -10,7 +10,7 @@ import optax
 import pytest
 
 from configs import default
-from t2t_jax import checkpoint, parallel
+from t2t_jax import checkpoint, damage, parallel
 from t2t_jax.checkpoint import CheckpointError
 from t2t_jax.data import corpora, fingerprint, textfiles
 
@@ -143,3 +143,22 @@ def test_checkpoints_without_a_fingerprint_are_accepted(corpus, tmp_path, caplog
   checkpointer.check_compatible(default.get_config())
   assert ('checkpoint step 1 was written without a data fingerprint; the training data cannot '
           'be compared with it') in [r.getMessage() for r in caplog.records]
+
+
+def test_a_refusal_on_any_process_stops_every_process(corpus, tmp_path, monkeypatch):
+  """Each process hashes its own copy of the data; process 1's refusal is simulated."""
+  saved = fingerprint.compute(_config(corpus), None)
+  workdir = str(tmp_path / 'run')
+  _save_one(workdir, saved)
+  outcomes = iter([[damage.OK], [damage.FAILED]])  # reading step 1's config; the refusal
+
+  def agree(code):
+    codes = [code] + next(outcomes)
+    return damage.combine(codes), codes
+
+  monkeypatch.setattr(damage, 'agree', agree)
+  with pytest.raises(CheckpointError) as raised:
+    checkpoint.Checkpointer(workdir, data_fingerprint=saved).check_compatible(
+        default.get_config())
+  assert str(raised.value) == (f'process(es) 1 refused to resume from {workdir}/checkpoints '
+                               '(their log says why); nothing was changed.')
