@@ -18,7 +18,7 @@ checkpoint valid.
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
-from t2t_jax.data import corpora, textfiles
+from t2t_jax.data import corpora, textfiles, wmt
 
 _WMT_KEYS = ('tfds_name', 'tfds_config', 'tfds_version')
 
@@ -32,8 +32,7 @@ def compute(config: Any, data_dir: Optional[str]) -> Dict[str, Any]:
   common = {'dataset': config.dataset, 'source_lang': config.source_lang,
             'target_lang': config.target_lang, 'train_split': config.train_split}
   if config.dataset in corpora.WMT_DATASETS:
-    import tensorflow_datasets as tfds
-    builder = tfds.builder(config.dataset, data_dir=data_dir or None)
+    builder = wmt.wmt_builder(config.dataset, data_dir)  # the one corpora.py prepares
     return dict(common, tfds_name=builder.name, tfds_version=str(builder.version),
                 tfds_config=builder.builder_config.name if builder.builder_config else '')
   corpus_dir, src, tgt = corpora.local_corpus_location(config)
