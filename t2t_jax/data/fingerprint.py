@@ -18,8 +18,6 @@ checkpoint valid.
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
-from t2t_jax.data import corpora, textfiles, wmt
-
 _WMT_KEYS = ('tfds_name', 'tfds_config', 'tfds_version')
 
 
@@ -29,6 +27,9 @@ def compute(config: Any, data_dir: Optional[str]) -> Dict[str, Any]:
   For a local corpus this hashes the files (the preparation reuses the result, see
   `corpora.file_digests`); missing or malformed corpus files raise `corpora.DataError`.
   """
+  # Here, not at the top: checkpoint.py needs `compare` alone, and eval/decode should not pay
+  # for importing TFDS.
+  from t2t_jax.data import corpora, textfiles, wmt  # pylint: disable=import-outside-toplevel
   common = {'dataset': config.dataset, 'source_lang': config.source_lang,
             'target_lang': config.target_lang, 'train_split': config.train_split}
   if config.dataset in corpora.WMT_DATASETS:
