@@ -9,6 +9,7 @@ every process of a multi-process run take the same decision.
 
 import errno
 import json
+import logging
 import re
 import sys
 from typing import List, Sequence, Tuple
@@ -121,8 +122,19 @@ def _closed_loop_report(unraisable) -> bool:
   return isinstance(error, RuntimeError) and str(error) == 'Event loop is closed'
 
 
+class _UnretrievedReadErrors(logging.Filter):
+  """Drops asyncio's 'Future exception was never retrieved' ERROR records of tensorstore read
+  errors: the other reads of a failed restore, completing after orbax stopped waiting."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    error = record.exc_info[1] if record.exc_info else None
+    return not (record.getMessage().startswith('Future exception was never retrieved')
+                and type(error) is ValueError and _STATUS.match(str(error)))
+
+
 def quiet_closed_loop_reports() -> None:
-  """Drops the 'Event loop is closed' tracebacks a failed read leaves behind.
+  """Drops the 'Event loop is closed' tracebacks a failed read leaves behind (and asyncio's
+  'Future exception was never retrieved' records of the same reads).
 
   When one array of a checkpoint fails to read, orbax stops waiting and closes its event loop
   while tensorstore still completes the other reads; each completion then fails to reach the
@@ -141,3 +153,4 @@ def quiet_closed_loop_reports() -> None:
 
   hook.quiet_closed_loop = True
   sys.unraisablehook = hook
+  logging.getLogger('asyncio').addFilter(_UnretrievedReadErrors())

@@ -9,6 +9,7 @@ docstring of `damage.is_damage`).
 import errno
 import glob
 import json
+import logging
 import os
 import shutil
 import sys
@@ -197,3 +198,17 @@ def test_closed_loop_reports_of_a_failed_read_are_dropped_and_others_kept(monkey
   RaisesWhenCollected(ValueError('kept'))
   RaisesWhenCollected(RuntimeError('Event loop is running'))
   assert seen == ["ValueError('kept')", "RuntimeError('Event loop is running')"]
+
+
+def test_unretrieved_tensorstore_read_errors_are_dropped_from_the_asyncio_log():
+  damage.quiet_closed_loop_reports()
+  logger = logging.getLogger('asyncio')
+
+  def record(error):
+    return logger.makeRecord('asyncio', logging.ERROR, 'base_events.py', 1, 'Future exception '
+                             'was never retrieved\nfuture: <Future finished>', (),
+                             (type(error), error, None))
+
+  assert not logger.filter(record(ValueError('OUT_OF_RANGE: Error reading byte range')))
+  assert logger.filter(record(ValueError('an error of some other code')))
+  assert logger.filter(record(RuntimeError('OUT_OF_RANGE: not tensorstore')))
