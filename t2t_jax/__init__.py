@@ -24,5 +24,6 @@ from t2t_jax.parallel import (TrainState, create_train_state, initialize_distrib
                               make_eval_step, make_train_step, shard_batch)
 from t2t_jax.translate import Translator
 from t2t_jax.plots import load_curves, write_learning_curves
+from t2t_jax.attention_maps import AttentionWeights, attention_weights
 
 __version__ = '0.1.0'
