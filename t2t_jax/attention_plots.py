@@ -75,7 +75,7 @@ def attention_heatmaps(weights, query_labels: Sequence[str], key_labels: Sequenc
   panel_w, panel_h = max(1.6, nk * _CELL * scale), max(1.6, nq * _CELL * scale)
   y_margin = max(map(len, query_labels), default=1) * _CHAR * scale + 0.4
   x_margin = max(map(len, key_labels), default=1) * _CHAR * scale + 0.4
-  fig = _figure(cols * (panel_w + 0.15) + y_margin + 1.0,
+  fig = _figure(cols * (panel_w + 0.25) + y_margin + 1.5,
                 rows * (panel_h + 0.35) + x_margin + 0.6)
   axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False).ravel())
   image = None
