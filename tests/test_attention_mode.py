@@ -4,7 +4,6 @@ import json
 import os
 import re
 
-import jax
 import numpy as np
 import pytest
 from PIL import Image
@@ -101,6 +100,14 @@ def test_attention_mode_writes_maps_page_and_arrays(workdir, tmp_path):
   assert refused.stderr == (f'error: --targets={targets} has 1 lines but --input={source} has '
                             '2; give one target per input line\n')
   assert not again.exists()
+  # So is a workdir without a checkpoint.
+  empty = tmp_path / 'empty_run'
+  empty.mkdir()
+  missing = run_main('--mode=attention', f'--workdir={empty}', f'--input={source}',
+                     f'--output={again}')
+  assert missing.returncode == 1
+  assert missing.stderr.startswith(f'error: no checkpoint in workdir {empty}')
+  assert missing.stderr.count('\n') == 1 and not again.exists() and not os.listdir(empty)
 
 
 def test_teacher_forced_targets_and_layer_choice(workdir, tmp_path):
@@ -158,19 +165,21 @@ def test_empty_lines_and_long_inputs_are_named_by_line(tmp_path):
     attention_mode.encode_checked(CharTokenizer(), lines, '--input=F', 9, 10)
 
 
-def test_render_every_file_from_maps(tmp_path):
-  """The files of one sentence straight from the library (no checkpoint), never overwritten."""
-  cfg = model.TransformerConfig(vocab_size=30, d_model=16, d_ff=32, num_heads=2, num_layers=2,
-                                max_len=32)
-  params = model.init_params(cfg, jax.random.PRNGKey(0))
+def test_render_every_file_of_a_sentence(tmp_path):
+  """The files of one sentence from given maps (no model, 2 layers), never overwritten."""
   tok = CharTokenizer()
   src, tgt = tok.encode('abcde') + [1], tok.encode('xyz') + [1]
-  maps = attention_mode.compute_maps(cfg, params, [src], [tgt])[0]
+  rng = np.random.default_rng(0)
+  maps = {kind: rng.dirichlet(np.ones(k), size=(2, 2, q)).astype(np.float32)
+          for kind, (q, k) in {'encoder': (6, 6), 'decoder': (4, 4),
+                               'encoder_decoder': (4, 6)}.items()}
   sentence = attention_mode.Sentence('abcde', 'xyz', src, tgt, maps)
   paths = attention_mode.write_all(str(tmp_path / 'out'), [sentence], tok, 2, 'random')
-  written = sorted(os.listdir(paths[0]))
-  assert written == ['attention.html', 'attention.npz'] + sorted(
+  assert paths == [str(tmp_path / 'out' / 'sentence_1')]
+  assert sorted(os.listdir(paths[0])) == ['attention.html', 'attention.npz'] + sorted(
       f'{kind}_layer{layer}.png' for kind in attention_maps.KINDS for layer in (1, 2)) + [
       'lines_encoder_layer2.png']
-  with pytest.raises(FileExistsError, match='already exists'):  # never overwritten
+  np.testing.assert_array_equal(np.load(os.path.join(paths[0], 'attention.npz'))['decoder'],
+                                maps['decoder'])
+  with pytest.raises(FileExistsError, match='already exists'):
     attention_mode.write_all(str(tmp_path / 'out'), [sentence], tok, 2, 'random')
