@@ -24,7 +24,7 @@ if _HERE not in sys.path:
 from t2t_jax import cli  # noqa: E402
 from t2t_jax import config as config_lib  # noqa: E402
 
-MODES = ('train', 'eval', 'decode', 'average', 'info', 'plot')
+MODES = ('train', 'eval', 'decode', 'average', 'info', 'plot', 'attention')
 
 
 def _override_keys(argv):
@@ -47,12 +47,20 @@ flags.DEFINE_string('workdir', None, 'Directory for the vocabulary, checkpoints 
 flags.DEFINE_enum('mode', 'train', MODES,
                   'train; eval (loss and BLEU on --split); decode (--input -> --output); '
                   'average (the last config.average_last checkpoints); info (sizes, no data); '
-                  'plot (learning curves from metrics.jsonl into <workdir>/plots).')
-flags.DEFINE_string('input', None, 'decode: text file to translate (default: stdin).')
-flags.DEFINE_string('output', None, 'decode: file to write, must not exist (default: stdout).')
+                  'plot (learning curves from metrics.jsonl into <workdir>/plots); '
+                  'attention (attention maps of the --input sentences into --output).')
+flags.DEFINE_string('input', None, 'decode: text file to translate (default: stdin); '
+                    'attention: the source sentences, one per line.')
+flags.DEFINE_string('output', None, 'decode: file to write, must not exist (default: stdout); '
+                    'attention: a new or empty directory.')
+flags.DEFINE_string('targets', None, 'attention: target sentences, one per --input line, '
+                    'teacher-forced (default: beam-search translations of the inputs).')
+flags.DEFINE_integer('attention_layer', None, 'attention: the 1-based layer of the line view '
+                     "of the encoder's self-attention (default: num_layers - 1, the paper's "
+                     '"layer 5 of 6").')
 flags.DEFINE_string('checkpoint', None,
-                    'eval/decode: a training step or a checkpoint path (default: the newest '
-                    'averaged checkpoint, else the latest training checkpoint).')
+                    'eval/decode/attention: a training step or a checkpoint path (default: '
+                    'the newest averaged checkpoint, else the latest training checkpoint).')
 flags.DEFINE_enum('split', 'dev', config_lib.SPLITS,
                   "eval: the split to evaluate (dev is WMT's validation split).")
 flags.DEFINE_bool('distributed', False, 'Initialise jax.distributed, detecting the cluster '
@@ -76,7 +84,7 @@ def main(argv) -> None:
   logging.get_absl_handler().addFilter(cli.QuietLibraries())
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  cli.check_paths(FLAGS.workdir, FLAGS.input if FLAGS.mode == 'decode' else None)
+  cli.check_paths(FLAGS.workdir, FLAGS.input if FLAGS.mode in ('decode', 'attention') else None)
   if FLAGS.mode == 'plot':  # reads metrics.jsonl only: no cluster to join, nothing to compile
     _plot(FLAGS.workdir)
     return
@@ -105,6 +113,8 @@ def main(argv) -> None:
     _average(FLAGS.workdir)
   elif FLAGS.mode == 'decode':
     _decode(FLAGS.workdir)
+  elif FLAGS.mode == 'attention':
+    _attention(FLAGS.workdir)
   elif FLAGS.mode == 'eval':
     from t2t_jax import evaluate, multihost
     inference_config, inference = _inference(FLAGS.workdir)
@@ -154,6 +164,22 @@ def _decode(workdir) -> None:
     sys.stdout.write(''.join(line + '\n' for line in outputs))
 
 
+def _attention(workdir) -> None:
+  from t2t_jax import attention_mode as mode, multihost
+  from t2t_jax.data import tokenizer
+  mode.check_output(FLAGS.output)
+  sources, targets = mode.read_sentences(FLAGS.input, FLAGS.targets)
+  config, inference = _inference(workdir)
+  layer = mode.check_layer(FLAGS.attention_layer, config.num_layers)
+  tok = tokenizer.load(tokenizer.vocab_path(workdir))
+  sentences = mode.prepare(config, inference.params, tok, sources, targets, FLAGS.input,
+                           FLAGS.targets)
+  if multihost.is_writer():
+    for directory, sentence in zip(mode.write_all(FLAGS.output, sentences, tok, layer,
+                                                  inference.description), sentences):
+      print(f'{directory}\t{sentence.target}')
+
+
 def _plot(workdir) -> None:
   from t2t_jax import plots
   if not workdir:
@@ -164,9 +190,10 @@ def _plot(workdir) -> None:
 
 def _user_errors():
   """Exceptions that mean bad input, reported as one line instead of a traceback."""
-  from t2t_jax import checkpoint, parallel, plots, textio, train, workdir
+  from t2t_jax import attention_mode, checkpoint, parallel, plots, textio, train, workdir
   from t2t_jax.data import corpora, pipeline, tokenizer
   return (config_lib.ConfigError, checkpoint.CheckpointError, train.TrainError,
+          attention_mode.AttentionInputError,
           workdir.WorkdirError, parallel.DistributedError, plots.PlotError,
           corpora.DataError, pipeline.PipelineError, tokenizer.TokenizerError,
           textio.TextFileError, FileNotFoundError, FileExistsError)

@@ -24,5 +24,7 @@ from t2t_jax.parallel import (TrainState, create_train_state, initialize_distrib
                               make_eval_step, make_train_step, shard_batch)
 from t2t_jax.translate import Translator
 from t2t_jax.plots import load_curves, write_learning_curves
+from t2t_jax.attention_maps import AttentionWeights, attention_weights
+from t2t_jax.attention_plots import attention_figure, attention_heatmaps, attention_lines
 
 __version__ = '0.1.0'

@@ -5,7 +5,7 @@ Shapes follow one convention throughout: queries `[batch, q_length, heads, d_k]`
 broadcastable to `[batch, heads, q_length, kv_length]` with True meaning "may attend".
 """
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -131,13 +131,29 @@ def dot_product_attention_reference(query: Array, key: Array, value: Array,
   Returns:
     `[batch, q_length, heads, d_v]` in the dtype of `value`.
   """
+  return dot_product_attention_with_weights(query, key, value, mask, dropout_rate=dropout_rate,
+                                            dropout_rng=dropout_rng)[0]
+
+
+def dot_product_attention_with_weights(query: Array, key: Array, value: Array,
+                                       mask: Optional[Array] = None, *,
+                                       dropout_rate: float = 0.0,
+                                       dropout_rng: Optional[Array] = None
+                                       ) -> Tuple[Array, Array]:
+  """`dot_product_attention_reference` that also returns the attention weights it applied.
+
+  Shapes and arguments as there. Returns (`[batch, q_length, heads, d_v]` output in the dtype
+  of `value`, `[batch, heads, q_length, kv_length]` float32 weights softmax(Q K^T / sqrt(d_k))
+  before attention dropout: masked keys get exactly 0, each row sums to 1).
+  """
   weights = attention_weights(query, key, mask)
+  applied = weights
   if dropout_rate > 0.0:
     keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
-    weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
-  out = jnp.einsum('bhqk,bkhd->bqhd', weights.astype(value.dtype), value,
+    applied = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
+  out = jnp.einsum('bhqk,bkhd->bqhd', applied.astype(value.dtype), value,
                    preferred_element_type=jnp.float32)
-  return out.astype(value.dtype)
+  return out.astype(value.dtype), weights
 
 
 def dot_product_attention(query: Array, key: Array, value: Array,

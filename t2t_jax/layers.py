@@ -129,6 +129,10 @@ class MultiHeadAttention(nn.Module):
     dtype: activation dtype.
     decode: incremental decoding with a key/value cache.
     attention_impl: passed to `jax.nn.dot_product_attention` (None: backend default).
+    capture_weights: compute attention through the einsum reference path and sow its weights
+      `[rows, heads, q_len, kv_len]` float32 into the 'intermediates' collection as
+      'attention_weights' (apply with `mutable=['intermediates']` to read them). Cached decode
+      steps never capture. Off: the fused path, unchanged.
   """
   num_heads: int
   d_k: int
@@ -138,6 +142,7 @@ class MultiHeadAttention(nn.Module):
   dtype: Dtype = jnp.float32
   decode: bool = False
   attention_impl: Optional[str] = None
+  capture_weights: bool = False
 
   @nn.compact
   def __call__(self, inputs_q: Array, inputs_kv: Optional[Array],
@@ -174,9 +179,16 @@ class MultiHeadAttention(nn.Module):
       grouped = key.shape[0] != rows
       if grouped:
         query = _group_rows(query, key.shape[0], mask)
-      out = attention.dot_product_attention(query, key, value, mask, dropout_rate=dropout_rate,
-                                            dropout_rng=dropout_rng,
-                                            implementation=self.attention_impl)
+      if self.capture_weights:
+        out, weights = attention.dot_product_attention_with_weights(
+            query, key, value, mask, dropout_rate=dropout_rate, dropout_rng=dropout_rng)
+        self.sow('intermediates', 'attention_weights',
+                 _ungroup_weights(weights, rows) if grouped else weights)
+      else:
+        out = attention.dot_product_attention(query, key, value, mask,
+                                              dropout_rate=dropout_rate,
+                                              dropout_rng=dropout_rng,
+                                              implementation=self.attention_impl)
       if grouped:
         out = out.reshape(rows, q_len, *out.shape[2:])
     return nn.DenseGeneral(self.d_model, axis=(-2, -1), use_bias=False, dtype=self.dtype,
@@ -218,6 +230,14 @@ def _group_rows(query: Array, batch: int, mask: Optional[Array]) -> Array:
     raise ValueError('grouped queries need a mask that does not depend on the query position, '
                      f'got mask shape {mask.shape}')
   return query.reshape(batch, (rows // batch) * query.shape[1], *query.shape[2:])
+
+
+def _ungroup_weights(weights: Array, rows: int) -> Array:
+  """`[batch, heads, group * q_len, kv]` (from `_group_rows`) -> `[rows, heads, q_len, kv]`."""
+  batch, heads, grouped_len, kv_len = weights.shape
+  group = rows // batch
+  weights = weights.reshape(batch, heads, group, grouped_len // group, kv_len)
+  return weights.transpose(0, 2, 1, 3, 4).reshape(rows, heads, grouped_len // group, kv_len)
 
 
 class FeedForward(nn.Module):

@@ -52,6 +52,9 @@ class TransformerConfig:
   deterministic: bool = False
   decode: bool = False
   attention_impl: Optional[str] = None
+  # Sow every attention layer's weights into 'intermediates' (see `attention_maps`); off in
+  # training and decoding, whose fused attention path it would replace.
+  capture_attention: bool = False
 
   @classmethod
   def from_config(cls, config, **overrides) -> 'TransformerConfig':
@@ -101,7 +104,8 @@ def _residual(cfg: TransformerConfig, name: str) -> Residual:
 def _attention(cfg: TransformerConfig, name: str, decode: bool = False) -> MultiHeadAttention:
   return MultiHeadAttention(cfg.num_heads, cfg.d_k, cfg.d_v, cfg.d_model,
                             cfg.attention_dropout_rate, cfg.dtype, decode=decode,
-                            attention_impl=cfg.attention_impl, name=name)
+                            attention_impl=cfg.attention_impl,
+                            capture_weights=cfg.capture_attention, name=name)
 
 
 class EncoderLayer(nn.Module):

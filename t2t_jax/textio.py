@@ -53,8 +53,8 @@ def default_mode(fd: int) -> None:
   os.fchmod(fd, 0o666 & ~_UMASK)
 
 
-def write_text_atomic(path: str, text: str, *, overwrite: bool = False) -> None:
-  """Writes `text` to `path` through a temporary file and a rename.
+def write_bytes_atomic(path: str, data: bytes, *, overwrite: bool = False) -> None:
+  """Writes `data` to `path` through a temporary file and a rename.
 
   A reader never sees a half-written file; with overwrite=False an existing file is refused
   (FileExistsError naming it) rather than replaced.
@@ -67,8 +67,8 @@ def write_text_atomic(path: str, text: str, *, overwrite: bool = False) -> None:
   fd, tmp = tempfile.mkstemp(dir=directory, prefix='.' + os.path.basename(path) + '.tmp')
   default_mode(fd)
   try:
-    with os.fdopen(fd, 'w', encoding='utf-8') as f:
-      f.write(text)
+    with os.fdopen(fd, 'wb') as f:
+      f.write(data)
     if overwrite:
       os.replace(tmp, path)
     else:
@@ -78,6 +78,11 @@ def write_text_atomic(path: str, text: str, *, overwrite: bool = False) -> None:
     if os.path.exists(tmp):
       os.remove(tmp)
     raise
+
+
+def write_text_atomic(path: str, text: str, *, overwrite: bool = False) -> None:
+  """`text` as UTF-8 through `write_bytes_atomic` (same guarantees)."""
+  write_bytes_atomic(path, text.encode('utf-8'), overwrite=overwrite)
 
 
 def write_lines_atomic(path: str, lines: Iterable[str], *, overwrite: bool = False) -> None:

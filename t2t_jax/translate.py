@@ -105,7 +105,15 @@ class Translator:
     `line_numbers` name the sentences in warnings (default 1, 2, ...; a process decoding its
     share of a file passes the file's line numbers).
     """
-    outputs = [''] * len(sentences)
+    return [self.tokenizer.decode(ids)
+            for ids in self.translate_ids(sentences, progress, line_numbers)]
+
+  def translate_ids(self, sentences: Sequence[str],
+                    progress: Optional[Callable[[int, int, float], None]] = None,
+                    line_numbers: Optional[Sequence[int]] = None) -> List[List[int]]:
+    """`translate`, as the best hypotheses' token ids (up to, not including, EOS; [] for an
+    empty line)."""
+    outputs: List[List[int]] = [[] for _ in sentences]
     todo = [i for i, s in enumerate(sentences) if s.strip()]
     encoded = self._encode(sentences, todo)
     if line_numbers is not None:
@@ -129,7 +137,8 @@ class Translator:
       best = np.asarray(self._decode_batch(self.params, jnp.asarray(inputs),
                                            jnp.asarray(max_lengths), max_decode_len))
       for r, i in enumerate(chunk):
-        outputs[i] = self.tokenizer.decode(best[r].tolist())
+        row = best[r].tolist()
+        outputs[i] = row[:row.index(model.EOS_ID)] if model.EOS_ID in row else row
       done += len(chunk)
       if progress is not None:
         progress(done, len(sentences), time.monotonic() - start)

@@ -88,6 +88,16 @@ def test_decode_stops_at_eos_and_ignores_padding(trained):
   assert tok.decode_batch(rows) == [text, '']
 
 
+def test_pieces_name_every_id_and_join_back_to_the_text(trained):
+  _, tok = trained
+  text = 'And God said, Let there be light'
+  ids = tok.encode(text)
+  pieces = tok.pieces(np.array(ids + [1, 0], np.int32))
+  assert pieces[-2:] == ['</s>', '<pad>'] and len(pieces) == len(ids) + 2
+  assert pieces[0].startswith('\u2581')  # a word starts here
+  assert ''.join(pieces[:-2]).replace('\u2581', ' ').strip() == text
+
+
 def test_second_call_reuses_the_file(trained):
   workdir, tok = trained
   mtime = os.stat(tok.path).st_mtime_ns

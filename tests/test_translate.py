@@ -80,6 +80,9 @@ def test_translate_keeps_order_line_count_and_empty_lines():
   alone = [translator.translate([s])[0] for s in sentences]
   assert outputs == alone  # batching and sorting by length do not change any result
   assert len(set(o for o in outputs if o)) > 1
+  ids = translator.translate_ids(sentences)  # the same hypotheses, as ids without EOS
+  assert [CharTokenizer().decode(row) for row in ids] == outputs
+  assert ids[1] == ids[4] == [] and all(row and min(row) >= 2 for row in ids if row)
 
 
 def test_output_length_is_input_length_plus_extra_at_most():

@@ -98,6 +98,11 @@ class Tokenizer:
         out.append(i)
     return self._sp.decode(out)
 
+  def pieces(self, ids: Iterable[int]) -> list[str]:
+    """The SentencePiece piece of every id, padding and EOS included ('<pad>', '</s>'); a
+    piece starting with '\u2581' begins a word."""
+    return [self._sp.id_to_piece(i) for i in np.asarray(ids, dtype=np.int64).reshape(-1).tolist()]
+
   def decode_batch(self, rows: Iterable[Iterable[int]]) -> list[str]:
     """`decode` of each row of a [batch, length] array."""
     return [self.decode(row) for row in rows]
