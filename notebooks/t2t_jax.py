@@ -222,25 +222,30 @@ inputs = jnp.array([tok.encode(source) + [t2t_jax.EOS_ID]])        # [1, src_len
 targets = jnp.array([tok.encode(translation) + [t2t_jax.EOS_ID]])  # [1, tgt_len]
 
 model = t2t_jax.Transformer(cfg.replace(deterministic=True))
-logits = model.apply({'params': params}, inputs, targets)          # [1, tgt_len, vocab]
+logits = jax.jit(model.apply)({'params': params}, inputs, targets)  # [1, tgt_len, vocab]
 log_probs = jax.nn.log_softmax(logits)
 chosen = jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
 print(f'logits {logits.shape} {logits.dtype}; log p(translation | source) = '
       f'{float(chosen.sum()):.2f} over {targets.shape[1]} tokens')
 
 max_decode_len = min(inputs.shape[1] + run_config.max_decode_extra, cfg.max_len)
-context = t2t_jax.decode_context(cfg, params, inputs)
 
 
-def logits_fn(tokens, cache):
-  logits, cache = t2t_jax.decode_step(cfg, params, cache, tokens, context)
-  return logits.at[:, t2t_jax.PAD_ID].set(-1e9), cache  # padding is never an output
+@jax.jit  # one compiled program for the whole search; params are an argument, not constants
+def search(params, inputs):
+  context = t2t_jax.decode_context(cfg, params, inputs)  # encoder output, per-layer keys/values
+
+  def logits_fn(tokens, cache):
+    logits, cache = t2t_jax.decode_step(cfg, params, cache, tokens, context)
+    return logits.at[:, t2t_jax.PAD_ID].set(-1e9), cache  # padding is never an output
+
+  return t2t_jax.beam_search(
+      logits_fn, t2t_jax.init_cache(cfg, 1, max_decode_len), batch_size=1,
+      beam_size=run_config.beam_size, alpha=run_config.length_penalty_alpha,
+      max_decode_len=max_decode_len)
 
 
-sequences, scores = t2t_jax.beam_search(
-    logits_fn, t2t_jax.init_cache(cfg, 1, max_decode_len), batch_size=1,
-    beam_size=run_config.beam_size, alpha=run_config.length_penalty_alpha,
-    max_decode_len=max_decode_len)
+sequences, scores = search(params, inputs)
 print(f'beam_search: sequences {sequences.shape}, best score {float(scores[0, 0]):.3f}')
 print('best beam: ', tok.decode(sequences[0, 0].tolist()))
 print('Translator:', translation)
