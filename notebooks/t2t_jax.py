@@ -251,6 +251,33 @@ print('best beam: ', tok.decode(sequences[0, 0].tolist()))
 print('Translator:', translation)
 
 # %% [markdown]
+# ## Attention maps
+# `t2t_jax.attention_weights` runs the teacher-forced model with attention capture on and
+# returns every layer's encoder self-attention, decoder self-attention and encoder-decoder
+# attention, each `[layers, batch, heads, q_len, k_len]`, from the model's own forward pass.
+# `t2t_jax.attention_figure` draws one layer of one kind: a grid of heads, or the line view of
+# the paper's Figures 3-5 (one colour per head). Decoder positions are labelled with the piece
+# they output, so the encoder-decoder map reads as an alignment. `python main.py
+# --mode=attention --workdir=DIR --input=FILE --output=DIR` writes every kind and layer as
+# PNGs, a self-contained HTML page and an npz.
+
+# %%
+from t2t_jax import attention_plots
+
+src_ids = tok.encode(source) + [t2t_jax.EOS_ID]
+tgt_ids = tok.encode(translation) + [t2t_jax.EOS_ID]  # the model's own translation
+weights = t2t_jax.attention_weights(cfg, params, jnp.array([src_ids]), jnp.array([tgt_ids]))
+print({kind: w.shape for kind, w in weights.items()})
+maps = weights.sentence(0, len(src_ids), len(tgt_ids))  # {kind: [layers, heads, q, k]}
+pieces = {'source_pieces': tok.pieces(src_ids), 'target_pieces': tok.pieces(tgt_ids)}
+last = cfg.num_layers - 1
+for figure in (
+    t2t_jax.attention_figure(maps, 'encoder_decoder', last, **pieces),
+    # The paper's figures show the encoder's layer 5 of 6: here the last layer but one.
+    t2t_jax.attention_figure(maps, 'encoder', max(last - 1, 0), view='lines', **pieces)):
+  display(Image(attention_plots.png_bytes(figure)))
+
+# %% [markdown]
 # ## Next
 # The command line does all of the above for any config (`configs/wmt_base.py` is the paper's
 # base model on WMT'14 EN-DE); the README lists the modes and the library functions.

@@ -104,3 +104,6 @@ def test_notebook_runs_top_to_bottom(corpus, tmp_path, monkeypatch):
   assert 'BLEU ' in bleu and 'nrefs:1' in bleu
   api = _text(_cell_after(notebook, '## The library API'))
   assert 'beam_search: sequences (1, 4, ' in api and 'best beam:' in api
+  attention = _cell_after(notebook, '## Attention maps')
+  assert "'encoder_decoder': (1, 1, 4, " in _text(attention)  # [layers, batch, heads, q, k]
+  assert len([o for o in attention.outputs if 'image/png' in o.get('data', {})]) == 2
