@@ -26,6 +26,8 @@ input that `evalb.c` cannot score: a word outside a preterminal or a preterminal
 words (`evalb.c` loops until MAX_ERROR and exits), unbalanced brackets, a gold tree with no
 word, or files with different numbers of lines raise EvalbError naming the file and tree.
 `evalb.c`'s fixed buffers (5000 bytes a line, 200 words or brackets) do not apply here.
+Files are read as UTF-8 (`textio`). `EvalbResult.f1` is 0.0 where precision and recall are
+both 0; EVALB prints `-nan` there, and so does `summary()`.
 
 Command line (prints EVALB's summary; --per-sentence adds its table, the whole output then
 being `evalb -p PRM GOLD TEST`'s):
@@ -40,9 +42,12 @@ import sys
 from typing import Optional, Sequence
 
 from t2t_jax import textio
-from t2t_jax.evalb_params import COLLINS, NEW, EvalbError, EvalbParams, read_params  # noqa: F401
 from t2t_jax.evalb_read import Bracket, Tree, fix_quotes, read_tree
-from t2t_jax.evalb_result import ERROR, OK, SKIPPED, EvalbResult, SentenceScore, Totals  # noqa: F401
+# Re-exported: the API is `evalb.*`.
+from t2t_jax.evalb_params import (COLLINS, NEW, EvalbError, EvalbParams,  # noqa: F401
+                                  read_params)
+from t2t_jax.evalb_result import (ERROR, OK, SKIPPED, EvalbResult, SentenceScore,  # noqa: F401
+                                  Totals)
 
 # EVALB cuts a bracket label at its first '-' or '=' (function tags, indices).
 _FUNCTION_TAGS = re.compile('[-=]')
@@ -68,15 +73,16 @@ def score_lines(gold_lines: Sequence[str], test_lines: Sequence[str],
       raise EvalbError(f'{gold_name}, tree {number}: no words; a gold tree needs at least '
                        'one (TAG word) pair')
     score, error = score_trees(number, gold, test, params)
-    if error is not None:
-      error = f'{number} : {error}'
-      if params.max_error is not None and len(result.errors) > params.max_error:
-        raise EvalbError(
-            f'{test_name}, tree {number}: {error.partition(" : ")[2]}, error sentence '
-            f'{len(result.errors) + 1}: EVALB gives up at MAX_ERROR+2 = '
-            f'{params.max_error + 2}, and so does this; check that the files pair up, or '
-            'raise MAX_ERROR')
-    result.add(score, error)
+    if error is None:
+      result.add(score)
+      continue
+    # evalb.c exits when its error count, before this one, exceeds MAX_ERROR.
+    if params.max_error is not None and len(result.errors) > params.max_error:
+      raise EvalbError(
+          f'{test_name}, tree {number}: {error}, error sentence {len(result.errors) + 1}: '
+          f'EVALB gives up at MAX_ERROR+2 = {params.max_error + 2}, and so does this; check '
+          'that the files pair up, or raise MAX_ERROR')
+    result.add(score, f'{number} : {error}')
   return result
 
 

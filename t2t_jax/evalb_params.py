@@ -94,7 +94,8 @@ NEW = dataclasses.replace(
 
 _INT_KEYS = {'DEBUG': None, 'MAX_ERROR': 'max_error', 'CUTOFF_LEN': 'cutoff_len',
              'LABELED': 'labeled'}
-_LIST_KEYS = {'DELETE_LABEL': 'delete_labels', 'DELETE_LABEL_FOR_LENGTH': 'delete_labels_for_length',
+_LIST_KEYS = {'DELETE_LABEL': 'delete_labels',
+              'DELETE_LABEL_FOR_LENGTH': 'delete_labels_for_length',
               'QUOTE_LABEL': 'quote_labels'}
 _PAIR_KEYS = {'EQ_LABEL': 'eq_labels', 'EQ_WORD': 'eq_words'}
 
