@@ -146,9 +146,10 @@ def _average(workdir) -> None:
 
 
 def _decode(workdir) -> None:
+  from etils import epath
   from t2t_jax import multihost, textio, translate
   from t2t_jax.data import tokenizer
-  if FLAGS.output and os.path.exists(FLAGS.output):
+  if FLAGS.output and epath.Path(FLAGS.output).exists():  # local or gs://...
     raise FileExistsError(f'{FLAGS.output} already exists; choose another --output or remove it')
   lines = (textio.read_lines(FLAGS.input) if FLAGS.input
            else textio.decode_lines(sys.stdin.buffer.read(), '<stdin>'))

@@ -18,7 +18,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from t2t_jax import damage
+from t2t_jax import damage, paths
 from t2t_jax.checkpoint import (CheckpointError, first_readable, read_config_item,
                                 read_json_item)
 
@@ -60,7 +60,12 @@ class InferenceParams:
 
 def _finalized(path: str) -> bool:
   """A complete orbax checkpoint directory (not an in-progress `*.orbax-checkpoint-tmp-*`)."""
-  return os.path.isdir(path) and ocp.path.step.is_path_finalized(path)
+  return epath.Path(path).is_dir() and ocp.path.step.is_path_finalized(path)
+
+
+def _names(directory: str) -> List[str]:
+  """The entry names of a folder."""
+  return [p.name for p in epath.Path(directory).iterdir()]
 
 
 def training_steps(workdir: str) -> List[int]:
@@ -68,20 +73,22 @@ def training_steps(workdir: str) -> List[int]:
 
   A plain directory listing: unlike a CheckpointManager it cannot delete or clean anything.
   """
-  directory = os.path.join(os.path.abspath(workdir), CHECKPOINTS_DIR)
-  if not os.path.isdir(directory):
+  directory = os.path.join(paths.absolute(workdir), CHECKPOINTS_DIR)
+  paths.forget(directory)
+  if not epath.Path(directory).is_dir():
     return []
-  return sorted(int(n) for n in os.listdir(directory)
+  return sorted(int(n) for n in _names(directory)
                 if n.isdigit() and _finalized(os.path.join(directory, n)))
 
 
 def averaged_checkpoints(workdir: str) -> List[Tuple[int, int, str]]:
   """[(last step, N, path)] of the averaged checkpoints, oldest first (newest last)."""
-  directory = os.path.join(os.path.abspath(workdir), AVERAGED_DIR)
-  if not os.path.isdir(directory):
+  directory = os.path.join(paths.absolute(workdir), AVERAGED_DIR)
+  paths.forget(directory)
+  if not epath.Path(directory).is_dir():
     return []
   return sorted((int(m.group(1)), int(m.group(2)), os.path.join(directory, name))
-                for name in os.listdir(directory)
+                for name in _names(directory)
                 if (m := _AVERAGED_NAME.fullmatch(name)) and _finalized(
                     os.path.join(directory, name)))
 
@@ -148,7 +155,7 @@ def _config(checkpoint_dir: str) -> Dict[str, Any]:
 def latest_training_config(workdir: str) -> Dict[str, Any]:
   """The config JSON saved with the newest training checkpoint whose config reads (read-only;
   damaged ones are skipped with a warning)."""
-  source = os.path.join(os.path.abspath(workdir), CHECKPOINTS_DIR)
+  source = os.path.join(paths.absolute(workdir), CHECKPOINTS_DIR)
   steps = training_steps(workdir)
   if not steps:
     raise CheckpointError(f'no training checkpoint in {source}')
@@ -187,7 +194,7 @@ def _pick_readable(source: str, available: List[int], num: int, damaged: Dict[in
 
 def _existing_average(target: str, steps: Tuple[int, ...]) -> Optional[AveragedCheckpoint]:
   """The averaged checkpoint `target` if it exists (made from `steps`, else CheckpointError)."""
-  if not os.path.exists(target):
+  if not epath.Path(target).exists():
     return None
   found, _, skipped = first_readable(
       [target], lambda t: (tuple(read_json_item(os.path.join(t, 'averaging'))['steps']),
@@ -239,7 +246,7 @@ def average_checkpoints(workdir: str, num: int) -> AveragedCheckpoint:
       named); an existing averaged checkpoint of the same name made from other steps; a read
       that failed for a passing reason (I/O error, memory).
   """
-  workdir = os.path.abspath(workdir)
+  workdir = paths.absolute(workdir)
   source = os.path.join(workdir, CHECKPOINTS_DIR)
   if num < 1:
     raise CheckpointError(f'cannot average {num} checkpoints: the number must be at least 1')
@@ -281,7 +288,7 @@ def average_checkpoints(workdir: str, num: int) -> AveragedCheckpoint:
   dtypes = jax.tree_util.tree_map(lambda m: np.dtype(m.dtype), metadata[steps[-1]])
   mean = jax.tree_util.tree_map(lambda acc, dtype: (acc / np.float32(num)).astype(dtype),
                                 total, dtypes)
-  os.makedirs(os.path.dirname(target), exist_ok=True)
+  paths.makedirs(os.path.dirname(target))
   with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
     checkpointer.save(target, args=ocp.args.Composite(
         state=ocp.args.PyTreeSave({'params': mean}), config=ocp.args.JsonSave(config),
@@ -310,14 +317,14 @@ def _resolve(workdir: str, checkpoint: str) -> str:
       raise CheckpointError(f'no training checkpoint at step {checkpoint}; {listing}')
     return os.path.join(source, str(int(checkpoint)))
   # A path: as given, else relative to the workdir (e.g. 'averaged/step_800_last_5').
-  path = next((os.path.abspath(p) for p in (checkpoint, os.path.join(workdir, checkpoint))
-               if os.path.isdir(p)), None)
+  path = next((paths.absolute(p) for p in (checkpoint, os.path.join(workdir, checkpoint))
+               if epath.Path(p).is_dir()), None)
   if path is None or not _finalized(path):
     raise CheckpointError(f'checkpoint {checkpoint!r} does not exist or is incomplete; '
                           f'{listing}; averaged: '
                           f'{[os.path.basename(a[2]) for a in averaged_checkpoints(workdir)]}')
-  if not (os.path.isdir(os.path.join(path, 'averaging')) or (
-      os.path.basename(path).isdigit() and os.path.isdir(os.path.join(path, 'state')))):
+  if not (epath.Path(path, 'averaging').is_dir() or (
+      os.path.basename(path).isdigit() and epath.Path(path, 'state').is_dir())):
     raise CheckpointError(f'{path} is neither a training step directory (<step>/state) nor '
                           f'an averaged checkpoint (with an "averaging" entry)')
   return path
@@ -325,7 +332,7 @@ def _resolve(workdir: str, checkpoint: str) -> str:
 
 def _read_inference(path: str) -> InferenceParams:
   """Params (float32, on the default device), config and origin of the checkpoint `path`."""
-  if os.path.isdir(os.path.join(path, 'averaging')):
+  if epath.Path(path, 'averaging').is_dir():
     steps = [int(s) for s in read_json_item(os.path.join(path, 'averaging'))['steps']]
     description, step = f'averaged steps {",".join(map(str, steps))}', steps[-1]
   else:
@@ -339,7 +346,7 @@ def _read_inference(path: str) -> InferenceParams:
 def _warn_if_stale(workdir: str, inference: InferenceParams, path: str) -> None:
   """Says so when training checkpoints newer than the averaged one `path` exist."""
   newer = [s for s in training_steps(workdir) if s > inference.step]
-  if newer and os.path.isdir(os.path.join(path, 'averaging')):
+  if newer and epath.Path(path, 'averaging').is_dir():
     logging.warning(
         'using %s (%s), but training checkpoints up to step %d are newer; refresh the average '
         'with: python main.py --mode=average --workdir=%s (or pick one with --checkpoint=%d)',
@@ -365,7 +372,7 @@ def load_inference_params(workdir: str, checkpoint: Optional[str] = None) -> Inf
     CheckpointError: no (readable) checkpoint, the requested one does not exist (available
       listed) or is damaged, or a read failed for a passing reason (I/O error, memory).
   """
-  workdir = os.path.abspath(workdir)
+  workdir = paths.absolute(workdir)
   candidates = _default_candidates(workdir) if checkpoint is None else [
       _resolve(workdir, checkpoint)]
   if not candidates:

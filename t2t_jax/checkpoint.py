@@ -28,7 +28,7 @@ from absl import logging
 from etils import epath
 
 from t2t_jax import config as config_lib
-from t2t_jax import damage
+from t2t_jax import damage, paths
 from t2t_jax.data import fingerprint as fingerprint_lib
 from jax.experimental import multihost_utils
 
@@ -133,7 +133,7 @@ class Checkpointer:
 
   def __init__(self, workdir: str, keep: int = 20,
                data_fingerprint: Optional[Dict[str, Any]] = None):
-    self.directory = os.path.join(os.path.abspath(workdir), 'checkpoints')
+    self.directory = os.path.join(paths.absolute(workdir), 'checkpoints')
     self.data_fingerprint = data_fingerprint
     self._damaged: Dict[int, str] = {}  # step -> reason, found (and agreed on) while reading
     self._manager = ocp.CheckpointManager(
@@ -170,7 +170,7 @@ class Checkpointer:
   def saved_fingerprint(self, step: int) -> Optional[Dict[str, Any]]:
     """The data fingerprint saved with `step`; None for checkpoints written without one."""
     item = os.path.join(self._step_dir(step), FINGERPRINT_ITEM)
-    return read_json_item(item) if os.path.isdir(item) else None
+    return read_json_item(item) if epath.Path(item).is_dir() else None
 
   def _read_setup(self, step: int) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
     return self.saved_config(step), self.saved_fingerprint(step)
@@ -273,10 +273,9 @@ class Checkpointer:
   def _set_aside(self, steps: List[int]) -> None:
     aside = os.path.join(os.path.dirname(self.directory), 'checkpoints_unreadable')
     if jax.process_index() == 0:
-      os.makedirs(aside, exist_ok=True)
       for step in steps:
         target = os.path.join(aside, f'{step}-{int(time.time())}')
-        os.rename(os.path.join(self.directory, str(step)), target)
+        paths.move(os.path.join(self.directory, str(step)), target)
         logging.warning('checkpoint: moved unreadable step %d to %s', step, target)
     multihost_utils.sync_global_devices('t2t_jax_checkpoint_set_aside')  # all see the move
     for step in steps:

@@ -2,6 +2,12 @@
 
 Only one process writes (process 0 in multi-host runs); the others get a writer that drops
 everything, so callers need no `if process_index == 0`.
+
+The workdir may be remote (`paths`): metrics.jsonl is then rewritten whole at each write
+(object stores cannot append). tensorboardX writes gs:// event files itself through
+google-cloud-storage (installed with gcsfs, `requirements-gcs.txt`), uploading the whole
+file at each flush (every 2 minutes and at the end); where it cannot (other stores, or that
+package missing) the run goes on without event files and says so once.
 """
 
 import json
@@ -10,6 +16,30 @@ import os
 from typing import Dict, Optional
 
 from absl import logging
+
+from t2t_jax import paths
+
+
+def _tensorboard(logdir: str):
+  """A tensorboardX SummaryWriter on `logdir`, or None (with a warning) where none can be."""
+  try:
+    from tensorboardX import SummaryWriter
+  except ImportError:  # optional for library users; requirements.txt installs it
+    logging.warning('tensorboardX is not installed: no TensorBoard event files')
+    return None
+  if paths.is_local(logdir):
+    return SummaryWriter(logdir)
+  if not logdir.startswith('gs://'):
+    logging.warning('no TensorBoard event files: tensorboardX cannot write to %s '
+                    '(metrics.jsonl has every value)', logdir)
+    return None
+  try:
+    return SummaryWriter(logdir)
+  except Exception as e:  # noqa: BLE001 - missing package or credentials: metrics go on
+    logging.warning('no TensorBoard event files in %s (%s: %s); metrics.jsonl has every '
+                    'value. pip install -r requirements-gcs.txt for gs:// event files.',
+                    logdir, type(e).__name__, e)
+    return None
 
 
 class MetricsWriter:
@@ -21,12 +51,8 @@ class MetricsWriter:
     self._jsonl = None
     if not enabled:
       return
-    self._jsonl = open(os.path.join(workdir, 'metrics.jsonl'), 'a', encoding='utf-8')
-    try:
-      from tensorboardX import SummaryWriter
-      self._tb = SummaryWriter(os.path.join(workdir, 'tensorboard'))
-    except ImportError:  # optional for library users; requirements.txt installs it
-      logging.warning('tensorboardX is not installed: no TensorBoard event files')
+    self._jsonl = paths.AppendFile(os.path.join(workdir, 'metrics.jsonl'))
+    self._tb = _tensorboard(os.path.join(workdir, 'tensorboard'))
 
   def write(self, step: int, scalars: Dict[str, float], prefix: Optional[str] = None) -> None:
     if not self.enabled:
@@ -39,7 +65,6 @@ class MetricsWriter:
       if self._tb is not None:
         self._tb.add_scalar(name, value, int(step))
     self._jsonl.write(json.dumps(record) + '\n')
-    self._jsonl.flush()
 
   def close(self) -> None:
     if self._jsonl is not None:

@@ -20,14 +20,15 @@ step 0). Values logged as "nan"/"inf" are NaN in the arrays and are not drawn.
 
 import json
 import math
+import io
 import os
 import re
-import tempfile
 from typing import Dict, List, NamedTuple, Tuple
 
 import numpy as np
+from etils import epath
 
-from t2t_jax import textio
+from t2t_jax import paths
 
 METRICS = 'metrics.jsonl'
 PLOTS_DIR = 'plots'
@@ -70,8 +71,7 @@ def _eval_split(record: dict) -> str:
 def _read_records(path: str) -> List[dict]:
   """The JSON objects of `path`, in file order; PlotError naming the file (and line)."""
   try:
-    with open(path, encoding='utf-8') as f:
-      lines = f.read().split('\n')
+    lines = epath.Path(path).read_text(encoding='utf-8').split('\n')
   except FileNotFoundError:
     raise PlotError(f'{path}: no such file; train first') from None
   except (OSError, UnicodeDecodeError) as e:
@@ -177,17 +177,10 @@ def _figure(curves: Curves, train_x: np.ndarray, eval_x: np.ndarray, xlabel: str
 
 
 def _save_atomic(fig, path: str) -> None:
-  """PNG through a temporary file in the same folder and a rename: never half a file."""
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path),
-                             prefix='.' + os.path.basename(path) + '.', suffix='.tmp')
-  textio.default_mode(fd)
-  try:
-    with os.fdopen(fd, 'wb') as f:
-      fig.savefig(f, format='png', dpi=DPI)
-    os.replace(tmp, path)
-  finally:
-    if os.path.exists(tmp):  # only when savefig or the rename failed
-      os.remove(tmp)
+  """PNG written in one piece (`paths.write_atomic`): never half a file."""
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format='png', dpi=DPI)
+  paths.write_atomic(path, buffer.getvalue(), overwrite=True)
 
 
 def write_learning_curves(workdir: str) -> List[str]:
@@ -206,16 +199,15 @@ def write_learning_curves(workdir: str) -> List[str]:
   except ImportError:
     raise PlotError('matplotlib is not installed; pip install -r requirements.txt') from None
   out = os.path.join(workdir, PLOTS_DIR)
-  os.makedirs(out, exist_ok=True)
   last = max(curves.train_steps.max(initial=0), curves.eval_steps.max(initial=0))
-  title = f'{os.path.basename(os.path.abspath(workdir))}: step {last}'
+  title = f'{os.path.basename(paths.absolute(workdir))}: step {last}'
   views = [('step', 'step', curves.train_steps, curves.eval_steps)]
   if np.isfinite(curves.train_wall).any():
     views.append(('time', 'training wall time (minutes)', curves.train_wall / 60.0,
                   curves.eval_wall / 60.0))
-  paths = []
+  written = []
   for name, xlabel, train_x, eval_x in views:
     path = os.path.join(out, f'learning_curves_{name}.png')
     _save_atomic(_figure(curves, train_x, eval_x, xlabel, title), path)
-    paths.append(path)
-  return paths
+    written.append(path)
+  return written

@@ -8,23 +8,23 @@ translations beside their references, and where the checkpoints, metrics and plo
 A rerun on a finished workdir reuses the averaged checkpoint and the eval JSON already written.
 """
 
-import glob
 import json
 import os
 from typing import Any, Dict, Optional
 
 import ml_collections
 from absl import logging
+from etils import epath
 
-from t2t_jax import averaging, evaluate, multihost
+from t2t_jax import averaging, evaluate, multihost, paths
 
 
 def _existing_result(workdir: str, split: str, step: int,
                      description: str) -> Optional[Dict[str, Any]]:
   """An eval JSON of this split and step made from the same checkpoint, if one exists."""
-  for path in sorted(glob.glob(os.path.join(workdir, f'eval_{split}_{step}*.json'))):
-    with open(path, encoding='utf-8') as f:
-      result = json.load(f)
+  paths.forget(workdir)  # list what is there now, not what this process saw before
+  for path in sorted(epath.Path(workdir).glob(f'eval_{split}_{step}*.json'), key=str):
+    result = json.loads(path.read_text(encoding='utf-8'))
     if result.get('checkpoint') == description and 'examples' in result:
       return result
   return None
@@ -40,7 +40,7 @@ def finish(config: ml_collections.ConfigDict, workdir: str) -> Optional[Dict[str
   split = config.final_eval_split
   if not split:
     return None
-  workdir = os.path.abspath(workdir)
+  workdir = paths.absolute(workdir)
   available = averaging.training_steps(workdir)
   num = min(config.average_last, len(available))
   if num < config.average_last:

@@ -1,8 +1,11 @@
-"""Plain-text input and output shared by decode, eval and BLEU: strict UTF-8, atomic writes."""
+"""Plain-text input and output shared by decode, eval and BLEU: strict UTF-8, atomic writes,
+local or remote paths (`paths`)."""
 
-import os
-import tempfile
 from typing import Iterable, List
+
+from etils import epath
+
+from t2t_jax import paths
 
 
 class TextFileError(ValueError):
@@ -31,8 +34,7 @@ def decode_lines(data: bytes, name: str) -> List[str]:
 def read_lines(path: str) -> List[str]:
   """The lines of a UTF-8 text file (see `decode_lines`); errors name the file."""
   try:
-    with open(path, 'rb') as f:
-      data = f.read()
+    data = epath.Path(path).read_bytes()
   except FileNotFoundError:
     raise FileNotFoundError(f'no such file: {path}') from None
   except IsADirectoryError:
@@ -42,42 +44,11 @@ def read_lines(path: str) -> List[str]:
   return decode_lines(data, path)
 
 
-# The process umask, read once (reading it means setting it) before any thread starts.
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
-
-
-def default_mode(fd: int) -> None:
-  """Gives a `tempfile.mkstemp` file (created 0600) the mode a plain `open` would have made,
-  so outputs renamed into place stay readable by others as usual."""
-  os.fchmod(fd, 0o666 & ~_UMASK)
-
-
 def write_bytes_atomic(path: str, data: bytes, *, overwrite: bool = False) -> None:
-  """Writes `data` to `path` through a temporary file and a rename.
-
-  A reader never sees a half-written file; with overwrite=False an existing file is refused
-  (FileExistsError naming it) rather than replaced.
-  """
-  path = os.path.abspath(path)
-  if not overwrite and os.path.exists(path):
-    raise FileExistsError(f'{path} already exists; choose another output path or remove it')
-  directory = os.path.dirname(path)
-  os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=directory, prefix='.' + os.path.basename(path) + '.tmp')
-  default_mode(fd)
-  try:
-    with os.fdopen(fd, 'wb') as f:
-      f.write(data)
-    if overwrite:
-      os.replace(tmp, path)
-    else:
-      os.link(tmp, path)  # fails if `path` appeared meanwhile, unlike rename
-      os.remove(tmp)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
+  """Writes `data` to `path` (local or remote) so that a reader never sees half of it; with
+  overwrite=False an existing file is refused (FileExistsError naming it) rather than
+  replaced. See `paths.write_atomic`."""
+  paths.write_atomic(path, data, overwrite=overwrite)
 
 
 def write_text_atomic(path: str, text: str, *, overwrite: bool = False) -> None:

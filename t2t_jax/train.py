@@ -20,8 +20,8 @@ import jax
 import ml_collections
 from absl import logging
 
-from t2t_jax import (checkpoint, dev_eval, metrics, model, optim, parallel, preemption,
-                     save_policy)
+from t2t_jax import (checkpoint, dev_eval, metrics, model, optim, parallel, paths,
+                     preemption, save_policy)
 from t2t_jax import workdir as workdir_lib
 from t2t_jax.evaluate import summarize
 from t2t_jax import config as config_lib
@@ -38,7 +38,9 @@ class Data:
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *, with_eval: bool):
     pi, pc = jax.process_index(), jax.process_count()
     data_dir = corpora.default_data_dir(config, workdir)
-    train_source = corpora.load_split(config, config.train_split, data_dir, process_index=pi)
+    per_host = corpora.prepared_per_host(config, workdir)
+    train_source = corpora.load_split(config, config.train_split, data_dir, process_index=pi,
+                                      per_host=per_host)
     self.tokenizer = tokenizer.load_or_train(
         config, workdir,
         lambda: tokenizer.sample_sentences(train_source, config.vocab_sample_sentences), pi, pc)
@@ -49,7 +51,8 @@ class Data:
     self.eval_batches = None
     self.bleu_pairs = []
     if with_eval:
-      dev_source = corpora.load_split(config, config.eval_split, data_dir, process_index=pi)
+      dev_source = corpora.load_split(config, config.eval_split, data_dir, process_index=pi,
+                                      per_host=per_host)
       self.eval_batches = pipeline.make_eval_batches(
           config, dev_source, self.tokenizer, rows_multiple=rows, process_index=pi,
           process_count=pc)
@@ -185,7 +188,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
   """
   config_lib.validate(config)
   is_chief = jax.process_index() == 0
-  workdir = workdir_lib.check_writable(workdir) if is_chief else os.path.abspath(workdir)
+  workdir = workdir_lib.check_writable(workdir) if is_chief else paths.absolute(workdir)
   lock = workdir_lib.WorkdirLock(workdir).acquire() if is_chief else None
   try:
     with preemption.PreemptionHandler() as handler:

@@ -222,7 +222,7 @@ def test_length_cache_gives_the_same_batches(source, tok, tmp_path):
   a = pipeline.make_train_iterator(config, source, tok, rows_multiple=ROWS_MULTIPLE,
                                    cache_dir=str(tmp_path), num_epochs=1)
   cached = [f for f in os.listdir(tmp_path) if f.startswith('lengths-')]
-  assert len(cached) == 1 and not [f for f in os.listdir(tmp_path) if f.startswith('.tmp')]
+  assert len(cached) == 1 and not [f for f in os.listdir(tmp_path) if f.startswith('.')]
 
   class NoLengths:  # a tokenizer that would fail if the lengths were computed again
     fingerprint = tok.fingerprint

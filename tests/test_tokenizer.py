@@ -183,5 +183,4 @@ def test_too_large_vocab_fails_clearly(tmp_path):
   with pytest.raises(tokenizer.TokenizerError, match='vocab_size=5000'):
     tokenizer.load_or_train(_config(vocab_size=5000), str(tmp_path),
                             lambda: ['a tiny corpus', 'with few words'])
-  assert not os.path.exists(tmp_path / 'vocab' / 'spm.model')
-  assert os.listdir(tmp_path / 'vocab') == []  # the temp folder is gone
+  assert not os.path.exists(tmp_path / 'vocab')  # trained in a temp folder: nothing written

@@ -7,15 +7,16 @@ same interface for packed rows.
 """
 
 import hashlib
+import io
 import os
-import tempfile
 import threading
 from typing import Any, Optional, Sequence
 
 from absl import logging
 import numpy as np
+from etils import epath
 
-from t2t_jax import textio
+from t2t_jax import paths
 
 
 def get_items(source: Any, indices: Sequence[int]) -> list[dict[str, str]]:
@@ -38,8 +39,8 @@ def pair_lengths(source: Any, tokenizer: Any, *, cache_dir: Optional[str] = None
   if cache_dir and name and fingerprint:
     key = hashlib.sha256(f'{name}\0{n}\0{fingerprint}'.encode()).hexdigest()[:24]
     cache = os.path.join(cache_dir, f'lengths-{key}.npz')
-    if os.path.isfile(cache):
-      with np.load(cache) as f:
+    if epath.Path(cache).is_file():
+      with np.load(io.BytesIO(epath.Path(cache).read_bytes())) as f:
         if len(f['source']) == n:
           return f['source'], f['target']
   src_len, tgt_len = np.zeros(n, np.int32), np.zeros(n, np.int32)
@@ -52,13 +53,10 @@ def pair_lengths(source: Any, tokenizer: Any, *, cache_dir: Optional[str] = None
         [it['target'] for it in items])]
     if (start // chunk_size) % 250 == 249:
       logging.info('Token lengths: %d of %d pairs', stop, n)
-  if cache:  # atomic: temp file + rename
-    os.makedirs(cache_dir, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix='.tmp-lengths-', suffix='.npz')
-    textio.default_mode(fd)
-    with os.fdopen(fd, 'wb') as f:
-      np.savez(f, source=src_len, target=tgt_len)
-    os.replace(tmp, cache)
+  if cache:
+    buffer = io.BytesIO()
+    np.savez(buffer, source=src_len, target=tgt_len)
+    paths.write_atomic(cache, buffer.getvalue(), overwrite=True)
   return src_len, tgt_len
 
 

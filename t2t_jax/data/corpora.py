@@ -23,7 +23,9 @@ pairs with an empty side are dropped and counted.
 `{'source': str, 'target': str}`, the input of `tokenizer.py` and `pipeline.py`.
 """
 
+import contextlib
 import dataclasses
+import fcntl
 import functools
 import hashlib
 import os
@@ -32,8 +34,10 @@ import time
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from absl import logging
+from etils import epath
 import tensorflow_datasets as tfds
 
+from t2t_jax import paths
 from t2t_jax.data import textfiles, wmt
 from t2t_jax.data.textfiles import (LOCAL_SPLITS, DataError, MissingDataError, SplitFiles,
                                     check_split, discover_splits, iter_pairs)
@@ -64,15 +68,25 @@ def file_digests(corpus_dir: str, splits: dict[str, SplitFiles], source_lang: st
   Every file is read once for both. The result is remembered for the files' current (path,
   size, mtime), so the data fingerprint of a run and its preparation share one hashing pass.
   """
-  stats = tuple((split, path, os.stat(path).st_size, os.stat(path).st_mtime_ns)
+  stats = tuple((split, path, *_size_and_mtime(path))
                 for split in sorted(splits) for path in splits[split].paths)
-  combined, files = _hash_files(os.path.realpath(corpus_dir), source_lang, target_lang, stats)
+  folder = os.path.realpath(corpus_dir) if paths.is_local(corpus_dir) else corpus_dir
+  combined, files = _hash_files(folder, source_lang, target_lang, stats)
   return combined, {split: dict(names) for split, names in files.items()}  # cached: a copy
+
+
+def _size_and_mtime(path: str) -> tuple[int, float]:
+  """(size, modification time) of a local or remote file: what tells a changed file."""
+  if paths.is_local(path):
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+  st = epath.Path(path).stat()
+  return st.length, st.mtime
 
 
 @functools.lru_cache(maxsize=16)
 def _hash_files(real_dir: str, source_lang: str, target_lang: str,
-                stats: tuple[tuple[str, str, int, int], ...]
+                stats: tuple[tuple[str, str, int, float], ...]
                 ) -> tuple[str, dict[str, dict[str, str]]]:
   h = hashlib.sha256()
   h.update(f'v1\0{real_dir}\0{source_lang}\0{target_lang}\0'.encode())
@@ -80,7 +94,7 @@ def _hash_files(real_dir: str, source_lang: str, target_lang: str,
   for split, path, _, _ in stats:
     one = hashlib.sha256()
     h.update(f'{split}\0{os.path.basename(path)}\0'.encode())
-    with open(path, 'rb') as f:
+    with epath.Path(path).open('rb') as f:
       for chunk in iter(lambda: f.read(1 << 20), b''):  # pylint: disable=cell-var-from-loop
         h.update(chunk)
         one.update(chunk)
@@ -147,15 +161,30 @@ def _wait_until_prepared(builder: Any, make_builder: Callable[[], Any], process_
   return make_builder()  # reads the info of the prepared folder
 
 
+@contextlib.contextmanager
+def _host_lock(data_dir: str) -> Iterator[None]:
+  """Holds an exclusive flock on `<data_dir>/.t2t_jax-prepare.lock` (local folders only),
+  so the processes of one host prepare one after the other."""
+  os.makedirs(data_dir, exist_ok=True)
+  with open(os.path.join(data_dir, '.t2t_jax-prepare.lock'), 'a') as f:
+    fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
+    yield
+
+
 def local_corpus_builder(corpus_dir: str, source_lang: str, target_lang: str,
                          data_dir: str, *, process_index: int = 0, timeout_s: float = 3600.0,
-                         poll_s: float = 1.0) -> LocalParallelCorpus:
+                         poll_s: float = 1.0, per_host: bool = False) -> LocalParallelCorpus:
   """Checks the corpus and prepares it (array_record) under `data_dir` unless a
   preparation of exactly these files exists. Only process 0 prepares; the others check
   the files too (to fail as fast) and then wait up to `timeout_s` for the preparation.
+  With `per_host` (`data_dir` is local to each host, see `prepared_per_host`) every process
+  takes its host's lock and prepares unless another process of the host did already.
   Returns the prepared builder; its `info.metadata['dropped_empty']` maps split -> pairs
   dropped because a side was empty."""
-  corpus_dir = os.path.abspath(corpus_dir)
+  if per_host:
+    with _host_lock(data_dir):
+      return local_corpus_builder(corpus_dir, source_lang, target_lang, data_dir)
+  corpus_dir = paths.absolute(corpus_dir)
   splits = discover_splits(corpus_dir, source_lang, target_lang)
   sha = _fingerprint(corpus_dir, splits, source_lang, target_lang)
   slug = re.sub(r'[^a-z0-9]+', '_', os.path.basename(corpus_dir).lower()).strip('_') or 'corpus'
@@ -239,11 +268,32 @@ def local_corpus_location(config: Any) -> tuple[str, str, str]:
   return BUNDLED_CORPUS_DIR, src, tgt
 
 
+def host_cache_dir() -> str:
+  """This host's folder for prepared local corpora of remote workdirs:
+  `$T2T_DATA_CACHE_DIR`, else `~/.cache/t2t_jax/tfds`."""
+  return os.path.expanduser(os.environ.get('T2T_DATA_CACHE_DIR')
+                            or os.path.join('~', '.cache', 't2t_jax', 'tfds'))
+
+
+def prepared_per_host(config: Any, workdir: str) -> bool:
+  """Whether each host prepares its own copy of the data (`default_data_dir` is local to
+  the host): a local corpus, a remote workdir and no `config.data_dir`."""
+  return config.dataset == 'local' and not config.data_dir and not paths.is_local(workdir)
+
+
 def default_data_dir(config: Any, workdir: str) -> Optional[str]:
   """Where prepared data lives: `config.data_dir`, else `<workdir>/tfds` for local
-  corpora and TFDS's own default (None) for WMT, which is large and worth sharing."""
+  corpora and TFDS's own default (None) for WMT, which is large and worth sharing.
+
+  A local corpus of a remote workdir (gs://...) is prepared in `host_cache_dir()` instead:
+  TFDS writes array_record files with a writer for local files only. The preparation is
+  keyed by the corpus's sha256 (its builder config name), so runs share it safely. A remote
+  `config.data_dir` can be read (array_record reads gs://) once prepared elsewhere and copied
+  there."""
   if config.data_dir:
     return config.data_dir
+  if prepared_per_host(config, workdir):
+    return host_cache_dir()
   return os.path.join(workdir, 'tfds') if config.dataset == 'local' else None
 
 
@@ -272,7 +322,8 @@ def _wmt_source(config: Any, split: str, data_dir: Optional[str], process_index:
 
 
 def load_split(config: Any, split: str, data_dir: Optional[str], *, process_index: int = 0,
-               timeout_s: float = 3600.0, poll_s: float = 1.0) -> ParallelTextSource:
+               timeout_s: float = 3600.0, poll_s: float = 1.0,
+               per_host: bool = False) -> ParallelTextSource:
   """Prepares (once) and opens one split: 'train', 'dev' or 'test'.
 
   Args:
@@ -282,6 +333,8 @@ def load_split(config: Any, split: str, data_dir: Optional[str], *, process_inde
     process_index: `jax.process_index()`. Only process 0 prepares data; the others wait
       for it (up to `timeout_s`, looking every `poll_s` seconds), so processes that share
       a file system never prepare the same folder at once.
+    per_host: `data_dir` is local to each host (`prepared_per_host`): see
+      `local_corpus_builder`.
 
   Returns:
     A random-access source of `{'source': str, 'target': str}` with `len()`.
@@ -296,7 +349,7 @@ def load_split(config: Any, split: str, data_dir: Optional[str], *, process_inde
                     '(see corpora.default_data_dir).')
   corpus_dir, src, tgt = local_corpus_location(config)
   builder = local_corpus_builder(corpus_dir, src, tgt, data_dir, process_index=process_index,
-                                 timeout_s=timeout_s, poll_s=poll_s)
+                                 timeout_s=timeout_s, poll_s=poll_s, per_host=per_host)
   local_split = _SPLIT_ALIASES.get(split, split)
   if local_split not in builder.info.splits:
     raise MissingDataError(f'No {local_split!r} split: expected '

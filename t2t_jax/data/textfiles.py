@@ -3,6 +3,7 @@
 Per split, `<split>.<source_lang>` / `<split>.<target_lang>` (two aligned files) or one
 `<split>.tsv` (`source<TAB>target`), each optionally gzip-compressed (`.gz`). Every error
 names the file, and the line where there is one. `corpora.py` builds TFDS datasets on top.
+The folder may be local or remote (gs://...): files are read through etils.epath.
 """
 
 import dataclasses
@@ -10,6 +11,8 @@ import gzip
 import itertools
 import os
 from typing import Iterator, Optional
+
+from etils import epath
 
 LOCAL_SPLITS = ('train', 'dev', 'test')
 
@@ -48,7 +51,7 @@ class SplitFiles:
 
 def _existing(path: str) -> Optional[str]:
   """`path` or `path.gz`, whichever exists (error if both: ambiguous)."""
-  found = [p for p in (path, path + '.gz') if os.path.isfile(p)]
+  found = [p for p in (path, path + '.gz') if epath.Path(p).is_file()]
   if len(found) > 1:
     raise DataError(f'Both {found[0]} and {found[1]} exist; keep only one of them.')
   return found[0] if found else None
@@ -87,7 +90,7 @@ def expected_paths(corpus_dir: str, split: str, source_lang: str, target_lang: s
 def discover_splits(corpus_dir: str, source_lang: str,
                     target_lang: str) -> dict[str, SplitFiles]:
   """All splits present in `corpus_dir`; `train` is required."""
-  if not os.path.isdir(corpus_dir):
+  if not epath.Path(corpus_dir).is_dir():
     raise MissingDataError(f'Corpus folder {corpus_dir} does not exist (expected '
                            f'{expected_paths(corpus_dir, "train", source_lang, target_lang)}).')
   if source_lang == target_lang:
@@ -106,9 +109,10 @@ def discover_splits(corpus_dir: str, source_lang: str,
 def _raw_lines(path: str) -> Iterator[bytes]:
   """Lines split on b'\\n' only (str.splitlines would also split on U+2028 and the like,
   which would break the alignment), without the line terminator."""
-  with (gzip.open(path, 'rb') if path.endswith('.gz') else open(path, 'rb')) as f:
-    for raw in f:
-      yield raw.rstrip(b'\r\n')
+  with epath.Path(path).open('rb') as raw_file:
+    with (gzip.GzipFile(fileobj=raw_file) if path.endswith('.gz') else raw_file) as f:
+      for raw in f:
+        yield raw.rstrip(b'\r\n')
 
 
 def _decode(raw: bytes, path: str, lineno: int) -> str:

@@ -4,9 +4,10 @@ Ids: pad = 0, eos = 1, unk = 2, no bos. The decoder starts from EOS (id 1), so n
 symbol is needed; `encode` adds no EOS (the pipeline appends it).
 
 The model is trained once per workdir, from a deterministic sample of the training text of
-both languages, into `<workdir>/vocab/spm.model` (+ `spm.vocab`). It is trained in a temp
-folder next to it and moved into place with `spm.model` last, so the presence of
-`spm.model` means the vocabulary is complete. Process 0 trains; the other processes wait for
+both languages, into `<workdir>/vocab/spm.model` (+ `spm.vocab`). SentencePiece writes only
+local files, so it trains in a local temp folder; both files are then written atomically into
+place (`paths.write_atomic`; the workdir may be remote) with `spm.model` last, so the presence
+of `spm.model` means the vocabulary is complete. Models are read as bytes through epath. Process 0 trains; the other processes wait for
 that file. An existing model is always reused and never overwritten.
 
 Normalisation is 'identity' and character coverage 1.0, so `decode(encode(s)) == s` for any
@@ -22,8 +23,11 @@ import time
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from absl import logging
+from etils import epath
 import numpy as np
 import sentencepiece as spm
+
+from t2t_jax import paths
 
 PAD_ID = 0
 EOS_ID = 1
@@ -41,8 +45,7 @@ class Tokenizer:
 
   def __init__(self, path: str):
     self.path = path
-    with open(path, 'rb') as f:
-      self._init_from_proto(f.read())
+    self._init_from_proto(paths.read_bytes(path))
 
   def _init_from_proto(self, proto: bytes) -> None:
     self._proto = proto
@@ -113,7 +116,7 @@ class Tokenizer:
 
 def load(path: str) -> Tokenizer:
   """Loads a SentencePiece model file written by `train`/`load_or_train`."""
-  if not os.path.isfile(path):
+  if not epath.Path(path).is_file():
     raise TokenizerError(f'No SentencePiece model at {path}.')
   return Tokenizer(path)
 
@@ -143,10 +146,9 @@ def sample_sentences(source: Any, num_per_language: int, seed: int = 0) -> Itera
 
 def train(sentences: Iterable[str], vocab_size: int, model_path: str) -> Tokenizer:
   """Trains a BPE model on `sentences` and writes `model_path` (+ `.vocab`) atomically."""
-  out_dir = os.path.dirname(os.path.abspath(model_path))
-  os.makedirs(out_dir, exist_ok=True)
+  model_path = paths.absolute(model_path)
   prefix = os.path.splitext(os.path.basename(model_path))[0]
-  tmp = tempfile.mkdtemp(prefix='.tmp-spm-', dir=out_dir)
+  tmp = tempfile.mkdtemp(prefix='t2t_jax-spm-')
   try:
     count = [0]
 
@@ -168,9 +170,10 @@ def train(sentences: Iterable[str], vocab_size: int, model_path: str) -> Tokeniz
       raise TokenizerError(f'SentencePiece training of {model_path} with vocab_size='
                            f'{vocab_size} on {count[0]} sentences failed: {e}') from e
     # The .vocab first, the .model last: readers wait for the .model.
-    os.replace(os.path.join(tmp, prefix + '.vocab'),
-               os.path.splitext(model_path)[0] + '.vocab')
-    os.replace(os.path.join(tmp, prefix + '.model'), model_path)
+    for suffix, target in (('.vocab', os.path.splitext(model_path)[0] + '.vocab'),
+                           ('.model', model_path)):
+      with open(os.path.join(tmp, prefix + suffix), 'rb') as f:
+        paths.write_atomic(target, f.read(), overwrite=True)
   finally:
     shutil.rmtree(tmp, ignore_errors=True)
   logging.info('Trained a %d-piece BPE vocabulary on %d sentences: %s', vocab_size,
@@ -204,8 +207,8 @@ def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable
   Returns:
     The Tokenizer, whose vocab_size equals config.vocab_size (TokenizerError otherwise).
   """
-  path = os.path.join(workdir, VOCAB_SUBDIR, MODEL_FILE)
-  if os.path.isfile(path):
+  path = vocab_path(workdir)
+  if epath.Path(path).is_file():
     logging.info('Reusing the vocabulary %s', path)
     return _checked(Tokenizer(path), config.vocab_size)
   if process_index == 0:
@@ -221,12 +224,18 @@ def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable
   logging.info('Process %d/%d waits for the vocabulary %s', process_index, process_count,
                path)
   deadline = time.monotonic() + timeout_s
-  while not os.path.isfile(path):
+  while not _appeared(path):
     if time.monotonic() > deadline:
       raise TokenizerError(f'Process {process_index} waited {timeout_s:g} s for process 0 to '
                            f'write {path}; it did not appear.')
     time.sleep(poll_s)
   return _checked(Tokenizer(path), config.vocab_size)
+
+
+def _appeared(path: str) -> bool:
+  """Whether another process has written `path` by now (asking the store, not a cache)."""
+  paths.forget(path)
+  return epath.Path(path).is_file()
 
 
 def vocab_path(workdir: str) -> str:
@@ -237,4 +246,4 @@ def vocab_path(workdir: str) -> str:
 def maybe_load(workdir: str) -> Optional[Tokenizer]:
   """The workdir's vocabulary if it exists (for eval/decode), else None."""
   path = vocab_path(workdir)
-  return Tokenizer(path) if os.path.isfile(path) else None
+  return Tokenizer(path) if epath.Path(path).is_file() else None
