@@ -41,6 +41,13 @@ def absolute(path: PathLike) -> str:
   return os.path.abspath(path) if is_local(path) else path.rstrip('/')
 
 
+def makedirs(path: PathLike) -> None:
+  """Creates a local folder and its parents. A no-op on object stores, which have no
+  folders (and where gcsfs would create a missing *bucket* instead)."""
+  if is_local(path):
+    os.makedirs(path, exist_ok=True)
+
+
 def default_mode(fd: int) -> None:
   """Gives a `tempfile.mkstemp` file (created 0600) the mode a plain `open` would have made,
   so outputs renamed into place stay readable by others as usual."""

@@ -35,7 +35,7 @@ def check_writable(workdir: str) -> str:
   """Creates `workdir` if needed and proves it is writable; returns its absolute path."""
   workdir = paths.absolute(workdir)
   try:
-    epath.Path(workdir).mkdir(parents=True, exist_ok=True)
+    paths.makedirs(workdir)
     probe = epath.Path(workdir) / f'.write_test.{socket.gethostname()}.{os.getpid()}'
     probe.write_text('ok')
     probe.unlink()

@@ -8,12 +8,18 @@ the project uses pointed at it:
   (`GOOGLE_AUTH_TOKEN_FOR_TESTING`) instead of looking for credentials;
 * array_record's GCS reader (google-cloud-cpp): `CLOUD_STORAGE_EMULATOR_ENDPOINT`.
 
+The emulator's media downloads lack the `x-goog-generation` header that real GCS sends and
+tensorstore's OCDBT driver (orbax's default format) needs to re-read a manifest it wrote
+("Malformed StorageGeneration"); `_add_generation_headers` adds it. The emulator ignores
+write preconditions (`ifGenerationMatch`), so races between writers are not tested here.
+
 The packages come from requirements-test.txt; without them the tests using the `gcs`
 fixture are skipped.
 """
 
 import os
 import socket
+from http import HTTPStatus
 from typing import Dict, Iterator
 
 import pytest
@@ -49,6 +55,29 @@ def _forget_clients() -> None:
   backend.fsspec_backend._get_filesystem.cache_clear()  # pylint: disable=protected-access
 
 
+def _add_generation_headers(server_lib) -> None:
+  """Makes the emulator's media downloads carry the object's generation headers, as GCS's
+  do (idempotent)."""
+  from gcp_storage_emulator.handlers import objects
+  download = objects.download
+  if getattr(download, 'with_generation', False):
+    return
+
+  def with_generation(request, response, storage, *args, **kwargs):
+    download(request, response, storage, *args, **kwargs)
+    if response.status in (HTTPStatus.OK, HTTPStatus.PARTIAL_CONTENT):
+      obj = storage.get_file_obj(request.params['bucket_name'], request.params['object_id'])
+      response['x-goog-generation'] = str(obj['generation'])
+      response['x-goog-metageneration'] = str(obj['metageneration'])
+
+  with_generation.with_generation = True
+  objects.download = with_generation  # objects.get (alt=media) calls it by this name
+  for _, methods in server_lib.HANDLERS:
+    for method, handler in methods.items():
+      if handler is download:
+        methods[method] = with_generation
+
+
 def _restore(saved: Dict[str, str]) -> None:
   for key, value in saved.items():
     if value is None:
@@ -66,6 +95,7 @@ def gcs() -> Iterator[str]:
   try:
     pytest.importorskip('gcsfs')
     server_lib = pytest.importorskip('gcp_storage_emulator.server')
+    _add_generation_headers(server_lib)
     server = server_lib.create_server('127.0.0.1', int(url.rsplit(':', 1)[1]), in_memory=True,
                                       default_bucket=BUCKET)
   except BaseException:

@@ -110,3 +110,10 @@ def test_workdir_lock_on_a_remote_workdir(gcs_dir):
       workdir_lib.WorkdirLock(workdir, **FAST).acquire()
   assert not epath.Path(lock.path).exists()
   workdir_lib.WorkdirLock(workdir, **FAST).acquire().release()  # free again
+
+
+def test_a_workdir_in_a_missing_bucket_is_refused_not_created(gcs):
+  with pytest.raises(workdir_lib.WorkdirError, match='^workdir gs://no-such-bucket/run is not '
+                     'writable'):
+    workdir_lib.check_writable('gs://no-such-bucket/run')
+  assert not epath.Path('gs://no-such-bucket').exists()
