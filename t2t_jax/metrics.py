@@ -3,13 +3,14 @@
 Only one process writes (process 0 in multi-host runs); the others get a writer that drops
 everything, so callers need no `if process_index == 0`.
 
-The workdir may be remote (`paths`): metrics.jsonl is then rewritten whole at each write
-(object stores cannot append). tensorboardX writes gs:// event files itself through
-google-cloud-storage (installed with gcsfs, `requirements-gcs.txt`), uploading the whole
-file at each flush (every 2 minutes and at the end); where it cannot (other stores, or that
-package missing) the run goes on without event files and says so once.
+The workdir may be remote (`paths`): object stores cannot append, so metrics.jsonl is then
+rewritten whole at each write, and event files are kept in memory and written whole at each
+tensorboardX flush (every 2 minutes and at the end) through epath, by a record writer
+registered with tensorboardX for the workdir's scheme (its own gs:// writer needs
+google-cloud-storage and uploads again, at interpreter exit, from `__del__`).
 """
 
+import io
 import json
 import math
 import os
@@ -20,26 +21,49 @@ from absl import logging
 from t2t_jax import paths
 
 
+class _WholeObjectWriter:
+  """A tensorboardX record writer for object stores: the event file in memory, written in
+  one piece (`paths.write_atomic`) at each flush."""
+
+  def __init__(self, path: str):
+    self.path = path
+    self._buffer = io.BytesIO()
+    self._unwritten = True
+
+  def write(self, data: bytes) -> None:
+    self._buffer.write(data)
+    self._unwritten = True
+
+  def flush(self) -> None:
+    if self._unwritten:
+      paths.write_atomic(self.path, self._buffer.getvalue(), overwrite=True)
+      self._unwritten = False
+
+  def close(self) -> None:
+    self.flush()
+
+
+class _WholeObjectWriterFactory:
+  """The factory interface of `tensorboardX.record_writer.register_writer_factory`."""
+
+  def open(self, path: str) -> _WholeObjectWriter:
+    return _WholeObjectWriter(path)
+
+  def directory_check(self, path: str) -> None:
+    del path  # object stores have no folders to create
+
+
 def _tensorboard(logdir: str):
-  """A tensorboardX SummaryWriter on `logdir`, or None (with a warning) where none can be."""
+  """A tensorboardX SummaryWriter on `logdir` (local or remote), or None with a warning."""
   try:
-    from tensorboardX import SummaryWriter
+    from tensorboardX import SummaryWriter, record_writer
   except ImportError:  # optional for library users; requirements.txt installs it
     logging.warning('tensorboardX is not installed: no TensorBoard event files')
     return None
-  if paths.is_local(logdir):
-    return SummaryWriter(logdir)
-  if not logdir.startswith('gs://'):
-    logging.warning('no TensorBoard event files: tensorboardX cannot write to %s '
-                    '(metrics.jsonl has every value)', logdir)
-    return None
-  try:
-    return SummaryWriter(logdir)
-  except Exception as e:  # noqa: BLE001 - missing package or credentials: metrics go on
-    logging.warning('no TensorBoard event files in %s (%s: %s); metrics.jsonl has every '
-                    'value. pip install -r requirements-gcs.txt for gs:// event files.',
-                    logdir, type(e).__name__, e)
-    return None
+  if not paths.is_local(logdir):
+    record_writer.register_writer_factory(logdir.split('://', 1)[0],
+                                          _WholeObjectWriterFactory())
+  return SummaryWriter(logdir)
 
 
 class MetricsWriter:

@@ -235,3 +235,44 @@ def test_other_processes_wait_for_process_zero(tmp_path):
   thread.join()
   assert _pairs(result[1]) == _pairs(zero) == [('one', 'eins'), ('two', 'zwei')]
   assert result[1].name == zero.name
+
+
+def test_remote_workdirs_prepare_local_corpora_per_host(monkeypatch, tmp_path):
+  monkeypatch.setenv('T2T_DATA_CACHE_DIR', str(tmp_path / 'cache'))
+  config = _config('/c')
+  assert not corpora.prepared_per_host(config, '/w')
+  assert corpora.default_data_dir(config, '/w') == '/w/tfds'  # local workdirs: as before
+  assert corpora.prepared_per_host(config, 'gs://b/run')
+  assert corpora.default_data_dir(config, 'gs://b/run') == str(tmp_path / 'cache')
+  monkeypatch.delenv('T2T_DATA_CACHE_DIR')
+  assert corpora.default_data_dir(config, 'gs://b/run') == os.path.expanduser(
+      '~/.cache/t2t_jax/tfds')
+  config.data_dir = 'gs://b/tfds'  # a shared data_dir: process 0 prepares, as before
+  assert not corpora.prepared_per_host(config, 'gs://b/run')
+  assert corpora.default_data_dir(config, 'gs://b/run') == 'gs://b/tfds'
+  wmt = _config(dataset='wmt14_translate/fr-en')
+  assert not corpora.prepared_per_host(wmt, 'gs://b/run')
+  assert corpora.default_data_dir(wmt, 'gs://b/run') is None
+
+
+def test_per_host_preparation_takes_turns_and_prepares_once(tmp_path):
+  corpus = tmp_path / 'c'
+  corpus.mkdir()
+  _write(corpus / 'train.en', ['one', 'two'])
+  _write(corpus / 'train.de', ['eins', 'zwei'])
+  data_dir = str(tmp_path / 'host_cache')
+  results = {}
+
+  def process(index):  # every process of a host, none of them process 0 of the run
+    results[index] = corpora.load_split(_config(corpus), 'train', data_dir,
+                                        process_index=index, timeout_s=0.1, per_host=True)
+
+  threads = [threading.Thread(target=process, args=(i,)) for i in (1, 2)]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  assert _pairs(results[1]) == _pairs(results[2]) == [('one', 'eins'), ('two', 'zwei')]
+  prepared = os.listdir(os.path.join(data_dir, 'local_parallel_corpus'))
+  assert len(prepared) == 1 and len(os.listdir(
+      os.path.join(data_dir, 'local_parallel_corpus', prepared[0]))) == 1  # one version

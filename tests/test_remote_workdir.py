@@ -1,6 +1,7 @@
-"""End to end on gs://, offline: train, resume, average and decode with `main.py`, the workdir,
-the corpus and the decode files all in the GCS emulator (orbax's arrays through tensorstore's
-gcs driver, everything else through etils.epath and gcsfs)."""
+"""A gs:// workdir, offline on the GCS emulator: the library's files there (metrics, plots,
+eval JSON, length cache), then end to end: train, resume, average and decode with `main.py`,
+the workdir, the corpus and the decode files all in the emulator (orbax's arrays through
+tensorstore's gcs driver, everything else through etils.epath and gcsfs)."""
 
 import json
 import os
@@ -9,7 +10,10 @@ from etils import epath
 
 from conftest import TINY, run_main
 from gcs_emulator import client_env, gcs, gcs_dir  # noqa: F401  (fixtures)
-from t2t_jax import averaging, workdir as workdir_lib
+import numpy as np
+
+from t2t_jax import averaging, evaluate, metrics, plots, summary, workdir as workdir_lib
+from t2t_jax.data import bucketing
 
 
 def _upload(local_dir: str, remote_dir: str) -> None:
@@ -21,6 +25,51 @@ def _upload(local_dir: str, remote_dir: str) -> None:
 def _metrics(workdir: str) -> list:
   return [json.loads(line) for line in
           epath.Path(workdir, 'metrics.jsonl').read_text().splitlines()]
+
+
+def test_metrics_plots_and_eval_files_on_gcs(gcs_dir):
+  workdir = gcs_dir
+  epath.Path(workdir, 'metrics.jsonl').write_text('{"step": 10, "loss": 5.0}\n')
+  writer = metrics.MetricsWriter(workdir)  # a resumed run: appends to what is there
+  writer.write(20, {'loss': 4.0, 'elapsed_s': 20.0})
+  writer.write(20, {'loss': 4.5, 'bleu': 1.0}, prefix='eval_dev')
+  writer.close()
+  assert _metrics(workdir) == [{'step': 10, 'loss': 5.0},
+                               {'step': 20, 'loss': 4.0, 'elapsed_s': 20.0},
+                               {'step': 20, 'eval_dev/loss': 4.5, 'eval_dev/bleu': 1.0}]
+  events = list(epath.Path(workdir, 'tensorboard').glob('events.out.tfevents.*'))
+  assert len(events) == 1 and b'eval_dev/bleu' in events[0].read_bytes()  # all flushed
+  written = plots.write_learning_curves(workdir)
+  assert written == [f'{workdir}/plots/learning_curves_{x}.png' for x in ('step', 'time')]
+  assert all(epath.Path(p).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n' for p in written)
+
+  result = {'checkpoint': 'averaged steps 10,20', 'examples': [], 'bleu': 1.0}
+  first = evaluate.write_result(workdir, 'dev', 20, result)
+  second = evaluate.write_result(workdir, 'dev', 20, dict(result, checkpoint='step 20'))
+  assert (first, second) == (f'{workdir}/eval_dev_20.json', f'{workdir}/eval_dev_20.1.json')
+  assert summary._existing_result(workdir, 'dev', 20, 'averaged steps 10,20')['bleu'] == 1.0
+
+  class Source:
+    name = 'corpus:train'
+
+    def __len__(self):
+      return 2
+
+    def __getitem__(self, i):
+      return {'source': 'a b c'[:2 * i + 1], 'target': 'x'}
+
+  class Tok:
+    fingerprint = 'f'
+
+    def encode_batch(self, texts):
+      return [t.split() for t in texts]
+
+  class Cached(Tok):  # fails if the lengths are computed again instead of read
+    encode_batch = None
+
+  lengths = bucketing.pair_lengths(Source(), Tok(), cache_dir=f'{workdir}/data_cache')
+  cached = bucketing.pair_lengths(Source(), Cached(), cache_dir=f'{workdir}/data_cache')
+  assert np.array_equal(cached[0], lengths[0]) and lengths[0].tolist() == [2, 3]
 
 
 def test_train_resume_average_decode_on_gcs(gcs, gcs_dir, corpus, tmp_path):
