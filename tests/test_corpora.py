@@ -212,11 +212,16 @@ def test_bad_dataset_and_languages_fail_without_network(tmp_path):
   assert corpora.default_data_dir(config, '/w') == '/data'
 
 
-def test_other_processes_wait_for_process_zero(tmp_path):
+def _two_pair_corpus(tmp_path):
   corpus = tmp_path / 'c'
   corpus.mkdir()
   _write(corpus / 'train.en', ['one', 'two'])
   _write(corpus / 'train.de', ['eins', 'zwei'])
+  return corpus
+
+
+def test_other_processes_wait_for_process_zero(tmp_path):
+  corpus = _two_pair_corpus(tmp_path)
   data_dir = str(tmp_path / 'tfds')
   with pytest.raises(corpora.DataError, match=r'Process 1 waited 0.2 s for process 0'):
     corpora.load_split(_config(corpus), 'train', data_dir, process_index=1, timeout_s=0.2,
@@ -256,10 +261,7 @@ def test_remote_workdirs_prepare_local_corpora_per_host(monkeypatch, tmp_path):
 
 
 def test_per_host_preparation_takes_turns_and_prepares_once(tmp_path):
-  corpus = tmp_path / 'c'
-  corpus.mkdir()
-  _write(corpus / 'train.en', ['one', 'two'])
-  _write(corpus / 'train.de', ['eins', 'zwei'])
+  corpus = _two_pair_corpus(tmp_path)
   data_dir = str(tmp_path / 'host_cache')
   results = {}
 
