@@ -19,6 +19,7 @@ from typing import List, Optional, Sequence
 
 import ml_collections
 from absl import flags
+from etils import epath
 
 from t2t_jax import config as config_lib
 from t2t_jax import textio
@@ -144,13 +145,14 @@ def check_paths(workdir: Optional[str], input_path: Optional[str]) -> None:
     WorkdirError, FileNotFoundError, TextFileError: naming the flag, the path and what was
       expected; nothing is created.
   """
-  if workdir and os.path.exists(workdir) and not os.path.isdir(workdir):
+  # Local or remote (gs://...) paths alike.
+  if workdir and epath.Path(workdir).exists() and not epath.Path(workdir).is_dir():
     raise WorkdirError(f'--workdir={workdir} is a file; expected a directory (one that does '
                        'not exist yet is created)')
   if input_path:
-    if not os.path.exists(input_path):
+    if not epath.Path(input_path).exists():
       raise FileNotFoundError(f'--input={input_path}: no such file')
-    if os.path.isdir(input_path):
+    if epath.Path(input_path).is_dir():
       raise textio.TextFileError(f'--input={input_path} is a directory; expected a UTF-8 text '
                                  'file with one sentence per line')
 
