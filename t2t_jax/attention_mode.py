@@ -33,6 +33,7 @@ import os
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
+from etils import epath
 
 from t2t_jax import attention_html, attention_maps, attention_plots, model, textio, translate
 
@@ -57,16 +58,16 @@ def check_output(path: Optional[str]) -> None:
   if not path:
     raise AttentionInputError('--mode=attention needs --output=DIR, a new or empty directory '
                               'for the maps')
-  if os.path.exists(path) and not os.path.isdir(path):
+  if epath.Path(path).exists() and not epath.Path(path).is_dir():  # local or gs://...
     raise FileExistsError(f'--output={path} is an existing file; expected a directory (new '
                           'or empty) for the maps')
-  if os.path.isdir(path) and os.listdir(path):
+  if epath.Path(path).is_dir() and any(epath.Path(path).iterdir()):
     raise FileExistsError(f'--output={path} is a non-empty directory; choose a new or empty '
                           'one (nothing is overwritten)')
 
 
 def _read(flag: str, path: str) -> List[str]:
-  if not os.path.isfile(path):
+  if not epath.Path(path).is_file():
     raise FileNotFoundError(f'--{flag}={path}: no such file')
   lines = textio.read_lines(path)
   if not lines:

@@ -18,6 +18,8 @@ checkpoint valid.
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
+from t2t_jax import paths
+
 _WMT_KEYS = ('tfds_name', 'tfds_config', 'tfds_version')
 
 
@@ -37,7 +39,7 @@ def compute(config: Any, data_dir: Optional[str]) -> Dict[str, Any]:
     return dict(common, tfds_name=builder.name, tfds_version=str(builder.version),
                 tfds_config=builder.builder_config.name if builder.builder_config else '')
   corpus_dir, src, tgt = corpora.local_corpus_location(config)
-  corpus_dir = os.path.abspath(corpus_dir)
+  corpus_dir = paths.absolute(corpus_dir)
   splits = textfiles.discover_splits(corpus_dir, src, tgt)
   combined, files = corpora.file_digests(corpus_dir, splits, src, tgt)
   return dict(common, corpus_dir=corpus_dir, sha256=combined, files=files)
