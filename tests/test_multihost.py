@@ -3,7 +3,6 @@
 
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -207,9 +206,8 @@ def test_eval_decode_and_average_on_two_processes_write_what_one_process_writes(
     outputs = _run_two(two, *mode, *extra)
     if mode[0] == '--mode=average':
       assert 'averaged steps' in outputs[0][1]
-    # Process 1 prints nothing (gloo's C++ connection lines aside): one report, one output.
-    assert re.sub(r'\[Gloo\] Rank \d+|is connected to \d+ peer ranks\. Expected number of '
-                  r'connected peer ranks is : \d+|\s', '', outputs[1][1]) == ''
+    # Process 1 prints no report (only gloo's C++ connection lines, interleaved at random).
+    assert not any(m in outputs[1][1] for m in ('averaged', 'bleu', '{')), outputs[1][1]
   assert sorted(os.listdir(os.path.join(two, 'averaged'))) == sorted(
       os.listdir(os.path.join(one, 'averaged')))
   a = jax.device_get(averaging.load_inference_params(one).params)
