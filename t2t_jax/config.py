@@ -23,7 +23,7 @@ CHOICES = {
     'norm_position': ('post', 'pre'),
     'dtype': ('float32', 'bfloat16'),
     'attention_impl': ('', 'xla', 'cudnn'),
-    'dataset': ('wmt14_translate/de-en', 'wmt14_translate/fr-en', 'local'),
+    'dataset': ('wmt14_translate/de-en', 'wmt14_translate/fr-en', 'local', 'treebank'),
     'train_split': SPLITS,
     'eval_split': SPLITS,
     'final_eval_split': ('',) + SPLITS,

@@ -41,7 +41,8 @@ class Data:
     train_source = corpora.load_split(config, config.train_split, data_dir, process_index=pi)
     self.tokenizer = tokenizer.load_or_train(
         config, workdir,
-        lambda: tokenizer.sample_sentences(train_source, config.vocab_sample_sentences), pi, pc)
+        lambda: tokenizer.sample_sentences(train_source, config.vocab_sample_sentences), pi, pc,
+        symbols_fn=vocabulary_symbols(config, train_source))
     rows = jax.local_device_count()
     self.train = pipeline.make_train_iterator(
         config, train_source, self.tokenizer, rows_multiple=rows, process_index=pi,
@@ -57,6 +58,16 @@ class Data:
         self.eval_batches = self.eval_batches[:config.eval_batches]
       n = min(config.eval_bleu_sentences, len(dev_source))
       self.bleu_pairs = [dev_source[i] for i in range(n)]
+
+
+def vocabulary_symbols(config: ml_collections.ConfigDict, train_source):
+  """The vocabulary's unsplittable symbols, as a function for `tokenizer.load_or_train`: every
+  tree token of the training targets for a treebank, none otherwise."""
+  if config.dataset != 'treebank':
+    return None
+  from t2t_jax.parsing import linearize  # pylint: disable=import-outside-toplevel
+  return lambda: linearize.vocabulary_symbols(
+      train_source[i]['target'] for i in range(len(train_source)))
 
 
 def _format(step: int, total: int, m: Dict[str, float]) -> str:
