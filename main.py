@@ -49,7 +49,8 @@ flags.DEFINE_enum('mode', 'train', MODES,
                   'average (the last config.average_last checkpoints); info (sizes, no data); '
                   'plot (learning curves from metrics.jsonl into <workdir>/plots); '
                   'attention (attention maps of the --input sentences into --output).')
-flags.DEFINE_string('input', None, 'decode: text file to translate (default: stdin); '
+flags.DEFINE_string('input', None, 'decode: text file to translate, or to parse for a '
+                    'treebank run (default: stdin); '
                     'attention: the source sentences, one per line.')
 flags.DEFINE_string('output', None, 'decode: file to write, must not exist (default: stdout); '
                     'attention: a new or empty directory.')
@@ -155,7 +156,11 @@ def _decode(workdir) -> None:
   config, inference = _inference(workdir)
   tok = tokenizer.load(tokenizer.vocab_path(workdir))
   translator = translate.from_config(config, inference.params, tok)
-  outputs = multihost.translate_all(translator, lines, progress=translate.print_progress)
+  if config.dataset == 'treebank':  # sentences in, one-line bracketed trees out
+    from t2t_jax.parsing import parse
+    outputs = parse.parse_lines(translator, lines, progress=translate.print_progress)
+  else:
+    outputs = multihost.translate_all(translator, lines, progress=translate.print_progress)
   if not multihost.is_writer():
     return
   if FLAGS.output:

@@ -12,6 +12,7 @@ latest checkpoint of the workdir if there is one (same config required), then ru
    everywhere, after that step's checkpoint.
 """
 
+import itertools
 import os
 import time
 from typing import Dict
@@ -66,8 +67,9 @@ def vocabulary_symbols(config: ml_collections.ConfigDict, train_source):
   if config.dataset != 'treebank':
     return None
   from t2t_jax.parsing import linearize  # pylint: disable=import-outside-toplevel
-  return lambda: linearize.vocabulary_symbols(
-      train_source[i]['target'] for i in range(len(train_source)))
+  every_text = lambda: tokenizer.sample_sentences(train_source, len(train_source))  # noqa: E731
+  # Source and target of each pair in turn: the targets are every second text.
+  return lambda: linearize.vocabulary_symbols(itertools.islice(every_text(), 1, None, 2))
 
 
 def _format(step: int, total: int, m: Dict[str, float]) -> str:
