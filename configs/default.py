@@ -63,7 +63,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.log_every_steps = 100         # console/metrics line every N steps
   c.eval_every_steps = 1000       # teacher-forced dev loss every N steps (0: off)
   c.eval_batches = 0              # dev batches per periodic eval (0: the whole split)
-  c.eval_bleu_sentences = 0       # decode this many dev sentences for BLEU at each eval (0: off)
+  c.eval_bleu_sentences = 0       # decode this many dev sentences for BLEU (a treebank: F1) at each eval (0: off)
   c.final_eval_split = ''         # after the last step: average, evaluate on this split, print a report ('': off)
 
   # --- Inference (§6.1) ------------------------------------------------------------

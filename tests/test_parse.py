@@ -46,3 +46,22 @@ def test_gold_and_parsed_trees_of_treebank_pairs():
                                        frozenset({'S', 'NP', 'VP'}))
   assert gold == ['(NP (DT the) (NN dog))', '(S (NP (NNS Dogs)) (VP (VBP bark)))']
   assert parsed == ['(NP (DT the) (NN dog))', '(S (VP (NNS Dogs) (VBP bark)))']
+
+
+def test_parse_scores_are_evalb_figures_and_never_give_up_on_mismatches():
+  gold = '(S (NP (NNS )NP (VP (VBP )VP (. )S'
+  pairs = [{'source': 'the dog', 'target': '(NP (DT (NN )NP'},
+           {'source': 'Dogs bark .', 'target': gold}] + [
+               {'source': 'Cats sleep .', 'target': gold}] * 12
+  decoded = ['(NP (DT (NN )NP', '(S (VP (NNS (VBP )VP (. )S'] + [
+      '(S (NP (NNS )NP (. (. )S'] * 12  # 'sleep' tagged '.': a length mismatch in EVALB
+  scores = parse.parse_scores(pairs, decoded, frozenset({'S', 'NP', 'VP'}))
+  # Valid sentences 1-2: gold NP(0,2); S(0,2) NP(0,1) VP(1,2). Parsed NP(0,2); S(0,2)
+  # VP(0,2). Matched 2 of 4 gold and 3 parsed brackets; every tag right.
+  assert scores['recall'] == 50.0 and round(scores['precision'], 2) == 66.67
+  assert round(scores['f1'], 2) == 57.14 and scores['complete_match'] == 50.0
+  assert scores['tagging_accuracy'] == 100.0
+  assert scores['error_sentences'] == 12 and scores['skipped_sentences'] == 0
+  assert 'Number of Error sentence  =     12' in scores['evalb_summary']
+  assert scores['references'][1] == '(S (NP (NNS Dogs)) (VP (VBP bark)) (. .))'
+  assert scores['hypotheses'][1] == '(S (VP (NNS Dogs) (VBP bark)) (. .))'

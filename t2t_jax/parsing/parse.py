@@ -7,10 +7,16 @@ tree, which `linearize.delinearize` repairs into a tree over exactly the input w
 the constituent labels of the workdir's vocabulary (its `▁)X` symbols).
 """
 
+import dataclasses
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from t2t_jax import multihost
+from t2t_jax import evalb, multihost
 from t2t_jax.parsing import linearize, trees
+
+# EVALB's COLLINS.prm, except that it never gives up after MAX_ERROR length mismatches (a
+# word tagged as punctuation in one tree only): an evaluation scores every model, and the
+# mismatches are counted (`error_sentences`).
+EVAL_PARAMS = dataclasses.replace(evalb.COLLINS, max_error=None)
 
 
 def words_of(sentence: str) -> List[str]:
@@ -53,3 +59,21 @@ def gold_and_parsed(pairs: Sequence[Dict[str, str]], decoded: Sequence[str],
   sources = [p['source'] for p in pairs]
   return (trees_of(sources, [p['target'] for p in pairs], None),
           trees_of(sources, decoded, labels))
+
+
+def parse_scores(pairs: Sequence[Dict[str, str]], decoded: Sequence[str],
+                 labels: frozenset) -> Dict[str, Any]:
+  """EVALB scores (`EVAL_PARAMS`) of the model's `decoded` targets for treebank `pairs`.
+
+  Returns {'f1', 'precision', 'recall', 'complete_match', 'tagging_accuracy' (percent),
+  'error_sentences', 'skipped_sentences', 'evalb_summary' (EVALB's summary text),
+  'hypotheses' (the parsed trees), 'references' (the gold trees)}.
+  """
+  gold, parsed = gold_and_parsed(pairs, decoded, labels)
+  result = evalb.score_lines(gold, parsed, EVAL_PARAMS, gold_name='gold trees',
+                             test_name='parsed trees')
+  return {'f1': result.f1, 'precision': result.precision, 'recall': result.recall,
+          'complete_match': result.complete_match,
+          'tagging_accuracy': result.tagging_accuracy,
+          'error_sentences': result.error_sentences, 'skipped_sentences': result.skipped,
+          'evalb_summary': result.summary(), 'hypotheses': parsed, 'references': gold}
