@@ -10,9 +10,10 @@ from t2t_jax.parsing import grammar, trees
 LABELS = {'S', 'NP', 'VP', 'PP', 'SBAR', 'WHNP', 'ADJP', 'ADVP'}
 
 
-def _sample(n=2000, seed=1):
-  g = grammar.Grammar(seed)
-  return [trees.clean(g.sentence()) for _ in range(n)]
+@pytest.fixture(scope='module')
+def sample():
+  g = grammar.Grammar(1)
+  return [trees.clean(g.sentence()) for _ in range(2000)]
 
 
 def _nodes(tree):
@@ -32,18 +33,18 @@ def test_seeded_trees_are_fixed():
       'large) (NNS cities))))) (. .)))']
 
 
-def test_every_word_has_one_tag():
+def test_every_word_has_one_tag(sample):
   tags = collections.defaultdict(set)
-  for tree in _sample():
+  for tree in sample:
     for tag, word in zip(tree.tags(), tree.words()):
       tags[word].add(tag)
   assert {w: t for w, t in tags.items() if len(t) > 1} == {}
   assert tags['that'] == {'IN'} and tags[','] == {','} and tags['.'] == {'.'}
 
 
-def test_nested_constructions_all_occur_and_prepositions_keep_their_attachment():
+def test_nested_constructions_all_occur_and_prepositions_keep_their_attachment(sample):
   seen = collections.Counter()
-  for tree in _sample():
+  for tree in sample:
     assert tree.label == 'S' and tree.tags()[-1] == '.'
     for node in _nodes(tree):
       if node.is_preterminal:
