@@ -71,6 +71,9 @@ def test_wsj_sections_02_21_train_22_dev_23_test(tmp_path, sub):
   assert {s: [os.path.basename(p) for p in f.paths] for s, f in splits.items()} == {
       'train': [f'wsj_{n:02d}01.mrg' for n in range(2, 22)], 'dev': ['wsj_2201.mrg'],
       'test': ['wsj_2301.mrg']}
+  sections = os.path.join(sub, '23', 'wsj_2301.mrg')
+  assert list(fingerprint.compute(_config(tmp_path / 'ptb'), None)['files']['test']) == [
+      sections]  # relative to treebank_dir: change messages name the file's real path
   test = corpora.load_split(_config(tmp_path / 'ptb'), 'test', str(tmp_path / 'tfds'))
   assert _pairs(test) == [('s23 ran .', '(S (NP (NN )NP (VP (VBD )VP (. )S'),
                           ('it stopped', '(S (NP (PRP )NP (VP (VBD )VP )S')]

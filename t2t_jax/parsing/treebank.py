@@ -142,11 +142,15 @@ def treebank_dir(config: Any) -> str:
 
 
 def locate(config: Any) -> tuple[str, dict[str, TreebankSplit], str, dict[str, dict[str, str]]]:
-  """(treebank folder, its splits, sha256 of all its tree files, {split: {file name:
-  sha256}}); the fingerprint of a run and its preparation share one hashing pass."""
+  """(treebank folder, its splits, sha256 of all its tree files, {split: {file path relative
+  to the folder: sha256}}); the fingerprint of a run and its preparation share one hashing
+  pass."""
   folder = treebank_dir(config)
   splits = find_splits(folder)
-  combined, files = corpora.file_digests(folder, splits, SOURCE_NAME, TARGET_NAME)
+  combined, by_name = corpora.file_digests(folder, splits, SOURCE_NAME, TARGET_NAME)
+  # file_digests keys files by their names, which are unique within a split (wsj_0201.mrg).
+  files = {split: {os.path.relpath(path, folder): by_name[split][os.path.basename(path)]
+                   for path in splits[split].paths} for split in by_name}
   return folder, splits, combined, files
 
 
