@@ -45,10 +45,11 @@ config_flags.DEFINE_config_file(
     lock_config=True)
 flags.DEFINE_string('workdir', None, 'Directory for the vocabulary, checkpoints and metrics.')
 flags.DEFINE_enum('mode', 'train', MODES,
-                  'train; eval (loss and BLEU on --split); decode (--input -> --output); '
-                  'average (the last config.average_last checkpoints); info (sizes, no data); '
-                  'plot (learning curves from metrics.jsonl into <workdir>/plots); '
-                  'attention (attention maps of the --input sentences into --output).')
+                  'train; eval (loss and BLEU, for a treebank F1, on --split); decode '
+                  '(--input -> --output); average (the last config.average_last checkpoints); '
+                  'info (sizes, no data); plot (learning curves from metrics.jsonl into '
+                  '<workdir>/plots); attention (attention maps of the --input sentences into '
+                  '--output).')
 flags.DEFINE_string('input', None, 'decode: text file to translate, or to parse for a '
                     'treebank run (default: stdin); '
                     'attention: the source sentences, one per line.')
