@@ -58,7 +58,7 @@ def score_line(result: Dict[str, Any]) -> str:
     return (f'F1 {result["f1"]:.2f} (EVALB COLLINS.prm: precision {result["precision"]:.2f}, '
             f'recall {result["recall"]:.2f}, complete match {result["complete_match"]:.2f}, '
             f'tagging accuracy {result["tagging_accuracy"]:.2f}, '
-            f'{result["error_sentences"]} length-mismatch sentences)')
+            f'{result["error_sentences"]} error sentences)')
   return (f'BLEU {result["bleu"]:.2f} (sacreBLEU {result["bleu_signature"]}), tokenized BLEU '
           f'{result["tokenized_bleu"]:.2f}')
 

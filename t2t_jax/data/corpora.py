@@ -265,7 +265,8 @@ def local_corpus_location(config: Any) -> tuple[str, str, str]:
 
 def default_data_dir(config: Any, workdir: str) -> Optional[str]:
   """Where prepared data lives: `config.data_dir`, else `<workdir>/tfds` for local
-  corpora and treebanks, and TFDS's own default (None) for WMT, which is large and worth sharing."""
+  corpora and treebanks, and TFDS's own default (None) for WMT, which is large and worth
+  sharing."""
   if config.data_dir:
     return config.data_dir
   return os.path.join(workdir, 'tfds') if config.dataset in LOCAL_DATASETS else None
