@@ -1,9 +1,10 @@
-"""Parsing through main.py: train on a generated treebank, then eval (EVALB F1) and decode."""
+"""Parsing through main.py: train on a generated treebank (dev F1 at its evaluation), then eval
+(EVALB F1) and decode."""
 
 import json
 import os
 
-from tests.conftest import run_main
+from tests.conftest import read_metrics, run_main
 from t2t_jax.parsing import grammar, trees
 
 TINY_PARSER = ['--config=configs/parsing_synthetic.py', '--config.vocab_size=200',
@@ -12,7 +13,8 @@ TINY_PARSER = ['--config=configs/parsing_synthetic.py', '--config.vocab_size=200
                '--config.bucket_lengths=(128,)', '--config.tokens_per_batch=2048',
                '--config.warmup_steps=10', '--config.num_train_steps=12',
                '--config.checkpoint_every_steps=12', '--config.log_every_steps=6',
-               '--config.eval_every_steps=0', '--config.final_eval_split=',
+               '--config.eval_every_steps=12', '--config.eval_bleu_sentences=4',
+               '--config.final_eval_split=',
                '--config.beam_size=2', '--config.max_decode_extra=24']
 
 
@@ -22,6 +24,8 @@ def test_train_then_eval_reports_f1_and_decode_writes_trees(tmp_path):
   workdir = str(tmp_path / 'run')
   result = run_main(*TINY_PARSER, f'--workdir={workdir}', f'--config.treebank_dir={bank}')
   assert result.returncode == 0, result.stderr[-3000:]
+  dev = [r for r in read_metrics(workdir) if 'eval_dev/f1' in r]  # dev F1 while training
+  assert [r['step'] for r in dev] == [12] and 0.0 <= dev[0]['eval_dev/f1'] <= 100.0
   result = run_main('--mode=eval', '--split=test', f'--workdir={workdir}')
   assert result.returncode == 0, result.stderr[-3000:]
   printed = json.loads(result.stdout)
