@@ -45,11 +45,13 @@ config_flags.DEFINE_config_file(
     lock_config=True)
 flags.DEFINE_string('workdir', None, 'Directory for the vocabulary, checkpoints and metrics.')
 flags.DEFINE_enum('mode', 'train', MODES,
-                  'train; eval (loss and BLEU on --split); decode (--input -> --output); '
-                  'average (the last config.average_last checkpoints); info (sizes, no data); '
-                  'plot (learning curves from metrics.jsonl into <workdir>/plots); '
-                  'attention (attention maps of the --input sentences into --output).')
-flags.DEFINE_string('input', None, 'decode: text file to translate (default: stdin); '
+                  'train; eval (loss and BLEU, for a treebank F1, on --split); decode '
+                  '(--input -> --output); average (the last config.average_last checkpoints); '
+                  'info (sizes, no data); plot (learning curves from metrics.jsonl into '
+                  '<workdir>/plots); attention (attention maps of the --input sentences into '
+                  '--output).')
+flags.DEFINE_string('input', None, 'decode: text file to translate, or to parse for a '
+                    'treebank run (default: stdin); '
                     'attention: the source sentences, one per line.')
 flags.DEFINE_string('output', None, 'decode: file to write, must not exist (default: stdout); '
                     'attention: a new or empty directory.')
@@ -156,7 +158,11 @@ def _decode(workdir) -> None:
   config, inference = _inference(workdir)
   tok = tokenizer.load(tokenizer.vocab_path(workdir))
   translator = translate.from_config(config, inference.params, tok)
-  outputs = multihost.translate_all(translator, lines, progress=translate.print_progress)
+  if config.dataset == 'treebank':  # sentences in, one-line bracketed trees out
+    from t2t_jax.parsing import parse
+    outputs = parse.parse_lines(translator, lines, progress=translate.print_progress)
+  else:
+    outputs = multihost.translate_all(translator, lines, progress=translate.print_progress)
   if not multihost.is_writer():
     return
   if FLAGS.output:

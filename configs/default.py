@@ -29,11 +29,12 @@ def get_config() -> ml_collections.ConfigDict:
   c.attention_impl = ''           # jax.nn.dot_product_attention implementation: '' (backend default, XLA), 'xla' or 'cudnn' (NVIDIA GPUs, bf16)
 
   # --- Data (§5.1) -----------------------------------------------------------------
-  c.dataset = 'wmt14_translate/de-en'  # 'wmt14_translate/de-en', 'wmt14_translate/fr-en' or 'local'
+  c.dataset = 'wmt14_translate/de-en'  # 'wmt14_translate/de-en', 'wmt14_translate/fr-en', 'local' or 'treebank' (constituency parsing, §6.3)
   c.source_lang = 'en'            # source language code
   c.target_lang = 'de'            # target language code
   c.data_dir = ''                 # TFDS data dir (prepared datasets); '' means TFDS's default
   c.local_corpus_dir = ''         # for dataset='local': folder with {train,dev,test}.{src,tgt} or {split}.tsv
+  c.treebank_dir = ''             # for dataset='treebank': folder with {train,dev,test}.trees or the WSJ sections 02-23 (*.mrg)
   c.train_split = 'train'         # split used for training
   c.eval_split = 'dev'            # split used for periodic evaluation ('dev' maps to the dataset's validation split)
   c.vocab_sample_sentences = 1_000_000  # sentences per language sampled to train the SentencePiece model
@@ -62,7 +63,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.log_every_steps = 100         # console/metrics line every N steps
   c.eval_every_steps = 1000       # teacher-forced dev loss every N steps (0: off)
   c.eval_batches = 0              # dev batches per periodic eval (0: the whole split)
-  c.eval_bleu_sentences = 0       # decode this many dev sentences for BLEU at each eval (0: off)
+  c.eval_bleu_sentences = 0       # decode this many dev sentences for BLEU (a treebank: F1) at each eval (0: off)
   c.final_eval_split = ''         # after the last step: average, evaluate on this split, print a report ('': off)
 
   # --- Inference (§6.1) ------------------------------------------------------------

@@ -23,7 +23,7 @@ CHOICES = {
     'norm_position': ('post', 'pre'),
     'dtype': ('float32', 'bfloat16'),
     'attention_impl': ('', 'xla', 'cudnn'),
-    'dataset': ('wmt14_translate/de-en', 'wmt14_translate/fr-en', 'local'),
+    'dataset': ('wmt14_translate/de-en', 'wmt14_translate/fr-en', 'local', 'treebank'),
     'train_split': SPLITS,
     'eval_split': SPLITS,
     'final_eval_split': ('',) + SPLITS,
@@ -119,6 +119,10 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if (not config.d_k or not config.d_v) and config.d_model % config.num_heads:
     _fail('d_model', f'a multiple of num_heads={config.num_heads} (or set d_k and d_v)',
           config.d_model)
+  if config.treebank_dir and config.dataset != 'treebank':
+    # Most likely a forgotten --config.dataset=treebank: the run would train on other data.
+    _fail('treebank_dir', f"'' unless dataset='treebank' (dataset is {config.dataset!r})",
+          config.treebank_dir)
   _check_buckets(tuple(config.bucket_lengths), config.max_length)
   if config.bucket_lengths[-1] > config.max_len:
     _fail('max_len', f'>= the largest bucket length {config.bucket_lengths[-1]}', config.max_len)

@@ -1,4 +1,5 @@
-"""Evaluation during training: teacher-forced dev loss and, optionally, dev BLEU (§6.1).
+"""Evaluation during training: teacher-forced dev loss and, optionally, dev BLEU (§6.1), or for
+a treebank dev F1 (EVALB, §6.3).
 
 Every `eval_every_steps` the training loop calls a `DevEvaluator`: loss, perplexity and
 accuracy over the dev batches (all devices, all processes), then beam search on the first
@@ -14,7 +15,7 @@ from typing import Any, Dict, Optional
 from absl import logging
 
 from t2t_jax import multihost, parallel, translate
-from t2t_jax.evaluate import decoded_bleu_of, evaluate_batches
+from t2t_jax.evaluate import decoded_scores, evaluate_batches
 
 
 def _redraw_plots(workdir: str) -> None:
@@ -54,12 +55,13 @@ class DevEvaluator:
       # An argument of the jitted decode: no recompilation when it changes.
       self.translator.params = multihost.local_copy(params)
       pairs = self.data.bleu_pairs
-      scores = decoded_bleu_of(
-          multihost.translate_all(self.translator, [p['source'] for p in pairs]),
-          [p['target'] for p in pairs], config.target_lang)
-      result.update(bleu=scores['bleu'], tokenized_bleu=scores['tokenized_bleu'])
-      logging.info('eval at step %d: BLEU %.2f on %d %s sentences', step, scores['bleu'],
-                   len(pairs), config.eval_split)
+      scores = decoded_scores(
+          config, pairs, multihost.translate_all(self.translator, [p['source'] for p in pairs]),
+          self.data.tokenizer)
+      kept = ('f1', 'precision', 'recall') if 'f1' in scores else ('bleu', 'tokenized_bleu')
+      result.update({k: scores[k] for k in kept})
+      logging.info('eval at step %d: %s %.2f on %d %s sentences', step, kept[0].upper(),
+                   scores[kept[0]], len(pairs), config.eval_split)
     logging.info('eval at step %d: %s loss %.4f nll %.4f perplexity %.2f accuracy %.3f', step,
                  config.eval_split, result['loss'], result['nll'], result['perplexity'],
                  result['accuracy'])

@@ -1,4 +1,5 @@
-"""Evaluation on a split: teacher-forced loss, perplexity, accuracy, then decoded BLEU (§6.1)."""
+"""Evaluation on a split: teacher-forced loss, perplexity, accuracy, then decoded BLEU (§6.1),
+or for a treebank the EVALB F1 of the decoded trees (§6.3)."""
 
 import json
 import os
@@ -40,19 +41,35 @@ def decoded_bleu_of(hypotheses: Sequence[str], references: Sequence[str],
           'hypotheses': list(hypotheses)}
 
 
-def decoded_bleu(translator: translate.Translator, sources: Sequence[str],
-                 references: Sequence[str], target_lang: str,
-                 progress=None) -> Dict[str, Any]:
-  """Decodes `sources` (split across processes, `multihost.translate_all`) and scores them."""
-  return decoded_bleu_of(multihost.translate_all(translator, sources, progress=progress),
-                         references, target_lang)
+def decoded_scores(config: ml_collections.ConfigDict, pairs: Sequence[Dict[str, str]],
+                   hypotheses: Sequence[str], tokenizer: Any) -> Dict[str, Any]:
+  """The scores of decoded `hypotheses` of `pairs`: for a treebank the EVALB scores of their
+  trees (`parsing.parse.parse_scores`, 'hypotheses' and 'references' then being trees),
+  otherwise `decoded_bleu_of`."""
+  if config.dataset == 'treebank':
+    from t2t_jax.parsing import parse  # pylint: disable=import-outside-toplevel
+    return parse.parse_scores(pairs, hypotheses, parse.vocabulary_labels(tokenizer))
+  return decoded_bleu_of(hypotheses, [p['target'] for p in pairs], config.target_lang)
+
+
+def score_line(result: Dict[str, Any]) -> str:
+  """'F1 93.10 (EVALB ...)' or 'BLEU 24.90 (sacreBLEU ...)', with the secondary figures."""
+  if 'f1' in result:
+    return (f'F1 {result["f1"]:.2f} (EVALB COLLINS.prm: precision {result["precision"]:.2f}, '
+            f'recall {result["recall"]:.2f}, complete match {result["complete_match"]:.2f}, '
+            f'tagging accuracy {result["tagging_accuracy"]:.2f}, '
+            f'{result["error_sentences"]} error sentences)')
+  return (f'BLEU {result["bleu"]:.2f} (sacreBLEU {result["bleu_signature"]}), tokenized BLEU '
+          f'{result["tokenized_bleu"]:.2f}')
 
 
 def examples(pairs: Sequence[Dict[str, str]], hypotheses: Sequence[str],
-             count: int = 3) -> list:
-  """The first `count` non-empty pairs as {'source', 'reference', 'hypothesis'} dicts."""
+             count: int = 3, references: Optional[Sequence[str]] = None) -> list:
+  """The first `count` non-empty pairs as {'source', 'reference', 'hypothesis'} dicts; the
+  reference is the pair's target unless `references` are given."""
   chosen = [i for i, p in enumerate(pairs) if p['source'].strip()][:count]
-  return [{'source': pairs[i]['source'], 'reference': pairs[i]['target'],
+  return [{'source': pairs[i]['source'],
+           'reference': references[i] if references is not None else pairs[i]['target'],
            'hypothesis': hypotheses[i]} for i in chosen]
 
 
@@ -73,7 +90,8 @@ def write_result(workdir: str, split: str, step: int, result: Dict[str, Any]) ->
 def evaluate(config: ml_collections.ConfigDict, workdir: str, split: str = 'dev',
              checkpoint: Optional[str] = None, show_progress: bool = True,
              inference: Any = None) -> Dict[str, Any]:
-  """Teacher-forced metrics and decoded BLEU of the workdir's model on `split`.
+  """Teacher-forced metrics and decoded BLEU (a treebank: F1) of the workdir's model on
+  `split`.
 
   Uses `inference` (`averaging.InferenceParams`) when given, else loads the averaged
   checkpoint when one exists (or `checkpoint`: a step or a path). Writes
@@ -102,16 +120,15 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str, split: str = 'dev'
   logging.info('%s teacher-forced: loss %.4f perplexity %.2f accuracy %.3f', split,
                result['loss'], result['perplexity'], result['accuracy'])
   pairs = [source[i] for i in range(len(source))]
-  scores = decoded_bleu(translate.from_config(config, inference.params, tok),
-                        [p['source'] for p in pairs], [p['target'] for p in pairs],
-                        config.target_lang,
-                        progress=translate.print_progress if show_progress else None)
-  hypotheses = scores.pop('hypotheses')
+  hypotheses = multihost.translate_all(
+      translate.from_config(config, inference.params, tok), [p['source'] for p in pairs],
+      progress=translate.print_progress if show_progress else None)
+  scores = decoded_scores(config, pairs, hypotheses, tok)
+  hypotheses, references = scores.pop('hypotheses'), scores.pop('references', None)
   result.update(scores, sentences=len(pairs), beam_size=config.beam_size,
                 length_penalty_alpha=config.length_penalty_alpha,
-                examples=examples(pairs, hypotheses))
+                examples=examples(pairs, hypotheses, references=references))
   if multihost.is_writer():
     result['path'] = write_result(workdir, split, inference.step, result)
-  logging.info('%s BLEU %.2f (%s); tokenized BLEU %.2f; written to %s', split, result['bleu'],
-               result['bleu_signature'], result['tokenized_bleu'], result.get('path'))
+  logging.info('%s %s; written to %s', split, score_line(result), result.get('path'))
   return result

@@ -1,10 +1,12 @@
-"""What a finished training run tells its user: the averaged model's BLEU, examples, paths.
+"""What a finished training run tells its user: the averaged model's BLEU (a treebank's: F1),
+examples, paths.
 
 `finish(config, workdir)` runs after the last training step when `config.final_eval_split` is
 set (the embedded default sets 'test'): it averages the last `config.average_last` training
 checkpoints (§6.1), evaluates the average on that split (teacher-forced loss, then beam
-search and sacreBLEU, exactly as `--mode=eval` does) and prints a short report: BLEU, three
-translations beside their references, and where the checkpoints, metrics and plots are.
+search and sacreBLEU or EVALB, exactly as `--mode=eval` does) and prints a short report: BLEU
+or F1, three translations (trees) beside their references, and where the checkpoints, metrics
+and plots are.
 A rerun on a finished workdir reuses the averaged checkpoint and the eval JSON already written.
 """
 
@@ -63,8 +65,7 @@ def report(result: Dict[str, Any], workdir: str, averaged_path: str) -> str:
       f'Training finished. {result["checkpoint"]} -> {result["split"]} split '
       f'({result["sentences"]} sentences, beam {result["beam_size"]}, alpha '
       f'{result["length_penalty_alpha"]}):',
-      f'  BLEU {result["bleu"]:.2f} (sacreBLEU {result["bleu_signature"]}), '
-      f'tokenized BLEU {result["tokenized_bleu"]:.2f}, perplexity {result["perplexity"]:.2f}',
+      f'  {evaluate.score_line(result)}, perplexity {result["perplexity"]:.2f}',
       '',
   ]
   for i, example in enumerate(result.get('examples', []), 1):

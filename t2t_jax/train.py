@@ -12,6 +12,7 @@ latest checkpoint of the workdir if there is one (same config required), then ru
    everywhere, after that step's checkpoint.
 """
 
+import itertools
 import os
 import time
 from typing import Dict
@@ -43,7 +44,8 @@ class Data:
                                       per_host=per_host)
     self.tokenizer = tokenizer.load_or_train(
         config, workdir,
-        lambda: tokenizer.sample_sentences(train_source, config.vocab_sample_sentences), pi, pc)
+        lambda: tokenizer.sample_sentences(train_source, config.vocab_sample_sentences), pi, pc,
+        symbols_fn=vocabulary_symbols(config, train_source))
     rows = jax.local_device_count()
     self.train = pipeline.make_train_iterator(
         config, train_source, self.tokenizer, rows_multiple=rows, process_index=pi,
@@ -60,6 +62,17 @@ class Data:
         self.eval_batches = self.eval_batches[:config.eval_batches]
       n = min(config.eval_bleu_sentences, len(dev_source))
       self.bleu_pairs = [dev_source[i] for i in range(n)]
+
+
+def vocabulary_symbols(config: ml_collections.ConfigDict, train_source):
+  """The vocabulary's unsplittable symbols, as a function for `tokenizer.load_or_train`: every
+  tree token of the training targets for a treebank, none otherwise."""
+  if config.dataset != 'treebank':
+    return None
+  from t2t_jax.parsing import linearize  # pylint: disable=import-outside-toplevel
+  every_text = lambda: tokenizer.sample_sentences(train_source, len(train_source))  # noqa: E731
+  # Source and target of each pair in turn: the targets are every second text.
+  return lambda: linearize.vocabulary_symbols(itertools.islice(every_text(), 1, None, 2))
 
 
 def _format(step: int, total: int, m: Dict[str, float]) -> str:

@@ -3,7 +3,8 @@
 import ml_collections
 import pytest
 
-from configs import default, quickstart, table3, wmt_base, wmt_big, wmt_enfr_big
+from configs import (default, parsing_synthetic, quickstart, table3, wmt_base, wmt_big,
+                     wmt_enfr_big, wsj_parsing)
 from t2t_jax import config as config_lib
 from t2t_jax import model
 
@@ -20,6 +21,19 @@ def test_presets_hold_the_paper_values():
   assert base.norm_position == 'post' and base.positional == 'sinusoidal'
   for c in (base, big, enfr, quickstart.get_config()):
     config_lib.validate(c)
+
+
+def test_wsj_parsing_holds_the_papers_settings_for_wsj_only():
+  c, base = wsj_parsing.get_config(), wmt_base.get_config()
+  assert (c.dataset, c.num_layers, c.d_model, c.vocab_size) == ('treebank', 4, 1024, 16000)
+  assert (c.beam_size, c.length_penalty_alpha, c.max_decode_extra) == (21, 0.3, 300)
+  same = ('d_ff', 'num_heads', 'dropout_rate', 'label_smoothing', 'warmup_steps', 'adam_b2',
+          'learning_rate_scale', 'average_last')
+  assert {k: c[k] for k in same} == {k: base[k] for k in same}
+  # input + 300 fits max_len for inputs up to 212 tokens; training keeps targets up to 512
+  assert c.max_len == c.max_length == c.bucket_lengths[-1] == 512
+  for preset in (c, parsing_synthetic.get_config()):
+    assert config_lib.validate(preset).dataset == 'treebank'
 
 
 @pytest.mark.parametrize('row,expected', [
@@ -63,6 +77,9 @@ def _with(**changes):
     (dict(final_eval_split='validation'),
      r"'final_eval_split'.*one of '', 'train', 'dev', 'test', got 'validation'"),
     (dict(eval_split='valid'), r"'eval_split'.*one of 'train', 'dev', 'test', got 'valid'"),
+    (dict(dataset='treebank2'), r"'dataset'.*'local', 'treebank', got 'treebank2'"),
+    (dict(treebank_dir='/data/wsj'), r"^config key 'treebank_dir': expected '' unless "
+     r"dataset='treebank' \(dataset is 'wmt14_translate/de-en'\), got '/data/wsj'$"),
 ])
 def test_invalid_values_name_the_key(changes, message):
   with pytest.raises(config_lib.ConfigError, match=message):

@@ -184,3 +184,25 @@ def test_too_large_vocab_fails_clearly(tmp_path):
     tokenizer.load_or_train(_config(vocab_size=5000), str(tmp_path),
                             lambda: ['a tiny corpus', 'with few words'])
   assert not os.path.exists(tmp_path / 'vocab')  # trained in a temp folder: nothing written
+
+
+def test_user_defined_symbols_are_one_piece_each_and_leave_words_alone(tmp_path):
+  # Parsing's tree tokens (t2t_jax/parsing/linearize.py): '▁' + '(X' / ')X'.
+  target = '(S (NP (DT (NN )NP (VP (VBD (NP (NNP )NP )VP (. )S'
+  source = 'The Sales office sold NPR shares to A/S Smith .'
+  symbols = sorted({'\u2581' + t for t in target.split()})
+  calls = []
+
+  def symbols_fn():
+    calls.append(1)
+    return symbols
+
+  tok = tokenizer.load_or_train(_config(vocab_size=80), str(tmp_path),
+                                lambda: [source, target] * 50, symbols_fn=symbols_fn)
+  assert calls == [1]
+  ids = tok.encode(target)
+  assert tok.pieces(ids) == ['\u2581' + t for t in target.split()]
+  assert tok.decode(ids) == target
+  # No symbol is cut out of a word: a word never starts with a bracket.
+  assert not set(tok.pieces(tok.encode(source))) & set(symbols)
+  assert tok.decode(tok.encode(source)) == source

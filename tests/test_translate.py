@@ -131,3 +131,19 @@ def test_truncation_warning_caps_the_list():
   assert (translate.truncation_warning(list(range(1, 16)), 256, shown=3)
           == '15 inputs longer than max_len=256 tokens were truncated: lines 1, 2, 3 '
              'and 12 more')
+
+
+def test_outputs_run_far_past_the_source_bucket_up_to_input_plus_extra_and_max_len():
+  # Parsing's outputs are several times longer than their inputs (max_decode_extra=300 for
+  # the WSJ). With EOS unreachable (its embedding row zeroed: logit 0 against sharper ones)
+  # every hypothesis runs to its length limit.
+  params = _params(2)
+  table = params['shared_embedding']['embedding']
+  params = dict(params, shared_embedding={'embedding': table.at[model.EOS_ID].set(0.0)})
+  translator = translate.Translator(CFG.replace(max_len=36), params, CharTokenizer(),
+                                    beam_size=2, max_decode_extra=30, batch_sentences=2,
+                                    bucket_lengths=(8,))
+  ids = translator.translate_ids(['ab', 'abcdefg'])
+  # Input tokens with EOS + 30, EOS included: 3 + 30 = 33; 8 + 30 = 38 is capped by max_len.
+  assert [len(row) for row in ids] == [32, 35]
+  assert translator.compiled_shapes == {(8, 36)}

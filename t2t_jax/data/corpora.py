@@ -1,6 +1,6 @@
 """Parallel corpora as TFDS datasets in the array_record format, read by random access.
 
-Two kinds of data set:
+Three kinds of data set:
 
 * WMT'14 from the TFDS catalogue (`wmt14_translate/de-en`, `wmt14_translate/fr-en`),
   downloaded and prepared by TFDS's builder with our TensorFlow-free extraction (`wmt.py`:
@@ -11,6 +11,8 @@ Two kinds of data set:
   `<split>.tsv` (`source<TAB>target`), each optionally gzip-compressed (`.gz`). Splits are
   `train` (required), `dev` and `test`. An empty `local_corpus_dir` means the bundled
   KJV / Reina-Valera 1909 English-Spanish Bible (`t2t_jax/data/bible_en_es`).
+* A treebank (`config.dataset = 'treebank'`): (sentence, linearized tree) pairs prepared the
+  same way from `config.treebank_dir` (`t2t_jax/parsing/treebank.py`).
 
 Each local corpus gets its own builder config, named after the folder, the language pair and
 a sha256 of the folder path and the raw bytes of its data files, so two corpora never share a
@@ -51,6 +53,8 @@ WMT_DATASETS = {
     'wmt14_translate/de-en': ('de', 'en'),
     'wmt14_translate/fr-en': ('fr', 'en'),
 }
+# Prepared from the user's own files into <workdir>/tfds (treebank: t2t_jax/parsing).
+LOCAL_DATASETS = ('local', 'treebank')
 _SPLIT_ALIASES = {'validation': 'dev'}  # local corpora call it dev
 _WMT_SPLITS = {'dev': 'validation'}     # WMT calls it validation
 
@@ -193,7 +197,36 @@ def local_corpus_builder(corpus_dir: str, source_lang: str, target_lang: str,
       description=f'{corpus_dir} {source_lang}->{target_lang} sha256 {sha}',
       corpus_dir=corpus_dir, source_lang=source_lang, target_lang=target_lang,
       split_files=tuple(splits[s] for s in LOCAL_SPLITS if s in splits), sha256=sha)
-  builder = LocalParallelCorpus(config=cfg, data_dir=data_dir)
+
+  def check() -> dict[str, int]:
+    dropped = {}
+    for split, files in splits.items():
+      kept, dropped[split] = check_split(files)
+      if kept == 0:
+        raise DataError(f'Split {split!r} ({", ".join(files.paths)}) has no non-empty pair.')
+      logging.log(logging.WARNING if dropped[split] else logging.INFO,
+                  'Corpus %s split %s: %d pairs, %d dropped (empty source or target).',
+                  ', '.join(files.paths), split, kept, dropped[split])
+    return dropped
+
+  return prepare_once(
+      lambda dropped: LocalParallelCorpus(
+          config=dataclasses.replace(cfg, dropped_empty=dropped), data_dir=data_dir),
+      sha, check, process_index=process_index, timeout_s=timeout_s, poll_s=poll_s)
+
+
+def prepare_once(make_builder: Callable[[Optional[dict]], Any], sha: str,
+                 check: Callable[[], dict], *, process_index: int, timeout_s: float,
+                 poll_s: float) -> Any:
+  """The prepared builder of a local data set whose files have fingerprint `sha`.
+
+  A preparation of exactly these files is reused (another one under the same name is
+  refused). Otherwise `check()` reads the files, raising DataError before anything is
+  written, and returns what the preparation records (`make_builder(result)`); process 0
+  prepares (array_record), the other processes wait for it. `make_builder(None)` opens the
+  builder without preparing.
+  """
+  builder = make_builder(None)
   if builder.is_prepared():
     stored = builder.info.metadata.get('sha256') if builder.info.metadata else None
     if stored != sha:
@@ -201,20 +234,11 @@ def local_corpus_builder(corpus_dir: str, source_lang: str, target_lang: str,
                       f'now {sha}); delete that folder to prepare it again.')
     logging.info('Reusing the prepared corpus %s', builder.data_dir)
     return builder
-  dropped = {}
-  for split, files in splits.items():
-    kept, dropped[split] = check_split(files)
-    if kept == 0:
-      raise DataError(f'Split {split!r} ({", ".join(files.paths)}) has no non-empty pair.')
-    logging.log(logging.WARNING if dropped[split] else logging.INFO,
-                'Corpus %s split %s: %d pairs, %d dropped (empty source or target).',
-                ', '.join(files.paths), split, kept, dropped[split])
+  checked = check()
   if process_index != 0:
-    return _wait_until_prepared(
-        builder, lambda: LocalParallelCorpus(config=cfg, data_dir=data_dir), process_index,
-        timeout_s, poll_s)
-  builder = LocalParallelCorpus(config=dataclasses.replace(cfg, dropped_empty=dropped),
-                                data_dir=data_dir)
+    return _wait_until_prepared(builder, lambda: make_builder(None), process_index, timeout_s,
+                                poll_s)
+  builder = make_builder(checked)
   builder.download_and_prepare(file_format='array_record')
   return builder
 
@@ -278,12 +302,14 @@ def host_cache_dir() -> str:
 def prepared_per_host(config: Any, workdir: str) -> bool:
   """Whether each host prepares its own copy of the data (`default_data_dir` is local to
   the host): a local corpus, a remote workdir and no `config.data_dir`."""
-  return config.dataset == 'local' and not config.data_dir and not paths.is_local(workdir)
+  return (config.dataset in LOCAL_DATASETS and not config.data_dir
+          and not paths.is_local(workdir))
 
 
 def default_data_dir(config: Any, workdir: str) -> Optional[str]:
   """Where prepared data lives: `config.data_dir`, else `<workdir>/tfds` for local
-  corpora and TFDS's own default (None) for WMT, which is large and worth sharing.
+  corpora and treebanks, and TFDS's own default (None) for WMT, which is large and worth
+  sharing.
 
   A local corpus of a remote workdir (gs://...) is prepared in `host_cache_dir()` instead:
   TFDS writes array_record files with a writer for local files only. The preparation is
@@ -294,7 +320,7 @@ def default_data_dir(config: Any, workdir: str) -> Optional[str]:
     return config.data_dir
   if prepared_per_host(config, workdir):
     return host_cache_dir()
-  return os.path.join(workdir, 'tfds') if config.dataset == 'local' else None
+  return os.path.join(workdir, 'tfds') if config.dataset in LOCAL_DATASETS else None
 
 
 def _wmt_source(config: Any, split: str, data_dir: Optional[str], process_index: int,
@@ -341,12 +367,16 @@ def load_split(config: Any, split: str, data_dir: Optional[str], *, process_inde
   """
   if config.dataset in WMT_DATASETS:
     return _wmt_source(config, split, data_dir, process_index, timeout_s, poll_s)
-  if config.dataset != 'local':
+  if config.dataset not in LOCAL_DATASETS:
     raise DataError(f'Unknown dataset {config.dataset!r}; expected one of '
-                    f'{sorted(WMT_DATASETS)} or "local".')
+                    f'{sorted(WMT_DATASETS)}, "local" or "treebank".')
   if not data_dir:
     raise DataError('A local corpus needs a data_dir to prepare into '
                     '(see corpora.default_data_dir).')
+  if config.dataset == 'treebank':
+    from t2t_jax.parsing import treebank  # pylint: disable=import-outside-toplevel
+    return treebank.load_split(config, split, data_dir, process_index=process_index,
+                               timeout_s=timeout_s, poll_s=poll_s)
   corpus_dir, src, tgt = local_corpus_location(config)
   builder = local_corpus_builder(corpus_dir, src, tgt, data_dir, process_index=process_index,
                                  timeout_s=timeout_s, poll_s=poll_s, per_host=per_host)

@@ -7,6 +7,7 @@ fingerprint records what the data was:
 * a local corpus: `{'dataset': 'local', 'corpus_dir', 'source_lang', 'target_lang',
   'train_split', 'sha256' (all files together, as in the prepared dataset's name), 'files':
   {split: {file name: sha256}}}`;
+* a treebank: the same with `corpus_dir` the treebank folder and its tree files;
 * WMT from TFDS: `{'dataset', 'source_lang', 'target_lang', 'train_split', 'tfds_name',
   'tfds_config', 'tfds_version'}`.
 
@@ -38,6 +39,10 @@ def compute(config: Any, data_dir: Optional[str]) -> Dict[str, Any]:
     builder = wmt.wmt_builder(config.dataset, data_dir)  # the one corpora.py prepares
     return dict(common, tfds_name=builder.name, tfds_version=str(builder.version),
                 tfds_config=builder.builder_config.name if builder.builder_config else '')
+  if config.dataset == 'treebank':
+    from t2t_jax.parsing import treebank  # pylint: disable=import-outside-toplevel
+    folder, _, combined, files = treebank.locate(config)
+    return dict(common, corpus_dir=folder, sha256=combined, files=files)
   corpus_dir, src, tgt = corpora.local_corpus_location(config)
   corpus_dir = paths.absolute(corpus_dir)
   splits = textfiles.discover_splits(corpus_dir, src, tgt)
@@ -70,7 +75,7 @@ def compare(saved: Dict[str, Any], current: Dict[str, Any]) -> Tuple[Optional[st
   """
   if saved.get('dataset') != current.get('dataset'):
     return (f'dataset {saved.get("dataset")!r} then, {current.get("dataset")!r} now'), []
-  if current['dataset'] != 'local':
+  if 'files' not in current:  # WMT
     changed = [f'{k} {saved.get(k)!r} then, {current.get(k)!r} now' for k in _WMT_KEYS
                if saved.get(k) != current.get(k)]
     return ('TFDS ' + ', '.join(changed) if changed else None), []

@@ -144,8 +144,14 @@ def sample_sentences(source: Any, num_per_language: int, seed: int = 0) -> Itera
       yield ex['target']
 
 
-def train(sentences: Iterable[str], vocab_size: int, model_path: str) -> Tokenizer:
-  """Trains a BPE model on `sentences` and writes `model_path` (+ `.vocab`) atomically."""
+def train(sentences: Iterable[str], vocab_size: int, model_path: str,
+          user_defined_symbols: Sequence[str] = ()) -> Tokenizer:
+  """Trains a BPE model on `sentences` and writes `model_path` (+ `.vocab`) atomically.
+
+  `user_defined_symbols` become pieces of their own that BPE never splits or merges, cut out
+  of the text wherever they occur (parsing's tree tokens, `parsing/linearize.py`); they count
+  towards `vocab_size`.
+  """
   model_path = paths.absolute(model_path)
   prefix = os.path.splitext(os.path.basename(model_path))[0]
   tmp = tempfile.mkdtemp(prefix='t2t_jax-spm-')
@@ -163,7 +169,7 @@ def train(sentences: Iterable[str], vocab_size: int, model_path: str) -> Tokeniz
           sentence_iterator=nonempty(), model_prefix=os.path.join(tmp, prefix),
           model_type='bpe', vocab_size=vocab_size,
           pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
-          character_coverage=1.0, normalization_rule_name='identity',
+          user_defined_symbols=list(user_defined_symbols), character_coverage=1.0, normalization_rule_name='identity',
           input_sentence_size=0, shuffle_input_sentence=False,
           num_threads=os.cpu_count() or 1, minloglevel=1)
     except RuntimeError as e:
@@ -191,6 +197,7 @@ def _checked(tok: Tokenizer, vocab_size: int) -> Tokenizer:
 
 def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable[str]],
                   process_index: int = 0, process_count: int = 1, *,
+                  symbols_fn: Optional[Callable[[], Sequence[str]]] = None,
                   timeout_s: float = 7200.0, poll_s: float = 1.0) -> Tokenizer:
   """The workdir's vocabulary: loaded if `<workdir>/vocab/spm.model` exists, else trained.
 
@@ -201,6 +208,7 @@ def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable
       `lambda: sample_sentences(train_source, config.vocab_sample_sentences)`); called only
       by process 0 and only when training; at most 2 * vocab_sample_sentences are used.
     process_index, process_count: `jax.process_index()`, `jax.process_count()`.
+    symbols_fn: returns the user-defined symbols of `train` (called like `sentences_fn`).
     timeout_s: how long processes other than 0 wait for process 0's file.
     poll_s: how often they look.
 
@@ -220,7 +228,8 @@ def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable
           return
         yield s
 
-    return _checked(train(bounded(), config.vocab_size, path), config.vocab_size)
+    symbols = symbols_fn() if symbols_fn is not None else ()
+    return _checked(train(bounded(), config.vocab_size, path, symbols), config.vocab_size)
   logging.info('Process %d/%d waits for the vocabulary %s', process_index, process_count,
                path)
   deadline = time.monotonic() + timeout_s
