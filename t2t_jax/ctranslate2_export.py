@@ -18,8 +18,8 @@ What is mapped, and why each needs care:
 * Padding is never a translation token: `translate.Translator` masks its logit, the export
   adds a bias of -1e4 to it (exp(-1e4) is 0 in float32, and -1e4 survives float16).
 
-CTranslate2's length penalty divides by |Y|^alpha, not the paper's GNMT ((5 + |Y|) / 6)^alpha:
-ask for every beam hypothesis with its score and re-rank with `gnmt_rerank`.
+Decoding as t2t_jax decodes (GNMT length penalty, EOS allowed first, output length limits):
+`ctranslate2_decoding`.
 """
 
 import json
@@ -202,7 +202,8 @@ def decoding_options(config, description: str) -> dict:
   """What `t2t_jax_decoding.json` records: the run's decoding settings and their source."""
   return {'beam_size': config.beam_size, 'length_penalty_alpha': config.length_penalty_alpha,
           'length_penalty': 'GNMT ((5 + |Y|) / 6) ** alpha, |Y| counting EOS: re-rank '
-                            'CTranslate2 hypotheses with t2t_jax.ctranslate2_export.gnmt_rerank',
+                            'CTranslate2 hypotheses (t2t_jax.gnmt_rerank)',
+          'min_decoding_length': 0,
           'max_decode_extra': config.max_decode_extra, 'max_len': config.max_len,
           'source_max_tokens': config.max_len - 1, 'checkpoint': description}
 
@@ -263,30 +264,3 @@ def export_ctranslate2(workdir: str, output: str, *, checkpoint: Optional[str] =
   check_output(output)
   check_quantization(quantization)
   return convert(load_source(workdir, checkpoint), output, quantization)
-
-
-def gnmt_rerank(hypotheses: Sequence[Sequence[str]], scores: Sequence[float], alpha: float,
-                ct2_length_penalty: float, eos: str = '</s>') -> List[Tuple[float, List[str]]]:
-  """Re-ranks CTranslate2 beam hypotheses by the paper's GNMT length penalty.
-
-  Decode with `return_scores=True, return_end_token=True, num_hypotheses=beam_size` and a
-  `length_penalty` > 0 (0 lets CTranslate2 stop as soon as its top beam ends).
-
-  Args:
-    hypotheses: the tokens of each hypothesis, ending with `eos` unless cut at the maximum
-      decoding length.
-    scores: CTranslate2's scores: summed token log probs / len(tokens) ** ct2_length_penalty.
-    alpha: GNMT alpha (0.6 in the paper).
-    ct2_length_penalty: the `length_penalty` the hypotheses were decoded with.
-    eos: the end token.
-
-  Returns:
-    (GNMT score, tokens without `eos`) pairs, best first; the score is
-    log P / ((5 + |Y|) / 6) ** alpha with |Y| = tokens + 1 (EOS), as `search.length_penalty`.
-  """
-  ranked = []
-  for tokens, score in zip(hypotheses, scores):
-    log_prob = score * len(tokens) ** ct2_length_penalty
-    words = list(tokens[:-1] if tokens and tokens[-1] == eos else tokens)
-    ranked.append((log_prob / ((5.0 + len(words) + 1) / 6.0) ** alpha, words))
-  return sorted(ranked, key=lambda pair: -pair[0])

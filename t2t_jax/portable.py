@@ -23,6 +23,7 @@ length (with EOS) + max_decode_extra. Empty lines are not decoded.
 import json
 import os
 import sys
+import time
 from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -110,7 +111,6 @@ def translate_ids(sentences: Sequence[str], encode: Callable[[str], List[int]],
 
   `progress(done, total, seconds)` is called after every batch.
   """
-  import time
   encoded, truncated = encode_sources(sentences, encode, max_len)
   outputs: List[List[int]] = [[] for _ in sentences]
   start, done = time.monotonic(), len(sentences) - len(encoded)

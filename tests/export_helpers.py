@@ -1,11 +1,42 @@
-"""Our side of the export parity tests: teacher-forced token log-probabilities."""
+"""Shared by the export tests: a random model over made-up pieces, and our side of the
+parity checks (teacher-forced token log-probabilities)."""
 
+import functools
 from typing import List, Sequence
 
 import jax
 import numpy as np
 
 from t2t_jax import model
+
+VOCAB = 48
+# Three pieces fewer than embedding rows: the export pads the vocabulary.
+PIECES = ['<pad>', '</s>', '<unk>'] + [f'\u2581w{i}' for i in range(3, VOCAB - 3)]
+CFG = model.TransformerConfig(vocab_size=VOCAB, d_model=32, d_ff=64, num_heads=4, d_k=8, d_v=8,
+                              num_layers=2, max_len=40, deterministic=True)
+
+
+class PieceTokenizer:
+  """Space-separated pieces <-> ids, so our Translator and CTranslate2 read the same input."""
+
+  def encode(self, text: str) -> List[int]:
+    return [PIECES.index(p) for p in text.split()]
+
+
+@functools.lru_cache(maxsize=None)
+def random_params(cfg: model.TransformerConfig, sharpen: float = 4.0):
+  """Initial parameters with the embedding scaled by `sharpen`: sharper output distributions
+  (as tests/test_translate.py), so argmaxes and beams are clear-cut. Cached: read only."""
+  params = jax.jit(model.init_params, static_argnums=0)(cfg, jax.random.PRNGKey(0))
+  table = params['shared_embedding']['embedding'] * sharpen
+  return dict(params, shared_embedding={'embedding': table})
+
+
+def sentences(count: int = 6, seed: int = 1) -> List[str]:
+  """`count` random sentences of 2 to 11 pieces (no special ones)."""
+  rng = np.random.RandomState(seed)
+  return [' '.join(PIECES[i] for i in rng.randint(3, len(PIECES), rng.randint(2, 12)))
+          for _ in range(count)]
 
 
 def _padded(rows: Sequence[Sequence[int]], length: int) -> np.ndarray:

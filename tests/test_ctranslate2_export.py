@@ -11,35 +11,13 @@ import pytest
 
 ctranslate2 = pytest.importorskip('ctranslate2')
 
-from t2t_jax import ctranslate2_export as export, layers, model, translate  # noqa: E402
+from t2t_jax import ctranslate2_decoding, ctranslate2_export as export  # noqa: E402
+from t2t_jax import layers, model, translate  # noqa: E402
 from t2t_jax.export_common import ExportError  # noqa: E402
-from export_helpers import log_probs  # noqa: E402
+from export_helpers import (CFG, PIECES, VOCAB, PieceTokenizer, log_probs,  # noqa: E402
+                            random_params as _params, sentences as _sentences)
 
-VOCAB = 48
-PIECES = ['<pad>', '</s>', '<unk>'] + [f'\u2581w{i}' for i in range(3, VOCAB - 3)]  # 3 short
-CFG = model.TransformerConfig(vocab_size=VOCAB, d_model=32, d_ff=64, num_heads=4, d_k=8, d_v=8,
-                              num_layers=2, max_len=40, deterministic=True)
 TOKENS = export.vocabulary(PIECES, VOCAB)  # random weights may pick the dummy tokens too
-
-
-class PieceTokenizer:
-  """Space-separated pieces <-> ids, so our Translator and CTranslate2 read the same input."""
-
-  def encode(self, text):
-    return [PIECES.index(p) for p in text.split()]
-
-
-def _params(cfg, sharpen=4.0):
-  params = jax.jit(model.init_params, static_argnums=0)(cfg, jax.random.PRNGKey(0))
-  # Sharper than the initialisation (as tests/test_translate.py), so argmaxes are clear.
-  table = params['shared_embedding']['embedding'] * sharpen
-  return dict(params, shared_embedding={'embedding': table})
-
-
-def _sentences(count=6, seed=1):
-  rng = np.random.RandomState(seed)
-  return [' '.join(PIECES[i] for i in rng.randint(3, len(PIECES), rng.randint(2, 12)))
-          for _ in range(count)]
 
 
 def _ct2(path):
@@ -73,19 +51,15 @@ def test_log_probs_and_greedy_translations_equal_ours(tmp_path, name):
   for result, expected in zip(scored, ours):
     np.testing.assert_allclose(result.log_probs, expected, atol=1e-4, rtol=0)
 
-  # Greedy: our maximum output length (input tokens with EOS + extra, EOS included) is
-  # CTranslate2's max_decoding_length + 1 (it counts tokens without EOS and forces none).
+  # Greedy, with our output length limits (source + EOS + 20, EOS included).
   extra = 20
   ours = translate.Translator(cfg, params, tok, beam_size=1, alpha=0.0, max_decode_extra=extra,
                               batch_sentences=8, bucket_lengths=(16,)).translate_ids(sources)
-  at_limit = 0
-  for source, expected in zip(sources, ours):
-    limit = len(source.split()) + extra
-    result = ct2.translate_batch([source.split()], beam_size=1, max_decoding_length=limit,
-                                 min_decoding_length=0)[0]
-    assert [TOKENS.index(p) for p in result.hypotheses[0]] == expected
-    at_limit += len(expected) == limit
-  assert at_limit  # random weights run on to the maximum length: the far positions count
+  theirs = ctranslate2_decoding.translate(ct2, [s.split() for s in sources], beam_size=1,
+                                          max_decode_extra=extra, max_len=cfg.max_len)
+  assert [[TOKENS.index(p) for p in row] for row in theirs] == ours
+  # Random weights run on to the maximum length: the far positions count.
+  assert any(len(o) == len(s.split()) + extra for o, s in zip(ours, sources))
 
 
 def test_config_tokens_norm_epsilon_and_no_builtin_positions(tmp_path):
@@ -137,15 +111,16 @@ def test_int8_export_is_smaller_and_still_translates(tmp_path):
   assert 1 <= len(result.hypotheses[0]) <= 8 and set(result.hypotheses[0]) <= set(TOKENS)
 
 
-@pytest.mark.parametrize('cfg,message', [
-    (CFG.replace(d_v=16), 'CTranslate2 cannot express d_k=8 != d_v=16'),
-    (CFG.replace(positional='learned', max_len=50), 'the learned encoder position table has '
-     '40 rows but max_len=50: CTranslate2 cannot extend learned positions'),
-])
-def test_inexpressible_models_are_refused_and_nothing_is_written(tmp_path, cfg, message):
-  params = _params(CFG.replace(d_v=cfg.d_v, positional=cfg.positional))
+@pytest.mark.parametrize('cfg,params_cfg,message', [
+    (CFG.replace(d_v=16), CFG, 'CTranslate2 cannot express d_k=8 != d_v=16'),
+    (VARIANTS['pre-learned'][0].replace(max_len=50), VARIANTS['pre-learned'][0],
+     'the learned encoder position table has 40 rows but max_len=50: CTranslate2 cannot '
+     'extend learned positions'),
+], ids=['d_v', 'learned-positions'])
+def test_inexpressible_models_are_refused_and_nothing_is_written(tmp_path, cfg, params_cfg,
+                                                                 message):
   with pytest.raises(ExportError, match=message):
-    export.write_model(cfg, params, PIECES, str(tmp_path / 'out'))
+    export.write_model(cfg, _params(params_cfg), PIECES, str(tmp_path / 'out'))
   assert os.listdir(tmp_path) == []
 
 
@@ -159,18 +134,3 @@ def test_bad_quantization_and_existing_output_are_refused(tmp_path):
     export.write_model(CFG, _params(CFG), PIECES, str(tmp_path / 'taken'))
   assert sorted(os.listdir(tmp_path)) == ['taken']
   assert (tmp_path / 'taken' / 'keep').read_text() == 'keep me'
-
-
-def test_gnmt_rerank_undoes_ctranslate2_normalisation():
-  # Two hypotheses with raw log probs -3.0 (2 tokens + EOS) and -3.6 (5 tokens + EOS),
-  # decoded with CTranslate2's length_penalty 1.0 (score = log P / tokens with EOS).
-  hypotheses = [['a', 'b', '</s>'], ['a', 'b', 'c', 'd', 'e', '</s>']]
-  scores = [-3.0 / 3, -3.6 / 6]
-  ranked = export.gnmt_rerank(hypotheses, scores, alpha=0.6, ct2_length_penalty=1.0)
-  gnmt = lambda lp, n: lp / ((5 + n) / 6) ** 0.6  # noqa: E731
-  assert [words for _, words in ranked] == [['a', 'b', 'c', 'd', 'e'], ['a', 'b']]
-  np.testing.assert_allclose([s for s, _ in ranked], [gnmt(-3.6, 6), gnmt(-3.0, 3)],
-                             rtol=1e-6)
-  # alpha 0: raw log probs win; a hypothesis cut at the maximum length has no EOS.
-  ranked = export.gnmt_rerank([['a'], ['b', '</s>']], [-1.0, -2.0], 0.0, 0.0)
-  assert ranked == [(-1.0, ['a']), (-2.0, ['b'])]

@@ -17,8 +17,8 @@ from conftest import BUNDLED, run_main
 ctranslate2 = pytest.importorskip('ctranslate2')
 pytest.importorskip('flatbuffers')
 
-from t2t_jax import averaging, config as config_lib, export_common, model  # noqa: E402
-from t2t_jax import translate  # noqa: E402
+from t2t_jax import averaging, config as config_lib, ctranslate2_decoding  # noqa: E402
+from t2t_jax import export_common, model, translate  # noqa: E402
 from t2t_jax.data import tokenizer  # noqa: E402
 from export_helpers import log_probs  # noqa: E402
 
@@ -62,17 +62,12 @@ def test_ctranslate2_export_scores_and_translates_like_ours(workdir, tmp_path):
   pairs = [(s, t) for s, t in zip(_test_lines('en', 40), _test_lines('es', 40))
            if len(tok.encode(s)) < 40][:16]
   sources = [s for s, _ in pairs]
-  # One bucket of 63: every batch decodes min(63 + 50, 64) = 64 positions, a sentence up to
-  # its source tokens + EOS + 50 (EOS included); CTranslate2 counts tokens without EOS.
   ours = translate.Translator(cfg, params, tok, beam_size=1, alpha=0.0, max_decode_extra=50,
-                              batch_sentences=16, bucket_lengths=(63,)).translate_ids(sources)
+                              batch_sentences=16, bucket_lengths=(32,)).translate_ids(sources)
   ct2 = ctranslate2.Translator(output, device='cpu', intra_threads=1)
-  for source, expected in zip(sources, ours):
-    pieces = tok.pieces(tok.encode(source))
-    limit = min(len(pieces) + 1 + 50, cfg.max_len) - 1
-    got = ct2.translate_batch([pieces], beam_size=1, min_decoding_length=0,
-                              max_decoding_length=limit)[0].hypotheses[0]
-    assert got == tok.pieces(expected)
+  theirs = ctranslate2_decoding.translate(ct2, [tok.pieces(tok.encode(s)) for s in sources],
+                                          beam_size=1, max_decode_extra=50, max_len=cfg.max_len)
+  assert theirs == [tok.pieces(row) for row in ours]
 
   targets = [tok.encode(t) for _, t in pairs]
   scored = ct2.score_batch([tok.pieces(tok.encode(s)) for s in sources],
