@@ -23,8 +23,9 @@ if _HERE not in sys.path:
 
 from t2t_jax import cli  # noqa: E402
 from t2t_jax import config as config_lib  # noqa: E402
+from t2t_jax.export_common import FORMATS  # noqa: E402
 
-MODES = ('train', 'eval', 'decode', 'average', 'info', 'plot', 'attention')
+MODES = ('train', 'eval', 'decode', 'average', 'info', 'plot', 'attention', 'export')
 
 
 def _override_keys(argv):
@@ -49,19 +50,24 @@ flags.DEFINE_enum('mode', 'train', MODES,
                   '(--input -> --output); average (the last config.average_last checkpoints); '
                   'info (sizes, no data); plot (learning curves from metrics.jsonl into '
                   '<workdir>/plots); attention (attention maps of the --input sentences into '
-                  '--output).')
+                  '--output); export (a CTranslate2 model or a StableHLO artifact into --output).')
 flags.DEFINE_string('input', None, 'decode: text file to translate, or to parse for a '
                     'treebank run (default: stdin); '
                     'attention: the source sentences, one per line.')
 flags.DEFINE_string('output', None, 'decode: file to write, must not exist (default: stdout); '
-                    'attention: a new or empty directory.')
+                    'attention: a new or empty directory; export: a new directory.')
+flags.DEFINE_enum('format', None, FORMATS, 'export: ctranslate2 (a CTranslate2 model '
+                  'directory) or stablehlo (jax.export beam search, parameters, vocabulary '
+                  'and a jax-only runtime, serve.py).')
+flags.DEFINE_string('quantization', None, 'export --format=ctranslate2: the weight type, e.g. '
+                    'int8, int8_float16, float16 (default: float32).')
 flags.DEFINE_string('targets', None, 'attention: target sentences, one per --input line, '
                     'teacher-forced (default: beam-search translations of the inputs).')
 flags.DEFINE_integer('attention_layer', None, 'attention: the 1-based layer of the line view '
                      "of the encoder's self-attention (default: num_layers - 1, the paper's "
                      '"layer 5 of 6").')
 flags.DEFINE_string('checkpoint', None,
-                    'eval/decode/attention: a training step or a checkpoint path (default: '
+                    'eval/decode/attention/export: a training step or a checkpoint path (default: '
                     'the newest averaged checkpoint, else the latest training checkpoint).')
 flags.DEFINE_enum('split', 'dev', config_lib.SPLITS,
                   "eval: the split to evaluate (dev is WMT's validation split).")
@@ -117,6 +123,8 @@ def main(argv) -> None:
     _decode(FLAGS.workdir)
   elif FLAGS.mode == 'attention':
     _attention(FLAGS.workdir)
+  elif FLAGS.mode == 'export':
+    _export(FLAGS.workdir)
   elif FLAGS.mode == 'eval':
     from t2t_jax import evaluate, multihost
     inference_config, inference = _inference(FLAGS.workdir)
@@ -187,6 +195,17 @@ def _attention(workdir) -> None:
       print(f'{directory}\t{sentence.target}')
 
 
+def _export(workdir) -> None:
+  from t2t_jax import export_common
+  from t2t_jax.data import tokenizer
+  export_common.check_request(FLAGS.format, FLAGS.output, FLAGS.quantization)
+  config, inference = _inference(workdir)
+  source = export_common.ExportSource(config, inference.params, tokenizer.vocab_path(workdir),
+                                      inference.description)
+  tokenizer.load(source.tokenizer_path)
+  print(export_common.export(FLAGS.format, source, FLAGS.output, FLAGS.quantization))
+
+
 def _plot(workdir) -> None:
   from t2t_jax import plots
   if not workdir:
@@ -197,10 +216,11 @@ def _plot(workdir) -> None:
 
 def _user_errors():
   """Exceptions that mean bad input, reported as one line instead of a traceback."""
-  from t2t_jax import attention_mode, checkpoint, parallel, plots, textio, train, workdir
+  from t2t_jax import (attention_mode, checkpoint, export_common, parallel, plots, textio,
+                       train, workdir)
   from t2t_jax.data import corpora, pipeline, tokenizer
   return (config_lib.ConfigError, checkpoint.CheckpointError, train.TrainError,
-          attention_mode.AttentionInputError,
+          attention_mode.AttentionInputError, export_common.ExportError,
           workdir.WorkdirError, parallel.DistributedError, plots.PlotError,
           corpora.DataError, pipeline.PipelineError, tokenizer.TokenizerError,
           textio.TextFileError, FileNotFoundError, FileExistsError)

@@ -26,5 +26,10 @@ from t2t_jax.translate import Translator
 from t2t_jax.plots import load_curves, write_learning_curves
 from t2t_jax.attention_maps import AttentionWeights, attention_weights
 from t2t_jax.attention_plots import attention_figure, attention_heatmaps, attention_lines
+from t2t_jax.export_common import ExportError
+from t2t_jax.ctranslate2_export import export_ctranslate2
+from t2t_jax.ctranslate2_decoding import gnmt_rerank
+from t2t_jax.stablehlo_export import export_stablehlo
+from t2t_jax.portable import ExportedTranslator
 
 __version__ = '0.1.0'

@@ -8,19 +8,14 @@ being decoded. Maximum output length = input length (tokens, with EOS) + max_dec
 
 import functools
 import sys
-import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from t2t_jax import model, search
-
-
-def _round_up(n: int, multiple: int) -> int:
-  return -(-n // multiple) * multiple
+from t2t_jax import model, portable, search
 
 
 class Translator:
@@ -54,48 +49,20 @@ class Translator:
     self.compiled_shapes = set()
     self.truncated_lines: List[int] = []
 
-  def _source_length(self, n: int) -> int:
-    """The padded source length of a batch whose longest input has n tokens."""
-    for length in self.bucket_lengths:
-      if n <= length:
-        return length
-    return min(_round_up(n, 32), self.cfg.max_len)
-
   @functools.partial(jax.jit, static_argnums=(0, 4))
   def _decode_batch(self, params, inputs: jax.Array, max_lengths: jax.Array,
                     max_decode_len: int) -> jax.Array:
-    """`[rows, src_len]` ids -> best hypotheses `[rows, max_decode_len]` (EOS-terminated)."""
-    cfg = self.cfg
-    # Per sentence, closed over: the encoder-decoder keys/values and the transposed vocabulary.
-    # Only the self-attention cache goes through the search, which tiles it over beams and
-    # reorders it at every step.
-    context = model.decode_context(cfg, params, inputs)
+    return decode_batch(self.cfg, self.beam_size, self.alpha, params, inputs, max_lengths,
+                        max_decode_len)
 
-    def logits_fn(tokens, cache):
-      logits, cache = model.decode_step(cfg, params, cache, tokens, context)
-      # Padding is never a translation token (search.py does not mask it).
-      return logits.at[:, model.PAD_ID].set(-1e9), cache
-
-    cache = model.init_cache(cfg, inputs.shape[0], max_decode_len)
-    sequences, _ = search.beam_search(
-        logits_fn, cache, batch_size=inputs.shape[0], beam_size=self.beam_size,
-        alpha=self.alpha, max_decode_len=max_decode_len, max_lengths=max_lengths,
-        eos_id=model.EOS_ID, bos_id=model.BOS_ID)
-    return sequences[:, 0]
-
-  def _encode(self, sentences: Sequence[str], indices: Sequence[int]) -> Dict[int, List[int]]:
-    """{i: EOS-terminated ids of sentences[i]} for i in `indices`; records in
-    `truncated_lines` the 1-based positions of the inputs cut to max_len - 1 tokens."""
-    # Leave room for at least one output position within the model's max_len.
-    limit = self.cfg.max_len - 1
-    ids, self.truncated_lines = {}, []
-    for i in indices:
-      tokens = self.tokenizer.encode(sentences[i]) + [model.EOS_ID]
-      if len(tokens) > limit:
-        self.truncated_lines.append(i + 1)
-        tokens = tokens[:limit - 1] + [model.EOS_ID]
-      ids[i] = tokens
-    return ids
+  def _decode_numpy(self, inputs: np.ndarray, max_lengths: np.ndarray,
+                    max_decode_len: int) -> np.ndarray:
+    if (inputs.shape[1], max_decode_len) not in self.compiled_shapes:
+      self.compiled_shapes.add((inputs.shape[1], max_decode_len))
+      logging.info('compiling decode for source length %d, output length %d', inputs.shape[1],
+                   max_decode_len)
+    return np.asarray(self._decode_batch(self.params, jnp.asarray(inputs),
+                                         jnp.asarray(max_lengths), max_decode_len))
 
   def translate(self, sentences: Sequence[str],
                 progress: Optional[Callable[[int, int, float], None]] = None,
@@ -112,39 +79,41 @@ class Translator:
                     progress: Optional[Callable[[int, int, float], None]] = None,
                     line_numbers: Optional[Sequence[int]] = None) -> List[List[int]]:
     """`translate`, as the best hypotheses' token ids (up to, not including, EOS; [] for an
-    empty line)."""
-    outputs: List[List[int]] = [[] for _ in sentences]
-    todo = [i for i, s in enumerate(sentences) if s.strip()]
-    encoded = self._encode(sentences, todo)
-    if line_numbers is not None:
-      self.truncated_lines = [line_numbers[i - 1] for i in self.truncated_lines]
-    order = sorted(todo, key=lambda i: len(encoded[i]))
-    rows = self.batch_sentences
-    start, done = time.monotonic(), len(sentences) - len(todo)
-    for b in range(0, len(order), rows):
-      chunk = order[b:b + rows]
-      src_len = self._source_length(max(len(encoded[i]) for i in chunk))
-      max_decode_len = min(src_len + self.max_decode_extra, self.cfg.max_len)
-      inputs = np.zeros((rows, src_len), np.int32)
-      max_lengths = np.ones((rows,), np.int32)
-      for r, i in enumerate(chunk):
-        inputs[r, :len(encoded[i])] = encoded[i]
-        max_lengths[r] = min(len(encoded[i]) + self.max_decode_extra, max_decode_len)
-      if (src_len, max_decode_len) not in self.compiled_shapes:
-        self.compiled_shapes.add((src_len, max_decode_len))
-        logging.info('compiling decode for source length %d, output length %d', src_len,
-                     max_decode_len)
-      best = np.asarray(self._decode_batch(self.params, jnp.asarray(inputs),
-                                           jnp.asarray(max_lengths), max_decode_len))
-      for r, i in enumerate(chunk):
-        row = best[r].tolist()
-        outputs[i] = row[:row.index(model.EOS_ID)] if model.EOS_ID in row else row
-      done += len(chunk)
-      if progress is not None:
-        progress(done, len(sentences), time.monotonic() - start)
+    empty line). Batching: `portable` (the exported artifact batches alike)."""
+    outputs, truncated = portable.translate_ids(
+        sentences, self.tokenizer.encode, self._decode_numpy, rows=self.batch_sentences,
+        buckets=self.bucket_lengths, max_len=self.cfg.max_len,
+        max_decode_extra=self.max_decode_extra, progress=progress)
+    self.truncated_lines = ([line_numbers[i - 1] for i in truncated]
+                            if line_numbers is not None else truncated)
     if self.truncated_lines:
       logging.warning('%s', truncation_warning(self.truncated_lines, self.cfg.max_len))
     return outputs
+
+
+def decode_batch(cfg: model.TransformerConfig, beam_size: int, alpha: float, params,
+                 inputs: jax.Array, max_lengths: jax.Array, max_decode_len: int) -> jax.Array:
+  """`[rows, src_len]` ids -> best hypotheses `[rows, max_decode_len]` (EOS-terminated).
+
+  Jittable with `cfg`, `beam_size` and `max_decode_len` static; the StableHLO export
+  serializes exactly this function.
+  """
+  # Per sentence, closed over: the encoder-decoder keys/values and the transposed vocabulary.
+  # Only the self-attention cache goes through the search, which tiles it over beams and
+  # reorders it at every step.
+  context = model.decode_context(cfg, params, inputs)
+
+  def logits_fn(tokens, cache):
+    logits, cache = model.decode_step(cfg, params, cache, tokens, context)
+    # Padding is never a translation token (search.py does not mask it).
+    return logits.at[:, model.PAD_ID].set(-1e9), cache
+
+  cache = model.init_cache(cfg, inputs.shape[0], max_decode_len)
+  sequences, _ = search.beam_search(
+      logits_fn, cache, batch_size=inputs.shape[0], beam_size=beam_size, alpha=alpha,
+      max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=model.EOS_ID,
+      bos_id=model.BOS_ID)
+  return sequences[:, 0]
 
 
 def truncation_warning(lines: Sequence[int], max_len: int, shown: int = 10) -> str:

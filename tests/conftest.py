@@ -52,6 +52,17 @@ def corpus(tmp_path_factory):
   return str(folder)
 
 
+@pytest.fixture(scope='session')
+def tiny_workdir(corpus, tmp_path_factory):
+  """A workdir with a TINY model trained for 10 steps (checkpoints, vocabulary), shared by
+  the tests of modes that only read one (attention, export): do not write into it."""
+  path = str(tmp_path_factory.mktemp('tiny') / 'run')
+  result = run_main(f'--workdir={path}', f'--config.local_corpus_dir={corpus}', *TINY,
+                    '--config.num_train_steps=10', '--config.eval_every_steps=0')
+  assert result.returncode == 0, result.stderr[-3000:]
+  return path
+
+
 def main_command(*args):
   """`python main.py ARGS` with --config first (config_flags needs it before overrides)."""
   args = sorted(args, key=lambda a: not a.startswith('--config='))

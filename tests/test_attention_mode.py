@@ -29,12 +29,8 @@ class CharTokenizer:
 
 
 @pytest.fixture(scope='module')
-def workdir(corpus, tmp_path_factory):
-  path = str(tmp_path_factory.mktemp('attention') / 'run')
-  result = run_main(f'--workdir={path}', f'--config.local_corpus_dir={corpus}', *TINY,
-                    '--config.num_train_steps=10', '--config.eval_every_steps=0')
-  assert result.returncode == 0, result.stderr[-3000:]
-  return path
+def workdir(tiny_workdir):
+  return tiny_workdir
 
 
 def _not_blank(path, min_size):
