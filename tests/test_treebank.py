@@ -1,12 +1,15 @@
 """Tests for t2t_jax.parsing.treebank: layouts, the prepared pairs, bad input, fingerprints."""
 
+import concurrent.futures
 import os
 
+from etils import epath
 import pytest
 
 from configs import default
 from t2t_jax.data import corpora, fingerprint
 from t2t_jax.parsing import linearize, treebank, trees
+from gcs_emulator import gcs, gcs_dir  # noqa: F401  (fixtures)
 
 TRAIN = """( (S (NP-SBJ (DT The) (NN cat)) (VP (VBD sat)) (. .)) )
 ( (S
@@ -28,10 +31,9 @@ def _config(folder):
 
 def _write(folder, files):
   for name, text in files.items():
-    path = os.path.join(folder, name)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, 'w', encoding='utf-8') as f:
-      f.write(text)
+    path = epath.Path(folder, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
 
 
 def _pairs(source):
@@ -138,3 +140,25 @@ def test_fingerprint_of_a_treebank_and_a_changed_training_file(tmp_path):
   refusal, _ = fingerprint.compare(before, fingerprint.compute(_config(tmp_path / 'tb'), None))
   assert refusal.startswith(f'the train split changed since they were written: '
                             f'{tmp_path}/tb/train.trees (sha256 ')
+
+
+def test_per_host_preparation_takes_turns_and_prepares_once(tmp_path):
+  _write(tmp_path / 'tb', {'train.trees': TRAIN})
+  data_dir = str(tmp_path / 'host_cache')
+  # Processes of one host of a remote workdir, none of them process 0, at the same time.
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    first, second = pool.map(lambda index: corpora.load_split(
+        _config(tmp_path / 'tb'), 'train', data_dir, process_index=index, timeout_s=0.1,
+        per_host=True), (1, 2))
+  assert _pairs(first) == _pairs(second) == PAIRS
+  assert len(os.listdir(os.path.join(data_dir, 'treebank_corpus'))) == 1
+
+
+def test_a_treebank_on_gcs(gcs_dir, tmp_path):
+  _wsj(f'{gcs_dir}/ptb/parsed/mrg/wsj')
+  config = _config(f'{gcs_dir}/ptb')
+  assert list(fingerprint.compute(config, None)['files']['dev']) == [
+      'parsed/mrg/wsj/22/wsj_2201.mrg']
+  dev = corpora.load_split(config, 'dev', str(tmp_path / 'tfds'))
+  assert _pairs(dev) == [('s22 ran .', '(S (NP (NN )NP (VP (VBD )VP (. )S'),
+                         ('it stopped', '(S (NP (PRP )NP (VP (VBD )VP )S')]

@@ -166,7 +166,7 @@ def _wait_until_prepared(builder: Any, make_builder: Callable[[], Any], process_
 
 
 @contextlib.contextmanager
-def _host_lock(data_dir: str) -> Iterator[None]:
+def host_lock(data_dir: str) -> Iterator[None]:
   """Holds an exclusive flock on `<data_dir>/.t2t_jax-prepare.lock` (local folders only),
   so the processes of one host prepare one after the other."""
   os.makedirs(data_dir, exist_ok=True)
@@ -186,7 +186,7 @@ def local_corpus_builder(corpus_dir: str, source_lang: str, target_lang: str,
   Returns the prepared builder; its `info.metadata['dropped_empty']` maps split -> pairs
   dropped because a side was empty."""
   if per_host:
-    with _host_lock(data_dir):
+    with host_lock(data_dir):
       return local_corpus_builder(corpus_dir, source_lang, target_lang, data_dir)
   corpus_dir = paths.absolute(corpus_dir)
   splits = discover_splits(corpus_dir, source_lang, target_lang)
@@ -376,7 +376,7 @@ def load_split(config: Any, split: str, data_dir: Optional[str], *, process_inde
   if config.dataset == 'treebank':
     from t2t_jax.parsing import treebank  # pylint: disable=import-outside-toplevel
     return treebank.load_split(config, split, data_dir, process_index=process_index,
-                               timeout_s=timeout_s, poll_s=poll_s)
+                               timeout_s=timeout_s, poll_s=poll_s, per_host=per_host)
   corpus_dir, src, tgt = local_corpus_location(config)
   builder = local_corpus_builder(corpus_dir, src, tgt, data_dir, process_index=process_index,
                                  timeout_s=timeout_s, poll_s=poll_s, per_host=per_host)

@@ -13,8 +13,9 @@ Every tree is cleaned (`trees.clean`) and becomes the pair {'source': its words 
 spaces, 'target': its linearization (`linearize.to_pair`)}, in file order. All files are read
 and checked before anything is written (a malformed tree stops with one line naming the file,
 the tree number and its line); the pairs are then prepared like a local parallel corpus
-(TFDS, array_record, under `data_dir`), named after a sha256 of the files, so train, eval,
-decode and average read them exactly as they read translation data. The gold tree of a pair
+(TFDS, array_record, under `data_dir`, per host for a remote workdir), named after a sha256
+of the files, so train, eval, decode and average read them exactly as they read translation
+data. The folder may be on an object store (gs://...): files are read through etils.epath. The gold tree of a pair
 is `linearize.delinearize(target, source.split())`: the linearization loses nothing.
 """
 
@@ -24,7 +25,9 @@ import re
 from typing import Any, Iterator, Optional
 
 from absl import logging
+from etils import epath
 
+from t2t_jax import paths
 from t2t_jax.data import corpora
 from t2t_jax.data.textfiles import DataError, EncodingError, MissingDataError
 from t2t_jax.parsing import linearize, trees
@@ -58,10 +61,9 @@ def _layouts_help(treebank_dir: str) -> str:
 def _sections_dir(treebank_dir: str) -> Optional[str]:
   """The first of WSJ_FOLDERS under `treebank_dir` that holds two-digit folders."""
   for sub in WSJ_FOLDERS:
-    folder = os.path.join(treebank_dir, sub)
-    if os.path.isdir(folder) and any(_SECTION.fullmatch(n) and
-                                     os.path.isdir(os.path.join(folder, n))
-                                     for n in os.listdir(folder)):
+    folder = os.path.join(treebank_dir, sub).rstrip('/')
+    if epath.Path(folder).is_dir() and any(_SECTION.fullmatch(p.name) and p.is_dir()
+                                           for p in epath.Path(folder).iterdir()):
       return folder
   return None
 
@@ -73,20 +75,20 @@ def find_splits(treebank_dir: str) -> dict[str, TreebankSplit]:
     MissingDataError: no such folder, a WSJ section without .mrg files.
     LayoutError: neither layout, or both.
   """
-  if not os.path.isdir(treebank_dir):
+  if not epath.Path(treebank_dir).is_dir():
     raise MissingDataError(f'Treebank folder {treebank_dir} does not exist '
                            f'({_layouts_help(treebank_dir)}).')
   split_files = {split: os.path.join(treebank_dir, split + SPLIT_FILE_SUFFIX)
                  for split in WSJ_SECTIONS}
   sections = _sections_dir(treebank_dir)
-  if os.path.isfile(split_files['train']):
+  present = {split: path for split, path in split_files.items() if epath.Path(path).is_file()}
+  if 'train' in present:
     if sections:
       raise LayoutError(f'{treebank_dir} has both {split_files["train"]} and WSJ section '
                         f'folders in {sections}; keep one layout.')
-    return {split: TreebankSplit(split, (path,)) for split, path in split_files.items()
-            if os.path.isfile(path)}
+    return {split: TreebankSplit(split, (path,)) for split, path in present.items()}
   if sections is None:
-    entries = sorted(os.listdir(treebank_dir))
+    entries = sorted(p.name for p in epath.Path(treebank_dir).iterdir())
     shown = ', '.join(entries[:8]) + (f' and {len(entries) - 8} more' if len(entries) > 8
                                       else '') if entries else 'nothing'
     raise LayoutError(f'{treebank_dir}: unknown treebank layout (it has {shown}); '
@@ -96,8 +98,8 @@ def find_splits(treebank_dir: str) -> dict[str, TreebankSplit]:
     paths = []
     for number in numbers:
       folder = os.path.join(sections, number)
-      found = sorted(os.path.join(folder, n) for n in os.listdir(folder)
-                     if n.endswith('.mrg')) if os.path.isdir(folder) else []
+      found = sorted(os.path.join(folder, p.name) for p in epath.Path(folder).iterdir()
+                     if p.name.endswith('.mrg')) if epath.Path(folder).is_dir() else []
       if not found:
         raise MissingDataError(f'WSJ section {number} ({split}) has no .mrg files: expected '
                                f'{folder}/wsj_{number}NN.mrg.')
@@ -107,8 +109,7 @@ def find_splits(treebank_dir: str) -> dict[str, TreebankSplit]:
 
 
 def _read_text(path: str) -> str:
-  with open(path, 'rb') as f:
-    raw = f.read()
+  raw = epath.Path(path).read_bytes()
   try:
     return raw.decode('utf-8').lstrip('\ufeff')
   except UnicodeDecodeError as e:
@@ -138,7 +139,7 @@ def treebank_dir(config: Any) -> str:
     raise DataError("config key 'treebank_dir' is empty: dataset='treebank' reads its trees "
                     'from that folder (train.trees, dev.trees, test.trees, or the WSJ '
                     'sections 02-23 of .mrg files).')
-  return os.path.abspath(config.treebank_dir)
+  return paths.absolute(config.treebank_dir)
 
 
 def locate(config: Any) -> tuple[str, dict[str, TreebankSplit], str, dict[str, dict[str, str]]]:
@@ -155,8 +156,12 @@ def locate(config: Any) -> tuple[str, dict[str, TreebankSplit], str, dict[str, d
 
 
 def builder(config: Any, data_dir: str, *, process_index: int = 0, timeout_s: float = 3600.0,
-            poll_s: float = 1.0) -> TreebankCorpus:
-  """The treebank of `config`, checked and prepared once under `data_dir` (module doc)."""
+            poll_s: float = 1.0, per_host: bool = False) -> TreebankCorpus:
+  """The treebank of `config`, checked and prepared once under `data_dir` (module doc); with
+  `per_host` (`corpora.prepared_per_host`) once per host, its processes taking turns."""
+  if per_host:
+    with corpora.host_lock(data_dir):
+      return builder(config, data_dir)
   folder, splits, sha, _ = locate(config)
   slug = re.sub(r'[^a-z0-9]+', '_', os.path.basename(folder).lower()).strip('_') or 'treebank'
   cfg = corpora.LocalCorpusConfig(
@@ -181,10 +186,11 @@ def builder(config: Any, data_dir: str, *, process_index: int = 0, timeout_s: fl
 
 
 def load_split(config: Any, split: str, data_dir: str, *, process_index: int = 0,
-               timeout_s: float = 3600.0, poll_s: float = 1.0) -> corpora.ParallelTextSource:
+               timeout_s: float = 3600.0, poll_s: float = 1.0,
+               per_host: bool = False) -> corpora.ParallelTextSource:
   """One split ('train', 'dev' or 'test') as {'source': sentence, 'target': linearized}."""
   prepared = builder(config, data_dir, process_index=process_index, timeout_s=timeout_s,
-                     poll_s=poll_s)
+                     poll_s=poll_s, per_host=per_host)
   split = 'dev' if split == 'validation' else split
   if split not in prepared.info.splits:
     raise MissingDataError(f'The treebank {treebank_dir(config)} has no {split!r} split: '
