@@ -91,6 +91,14 @@ def test_stablehlo_artifact_reproduces_translator_without_flax(workdir, tmp_path
   assert (manifest['rows'], manifest['beam_size'], manifest['max_len']) == (2, 2, 32)
   assert [(b['source_length'], b['max_decode_len']) for b in manifest['buckets']] == [
       (16, 32), (32, 32)]
+  # One lowering per platform in every module, so the artifact runs on GPU and TPU hosts too
+  # (what those lowerings compute is checked in tests/test_gpu_lowering.py).
+  assert manifest['platforms'] == ['cpu', 'cuda', 'tpu']
+  for bucket in manifest['buckets']:
+    with open(os.path.join(output, bucket['file']), 'rb') as f:
+      exported = jax.export.deserialize(bytearray(f.read()))
+    assert exported.platforms == ('cpu', 'cuda', 'tpu')
+    assert exported.out_avals[0].shape == (2, bucket['max_decode_len'])
 
   # Short sentences, a blank line and one cut to max_len: three batches, two buckets.
   short = ['Amen.', 'And God said.'] + sorted(_test_lines('en', 64),
