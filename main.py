@@ -25,7 +25,7 @@ from t2t_jax import cli  # noqa: E402
 from t2t_jax import config as config_lib  # noqa: E402
 from t2t_jax.export_common import FORMATS  # noqa: E402
 
-MODES = ('train', 'eval', 'decode', 'average', 'info', 'plot', 'attention', 'export')
+MODES = ('train', 'eval', 'decode', 'average', 'info', 'plot', 'attention', 'export', 'plan')
 
 
 def _override_keys(argv):
@@ -50,12 +50,19 @@ flags.DEFINE_enum('mode', 'train', MODES,
                   '(--input -> --output); average (the last config.average_last checkpoints); '
                   'info (sizes, no data); plot (learning curves from metrics.jsonl into '
                   '<workdir>/plots); attention (attention maps of the --input sentences into '
-                  '--output); export (a CTranslate2 model or a StableHLO artifact into --output).')
+                  '--output); export (a CTranslate2 model or a StableHLO artifact into --output); '
+                  'plan (compile the steps for a TPU --topology on this machine: memory, FLOPs, '
+                  'collectives, step time; no workdir).')
 flags.DEFINE_string('input', None, 'decode: text file to translate, or to parse for a '
                     'treebank run (default: stdin); '
                     'attention: the source sentences, one per line.')
 flags.DEFINE_string('output', None, 'decode: file to write, must not exist (default: stdout); '
-                    'attention: a new or empty directory; export: a new directory.')
+                    'attention: a new or empty directory; export: a new directory; plan: a '
+                    'new JSON file.')
+flags.DEFINE_string('topology', None, 'plan: a TPU slice as libtpu names it, e.g. v5e:2x4, '
+                    'v4:2x2x1, v5p:2x2x1, v6e:2x4, v5e:16x16 (needs requirements-tpu.txt).')
+flags.DEFINE_bool('search_batch', True, 'plan: find the largest tokens_per_batch that fits a '
+                  'chip by compiling the train step a few more times.')
 flags.DEFINE_enum('format', None, FORMATS, 'export: ctranslate2 (a CTranslate2 model '
                   'directory) or stablehlo (jax.export beam search, parameters, vocabulary '
                   'and a jax-only runtime, serve.py).')
@@ -96,6 +103,9 @@ def main(argv) -> None:
   if FLAGS.mode == 'plot':  # reads metrics.jsonl only: no cluster to join, nothing to compile
     _plot(FLAGS.workdir)
     return
+  if FLAGS.mode == 'plan':  # compiles for chips elsewhere: no cluster, no cache, no workdir
+    _plan()
+    return
   from t2t_jax import compile_cache
   compile_cache.enable(compile_cache.default_dir() if FLAGS.compilation_cache is None
                        else FLAGS.compilation_cache)
@@ -103,6 +113,8 @@ def main(argv) -> None:
     from t2t_jax import parallel
     parallel.initialize_distributed(FLAGS.coordinator_address, FLAGS.num_processes,
                                     FLAGS.process_id, timeout_s=FLAGS.distributed_timeout_s)
+  cli.start_backends()
+  if FLAGS.distributed or FLAGS.coordinator_address:
     import jax
     if jax.process_index() != 0:
       logging.set_verbosity(logging.WARNING)  # one process speaks for the run
@@ -206,6 +218,15 @@ def _export(workdir) -> None:
   print(export_common.export(FLAGS.format, source, FLAGS.output, FLAGS.quantization))
 
 
+def _plan() -> None:
+  import jax
+  jax.config.update('jax_platforms', 'cpu')  # nothing runs here: never start a TPU runtime
+  from t2t_jax.plan import mode
+  mode.run(config_lib.validate(FLAGS.config), FLAGS.topology, FLAGS.output,
+           search_batch=FLAGS.search_batch,
+           config_name=config_flags.get_config_filename(FLAGS['config']))
+
+
 def _plot(workdir) -> None:
   from t2t_jax import plots
   if not workdir:
@@ -219,7 +240,8 @@ def _user_errors():
   from t2t_jax import (attention_mode, checkpoint, export_common, parallel, plots, textio,
                        train, workdir)
   from t2t_jax.data import corpora, pipeline, tokenizer
-  return (config_lib.ConfigError, checkpoint.CheckpointError, train.TrainError,
+  from t2t_jax.plan import report, topology
+  return (config_lib.ConfigError, report.PlanError, topology.TopologyError, checkpoint.CheckpointError, train.TrainError,
           attention_mode.AttentionInputError, export_common.ExportError,
           workdir.WorkdirError, parallel.DistributedError, plots.PlotError,
           corpora.DataError, pipeline.PipelineError, tokenizer.TokenizerError,

@@ -34,40 +34,20 @@ KNOWN_PEAKS = {
 
 
 def forward_flops(size: Dict[str, Any], batch: int, src_len: int, tgt_len: int) -> Dict[str, int]:
-  """Matmul FLOPs of one teacher-forced forward pass, counted as 2*m*n*k per matmul.
-
-  Counted: per encoder layer Q/K/V/O projections and the two FFN matmuls over the source
-  tokens, plus the attention score (Q K^T) and weighted-sum (A V) matmuls over the full
-  [src_len x src_len] matrix; per decoder layer the same for masked self-attention (the full
-  [tgt_len x tgt_len] matrix: both implementations compute it and mask it), the
-  encoder-decoder attention (Q/O over target tokens, K/V over source tokens, scores
-  [tgt_len x src_len]) and the FFN; and the pre-softmax projection over the vocabulary.
-  Not counted: embedding lookups, layer norms, softmaxes, biases, dropout, the loss, the
-  optimizer (all O(tokens * d_model) or O(params), small next to the matmuls).
+  """Matmul FLOPs of one teacher-forced forward pass, counted as 2*m*n*k per matmul, by part
+  (`t2t_jax.plan.analytic.forward_flops_by_part`, which --mode=plan checks against XLA's own
+  count): projections, attention over the full score matrices, FFNs, the pre-softmax
+  projection. Not counted: embedding lookups, layer norms, softmaxes, biases, dropout, the
+  loss, the optimizer (all O(tokens * d_model) or O(params), small next to the matmuls).
   """
-  d, ff, h, n, v = (size['d_model'], size['d_ff'], size['num_heads'], size['num_layers'],
-                    size['vocab_size'])
-  dk = dv = d // h
-  ts, tt = batch * src_len, batch * tgt_len  # source and target token counts (incl. padding)
-
-  def proj(tq, tkv):  # Q and O over the query tokens, K and V over the key/value tokens
-    return 2 * tq * d * h * dk + 2 * tkv * d * h * dk + 2 * tkv * d * h * dv + 2 * tq * h * dv * d
-
-  def scores(lq, lk):  # Q K^T and A V
-    return 2 * batch * h * lq * lk * dk + 2 * batch * h * lq * lk * dv
-
-  ffn = lambda t: 2 * 2 * t * d * ff  # noqa: E731
-  out = {
-      'encoder_projections': n * proj(ts, ts),
-      'encoder_attention': n * scores(src_len, src_len),
-      'encoder_ffn': n * ffn(ts),
-      'decoder_projections': n * (proj(tt, tt) + proj(tt, ts)),
-      'decoder_attention': n * (scores(tgt_len, tgt_len) + scores(tgt_len, src_len)),
-      'decoder_ffn': n * ffn(tt),
-      'pre_softmax': 2 * tt * d * v,
-  }
-  out['total'] = sum(out.values())
-  return out
+  from t2t_jax import model  # pylint: disable=import-outside-toplevel
+  from t2t_jax.plan import analytic  # pylint: disable=import-outside-toplevel
+  heads = size['num_heads']
+  cfg = model.TransformerConfig(vocab_size=size['vocab_size'], d_model=size['d_model'],
+                                d_ff=size['d_ff'], num_heads=heads,
+                                d_k=size['d_model'] // heads, d_v=size['d_model'] // heads,
+                                num_layers=size['num_layers'])
+  return analytic.forward_flops_by_part(cfg, batch, src_len, tgt_len)
 
 
 def train_flops(size, batch, src_len, tgt_len) -> int:

@@ -8,6 +8,8 @@ paths a mode will use (`check_paths`) and keep library noise off the console
 (`QuietLibraries`).
 """
 
+import contextlib
+import glob
 import importlib.machinery
 import importlib.util
 import inspect
@@ -15,6 +17,7 @@ import logging
 import os
 import re
 import sys
+import tempfile
 from typing import List, Optional, Sequence
 
 import ml_collections
@@ -169,3 +172,40 @@ class QuietLibraries(logging.Filter):
       return False
     return not (record.name.startswith('jax') and
                 str(record.msg).startswith('Unable to initialize backend'))
+
+
+@contextlib.contextmanager
+def native_stderr_to_debug_log(what: str):
+  """Sends what native code writes to stderr (file descriptor 2) meanwhile to the debug log.
+
+  libtpu, installed (requirements-tpu.txt) on a machine that is not a TPU VM, prints warnings
+  about TPU_ACCELERATOR_TYPE and worker hostnames when jax starts its backends or builds a
+  topology; they say nothing to our users.
+  """
+  with tempfile.TemporaryFile(mode='w+b') as sink:
+    saved = os.dup(2)
+    sys.stderr.flush()
+    os.dup2(sink.fileno(), 2)
+    try:
+      yield
+    finally:
+      os.dup2(saved, 2)
+      os.close(saved)
+      sink.seek(0)
+      text = sink.read().decode('utf-8', 'replace').strip()
+      if text:
+        logging.getLogger(__name__).debug('native stderr while %s:\n%s', what, text)
+
+
+def start_backends() -> None:
+  """Starts jax's backends now; off a TPU VM with libtpu installed, without libtpu's noise.
+
+  A TPU VM has TPU device files (/dev/accel*, /dev/vfio/N): there libtpu's messages matter
+  and stay on the console.
+  """
+  import jax  # pylint: disable=import-outside-toplevel  (after the flags that configure it)
+  if glob.glob('/dev/accel*') or glob.glob('/dev/vfio/[0-9]*'):
+    jax.devices()
+    return
+  with native_stderr_to_debug_log('starting jax backends'):
+    jax.devices()

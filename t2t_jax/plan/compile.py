@@ -1,0 +1,233 @@
+"""Ahead-of-time compilation of a run's steps for a slice's devices, and what XLA reports.
+
+`Run` builds what `train.train` builds (model config, optimizer, mesh over every device,
+train state with its shardings, donated) from a run config, but abstract: shapes and
+shardings only, no parameters are initialised and nothing is read. The train, eval and
+beam-search decode steps are then lowered and compiled for those devices; each compiled
+program gives its memory (`memory_analysis`), its FLOPs and HBM traffic (`cost_analysis`,
+per device) and its collectives (the optimized HLO).
+"""
+
+import dataclasses
+import re
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from jax.sharding import SingleDeviceSharding
+
+from t2t_jax import model, optim, parallel, translate
+from t2t_jax.data import pipeline
+from t2t_jax.plan import hlo
+
+
+class DoesNotFit(RuntimeError):
+  """The TPU compiler refused a program that needs more HBM than a chip has.
+
+  Attributes:
+    needed_bytes: what the compiler said the program needs (None if it did not say).
+    available_bytes: what it said a chip offers (None if it did not say).
+  """
+
+  def __init__(self, message: str, needed_bytes: Optional[float],
+               available_bytes: Optional[float]):
+    super().__init__(message)
+    self.needed_bytes, self.available_bytes = needed_bytes, available_bytes
+
+
+_UNITS = {'': 1, 'K': 2 ** 10, 'M': 2 ** 20, 'G': 2 ** 30, 'T': 2 ** 40}
+_SIZE = r'([\d.]+)([KMGT]?)i?B?'
+
+
+def _parse_out_of_memory(message: str) -> DoesNotFit:
+  """The compiler's RESOURCE_EXHAUSTED message -> DoesNotFit with its sizes, if it gives them.
+
+  Seen with libtpu 0.0.42: 'Ran out of memory on HBM, the total memory required for HLO
+  temporaries (27.71G) exceeds available HBM (15.75G).'; older ones say 'Used 20.5G of
+  15.75G hbm'.
+  """
+  size = lambda m, i: float(m.group(i)) * _UNITS[m.group(i + 1)]  # noqa: E731
+  line = message.strip().splitlines()[0]
+  m = re.search(r'required.*?\(' + _SIZE + r'\).*?available HBM \(' + _SIZE + r'\)', line)
+  if m is None:
+    m = re.search(r'Used ' + _SIZE + ' of ' + _SIZE, line)
+  if m is None:
+    return DoesNotFit(line, None, None)
+  return DoesNotFit(line, size(m, 1), size(m, 3))
+
+
+@dataclasses.dataclass(frozen=True)
+class StepStats:
+  """One compiled program, per device (bytes, FLOPs)."""
+  name: str
+  shapes: Dict[str, Tuple[int, ...]]
+  compile_s: float
+  argument_bytes: int
+  output_bytes: int
+  alias_bytes: int
+  temp_bytes: int
+  code_bytes: int
+  flops: float
+  bytes_accessed: float
+  collectives: List[Dict[str, int]]
+
+  @property
+  def hbm_bytes(self) -> int:
+    """Peak HBM of the program: its arguments, the outputs not aliased to (donated)
+    arguments, temporaries and the program itself."""
+    return (self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes +
+            self.code_bytes)
+
+
+def compile_step(name: str, jitted, args: Sequence[Any],
+                 shapes: Dict[str, Tuple[int, ...]]) -> StepStats:
+  """Lowers and compiles `jitted(*args)` (abstract args with shardings); DoesNotFit when the
+  compiler runs out of HBM. `shapes` name the batch arguments for the report."""
+  start = time.monotonic()
+  try:
+    compiled = jitted.lower(*args).compile()
+  except Exception as e:  # pylint: disable=broad-except  (XLA raises JaxRuntimeError)
+    if 'RESOURCE_EXHAUSTED' in str(e):
+      raise _parse_out_of_memory(str(e).split('RESOURCE_EXHAUSTED:', 1)[-1]) from None
+    raise
+  seconds = time.monotonic() - start
+  memory = compiled.memory_analysis()
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return StepStats(
+      name=name, shapes=shapes, compile_s=seconds,
+      argument_bytes=memory.argument_size_in_bytes, output_bytes=memory.output_size_in_bytes,
+      alias_bytes=memory.alias_size_in_bytes, temp_bytes=memory.temp_size_in_bytes,
+      code_bytes=memory.generated_code_size_in_bytes, flops=float(cost.get('flops', 0.0)),
+      bytes_accessed=float(cost.get('bytes accessed', 0.0)),
+      collectives=hlo.collectives(compiled.as_text()))
+
+
+def _abstract(tree, shardings):
+  return jax.tree_util.tree_map(
+      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
+
+
+def shard_bytes(tree) -> int:
+  """Bytes one device holds of an abstract tree (each leaf's shard under its sharding)."""
+  total = 0
+  for leaf in jax.tree_util.tree_leaves(tree):
+    shape = leaf.sharding.shard_shape(leaf.shape)
+    n = 1
+    for d in shape:
+      n *= d
+    total += n * jnp.dtype(leaf.dtype).itemsize
+  return total
+
+
+class Run:
+  """A run config's model, optimizer, mesh and abstract train state on `devices`.
+
+  Attributes:
+    config: the run config; cfg: its model config; mesh: 'data' over every device.
+    processes: hosts of the slice; local_devices: devices per host.
+    state: the abstract `parallel.TrainState`, each leaf with its sharding.
+  """
+
+  def __init__(self, config: ml_collections.ConfigDict, devices: Sequence[Any]):
+    self.config = config
+    self.cfg = model.TransformerConfig.from_config(config)
+    self.optimizer = optim.make_optimizer(config)
+    self.mesh = parallel.make_mesh(list(devices))
+    self.processes = len({d.process_index for d in devices})
+    self.local_devices = len(devices) // self.processes
+    self.shard_optimizer_state = bool(config.get('shard_optimizer_state', False))
+    state = jax.eval_shape(lambda: parallel.create_train_state(
+        self.cfg, self.optimizer, config.seed, self.mesh, **self._sharding_kwargs()))
+    self.state = _abstract(state, self._state_shardings(state))
+
+  def _sharding_kwargs(self) -> Dict[str, bool]:
+    return ({'shard_optimizer_state': self.shard_optimizer_state}
+            if hasattr(parallel, 'train_state_shardings') else {})
+
+  def _state_shardings(self, state):
+    if hasattr(parallel, 'train_state_shardings'):
+      return parallel.train_state_shardings(state, self.mesh,
+                                            shard_optimizer_state=self.shard_optimizer_state)
+    return jax.tree_util.tree_map(lambda _: parallel.replicated(self.mesh), state)
+
+  def train_shape(self, tokens_per_batch: Optional[int] = None) -> Tuple[int, int]:
+    """(global rows, length) of the largest bucket's batches, as the pipeline makes them:
+    the worst case for memory (attention grows with the square of the length).
+
+    Raises pipeline.PipelineError when `tokens_per_batch` cannot give every device a row.
+    """
+    config = self.config
+    if tokens_per_batch is not None:
+      config = ml_collections.ConfigDict(config.to_dict())
+      config.tokens_per_batch = int(tokens_per_batch)
+    lengths, rows = pipeline.bucket_rows(config, self.local_devices, self.processes)
+    return rows[-1] * self.processes, lengths[-1]
+
+  def _batch(self, rows: int, length: int, packed: bool) -> Dict[str, jax.ShapeDtypeStruct]:
+    keys = ('inputs', 'targets') + (parallel.PACKING_KEYS if packed else ())
+    spec = jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=parallel.data_sharded(
+        self.mesh))
+    return {k: spec for k in keys}
+
+  def compile_train(self, rows: int, length: int) -> List[StepStats]:
+    """The update step (with gradient accumulation: the micro-batch gradient step and the
+    apply step) for a `[rows, length]` global batch."""
+    config = self.config
+    kwargs = dict(label_smoothing=config.label_smoothing, seed=config.seed,
+                  debug_nonfinite_steps=tuple(config.debug_nonfinite_steps),
+                  **self._sharding_kwargs())
+    batch = self._batch(rows, length, bool(config.pack_examples))
+    shapes = {'batch': (rows, length)}
+    if config.grad_accum_steps == 1:
+      step = parallel.make_train_step(self.cfg, self.optimizer, self.mesh, **kwargs)
+      return [compile_step('train', step, (self.state, batch), shapes)]
+    grad_step, apply_step = parallel.make_accumulating_steps(self.cfg, self.optimizer,
+                                                             self.mesh, **kwargs)
+    scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=parallel.replicated(self.mesh))
+    grads = compile_step('train_gradients', grad_step,
+                         (self.state.params, batch, scalar, scalar), shapes)
+    sums = jax.eval_shape(grad_step, self.state.params, batch, scalar, scalar)
+    replicated = lambda tree: _abstract(tree, jax.tree_util.tree_map(  # noqa: E731
+        lambda _: parallel.replicated(self.mesh), tree))
+    apply = compile_step('train_apply', apply_step,
+                         (self.state, *map(replicated, sums)), {})
+    return [grads, apply]
+
+  def compile_eval(self, rows: int, length: int) -> StepStats:
+    step = parallel.make_eval_step(self.cfg, self.mesh,
+                                   label_smoothing=self.config.label_smoothing)
+    return compile_step('eval', step, (self.state.params, self._batch(rows, length, False)),
+                        {'batch': (rows, length)})
+
+  def decode_shape(self) -> Tuple[int, int, int]:
+    """(sentences, source length, output length) of the largest decode batch."""
+    config = self.config
+    src_len = min(max(config.bucket_lengths), self.cfg.max_len)
+    return (config.decode_batch_sentences, src_len,
+            min(src_len + config.max_decode_extra, self.cfg.max_len))
+
+  def compile_decode(self) -> StepStats:
+    """Beam search (§6.1) of one decode batch on one chip, as `translate.Translator` runs it:
+    each process decodes its share of the sentences on its first device."""
+    config = self.config
+    rows, src_len, max_decode_len = self.decode_shape()
+    cfg = self.cfg.replace(deterministic=True, decode=False)
+    device = SingleDeviceSharding(self.mesh.devices.flat[0])
+    params = _abstract(self.state.params,
+                       jax.tree_util.tree_map(lambda _: device, self.state.params))
+    decode = jax.jit(lambda p, inputs, max_lengths: translate.decode_batch(
+        cfg, config.beam_size, config.length_penalty_alpha, p, inputs, max_lengths,
+        max_decode_len))
+    inputs = jax.ShapeDtypeStruct((rows, src_len), jnp.int32, sharding=device)
+    max_lengths = jax.ShapeDtypeStruct((rows,), jnp.int32, sharding=device)
+    return compile_step('decode', decode, (params, inputs, max_lengths),
+                        {'inputs': (rows, src_len), 'outputs': (rows, max_decode_len)})
+
+  def state_bytes(self) -> Dict[str, int]:
+    """Per device: parameters and optimizer state as the run holds them."""
+    return {'params': shard_bytes(self.state.params),
+            'optimizer_state': shard_bytes(self.state.opt_state)}
+

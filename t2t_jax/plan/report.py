@@ -1,0 +1,214 @@
+"""`--mode=plan`: will a config compile on a TPU slice, will it fit, how long will it take?
+
+`make_plan(config, 'v5e:2x4')` compiles the run's train, eval and beam-search decode steps
+for the slice's devices on this machine (no TPU needed, nothing read or written), then
+reports per chip: HBM against capacity, the largest `tokens_per_batch` that fits, FLOPs (XLA
+beside the analytic count), collectives, a roofline step time and the hours of the config's
+`num_train_steps`. Keys of the returned dict are documented in `make_plan`.
+"""
+
+import importlib.metadata
+from typing import Any, Dict, List, Optional
+
+import jax
+import ml_collections
+
+from t2t_jax.data import pipeline
+from t2t_jax.plan import analytic, batch_search, compile as compile_lib, roofline, topology
+
+GiB = 2 ** 30
+
+
+class PlanError(ValueError):
+  """A plan that cannot be made, or a config that does not fit (one line, with the remedy)."""
+
+
+def _libtpu_version() -> str:
+  try:
+    return importlib.metadata.version('libtpu')
+  except importlib.metadata.PackageNotFoundError:
+    return 'unknown'
+
+
+def _train_shape(run: compile_lib.Run, tokens: Optional[int] = None):
+  try:
+    return run.train_shape(tokens)
+  except pipeline.PipelineError as e:
+    raise PlanError(f'on {len(run.mesh.devices.flat)} chips: {e}') from None
+
+
+def _train(run: compile_lib.Run, tokens: Optional[int] = None):
+  """(rows, length, [StepStats] or DoesNotFit) of the train step at a token budget."""
+  rows, length = _train_shape(run, tokens)
+  try:
+    return rows, length, run.compile_train(rows, length)
+  except compile_lib.DoesNotFit as e:
+    return rows, length, e
+
+
+def _peak(stats: List[compile_lib.StepStats]) -> int:
+  return max(s.hbm_bytes for s in stats)
+
+
+def _search(run: compile_lib.Run, first, capacity: float) -> Optional[int]:
+  """Largest tokens_per_batch whose train step fits, starting from the config's result."""
+  _, length = _train_shape(run)
+
+  def outcome(result):
+    if isinstance(result, compile_lib.DoesNotFit):
+      return False, result.needed_bytes
+    return _peak(result) <= capacity, float(_peak(result))
+
+  def probe(tokens):
+    return outcome(_train(run, tokens)[2])
+
+  return batch_search.largest_fitting(
+      probe, run.config.tokens_per_batch, outcome(first), capacity,
+      granule=length * run.mesh.devices.size)
+
+
+def _step_dict(stats: compile_lib.StepStats) -> Dict[str, Any]:
+  return {'shapes': {k: list(v) for k, v in stats.shapes.items()},
+          'compile_s': round(stats.compile_s, 1), 'hbm_bytes': stats.hbm_bytes,
+          'argument_bytes': stats.argument_bytes, 'output_bytes': stats.output_bytes,
+          'alias_bytes': stats.alias_bytes, 'temp_bytes': stats.temp_bytes,
+          'code_bytes': stats.code_bytes, 'flops': stats.flops,
+          'bytes_accessed': stats.bytes_accessed, 'collectives': stats.collectives}
+
+
+def make_plan(config: ml_collections.ConfigDict, topology_name: str, *,
+              search_batch: bool = True) -> Dict[str, Any]:
+  """The plan of `config` on `topology_name` as a JSON-ready dict.
+
+  Keys: topology, chip, chips, processes, dtype, tokens_per_batch, train_batch [rows,
+  length], hbm_bytes_per_chip (the largest of: the train step; the eval and the decode step
+  beside the optimizer state they leave in HBM during training), hbm_capacity_bytes_per_chip,
+  memory (per chip: params, optimizer_state, temporaries of the train step), fits,
+  largest_tokens_per_batch (None unless searched), flops_per_step (XLA's per-chip count x
+  chips), analytic_flops_per_step, collectives (the train step's [{kind, count, bytes}]),
+  roofline (compute_s, hbm_s, ici_s, step_s, bound), step_time_s, tokens_per_s (padded
+  target tokens, what tokens_per_batch counts), num_train_steps, train_hours, steps (train /
+  eval / decode: every compiled program's numbers), versions.
+
+  Raises:
+    topology.TopologyError: libtpu is missing or the topology is unknown.
+    PlanError: the slice cannot hold the config's batch at all (fewer rows than chips).
+  """
+  topo = topology.parse(topology_name)
+  run = compile_lib.Run(config, topology.devices(topo))
+  chip, chips = topo.chip, run.mesh.devices.size
+  rows, length, train = _train(run)
+  plan = {
+      'topology': topo.name, 'chip': chip.device_kind, 'chips': chips,
+      'processes': run.processes, 'dtype': str(config.dtype),
+      'tokens_per_batch': int(config.tokens_per_batch), 'train_batch': [rows, length],
+      'hbm_capacity_bytes_per_chip': chip.hbm_bytes, 'num_train_steps': config.num_train_steps,
+      'chip_source': chip.source,
+      'versions': {'jax': jax.__version__, 'libtpu': _libtpu_version()},
+      'memory': run.state_bytes(), 'steps': {},
+  }
+  plan['largest_tokens_per_batch'] = (_search(run, train, chip.hbm_bytes) if search_batch
+                                      else None)
+  plan['batch_searched'] = search_batch
+  if isinstance(train, compile_lib.DoesNotFit):
+    plan.update(fits=False, hbm_bytes_per_chip=train.needed_bytes,
+                compiler_message=str(train))
+    return plan
+  accum = config.grad_accum_steps
+  flops = sum(s.flops * (accum if s.name == 'train_gradients' else 1) for s in train)
+  traffic = sum(s.bytes_accessed * (accum if s.name == 'train_gradients' else 1)
+                for s in train)
+  collectives = [c for s in train for c in s.collectives]
+  optimizer_bytes = plan['memory']['optimizer_state']
+  others = [run.compile_eval(rows, length), run.compile_decode()]
+  for s in train + others:
+    plan['steps'][s.name] = _step_dict(s)
+  hbm = max([_peak(train)] + [s.hbm_bytes + optimizer_bytes for s in others])
+  plan['memory']['temporaries'] = max(s.temp_bytes for s in train)
+  times = roofline.step_seconds(flops, traffic, collectives, chips, chip)
+  plan.update(
+      hbm_bytes_per_chip=hbm, fits=hbm <= chip.hbm_bytes,
+      flops_per_step=flops * chips,
+      analytic_flops_per_step=accum * analytic.train_flops(run.cfg, rows, length, length),
+      collectives=collectives, roofline=times, step_time_s=times['step_s'],
+      tokens_per_s=accum * rows * length / times['step_s'],
+      train_hours=config.num_train_steps * times['step_s'] / 3600)
+  return plan
+
+
+def _gib(n: Optional[float]) -> str:
+  return '?' if n is None else f'{n / GiB:.2f} GiB'
+
+
+def _collectives_text(collectives) -> str:
+  if not collectives:
+    return 'none'
+  return ', '.join(f'{c["kind"]} x{c["count"]} ({c["bytes"] / 2 ** 20:,.1f} MiB)'
+                   for c in collectives)
+
+
+def format_plan(plan: Dict[str, Any], config_name: str = '') -> str:
+  """The plan as the lines `--mode=plan` prints."""
+  rows, length = plan['train_batch']
+  head = (f'plan{" for " + config_name if config_name else ""} on {plan["topology"]}: '
+          f'{plan["chips"]} x {plan["chip"]} ({_gib(plan["hbm_capacity_bytes_per_chip"])} '
+          f'HBM each), {plan["processes"]} host(s); {plan["dtype"]}; libtpu '
+          f'{plan["versions"]["libtpu"]}, jax {plan["versions"]["jax"]}')
+  lines = [head, f'train batch: {rows} rows x {length} tokens (the largest bucket; '
+                 f'tokens_per_batch={plan["tokens_per_batch"]:,})']
+  largest = plan['largest_tokens_per_batch']
+  largest_line = ('largest tokens_per_batch that fits: ' + (
+      'not searched' if not plan['batch_searched'] else f'{largest:,} (found by compiling)'
+      if largest else 'none of those compiled'))
+  memory = plan['memory']
+  if 'compiler_message' in plan:
+    lines += [f'does not fit: the TPU compiler says: {plan["compiler_message"]}', largest_line]
+    return '\n'.join(lines)
+  steps = plan['steps']
+  train_names = [n for n in steps if n.startswith('train')]
+  lines += [
+      f'HBM per chip: {_gib(plan["hbm_bytes_per_chip"])} of '
+      f'{_gib(plan["hbm_capacity_bytes_per_chip"])} '
+      f'({100 * plan["hbm_bytes_per_chip"] / plan["hbm_capacity_bytes_per_chip"]:.0f}%): '
+      f'parameters {_gib(memory["params"])}, optimizer state '
+      f'{_gib(memory["optimizer_state"])}, temporaries (gradients, activations) '
+      f'{_gib(memory["temporaries"])}; fits: {"yes" if plan["fits"] else "NO"}',
+      largest_line,
+      f'FLOPs per step: {plan["flops_per_step"]:.3e} (XLA) vs '
+      f'{plan["analytic_flops_per_step"]:.3e} analytic (matmuls: '
+      f'{plan["flops_per_step"] / plan["analytic_flops_per_step"]:.2f}x)',
+      f'collectives per step: {_collectives_text(plan["collectives"])}',
+  ]
+  r = plan['roofline']
+  lines += [
+      f'roofline: compute {1e3 * r["compute_s"]:.1f} ms, HBM {1e3 * r["hbm_s"]:.1f} ms, ICI '
+      f'{1e3 * r["ici_s"]:.1f} ms -> {1e3 * r["step_s"]:.1f} ms per step ({r["bound"]}-bound)',
+      f'{plan["tokens_per_s"]:,.0f} padded tokens/s; {plan["num_train_steps"]:,} steps in '
+      f'{plan["train_hours"]:.1f} h at the roofline',
+  ]
+  for name in train_names + ['eval', 'decode']:
+    s = steps[name]
+    shapes = ', '.join(f'{k} {"x".join(map(str, v))}' for k, v in s['shapes'].items())
+    lines.append(f'  {name}: {shapes}; HBM {_gib(s["hbm_bytes"])}; '
+                 f'{s["flops"]:.3e} FLOPs per chip; compiled in {s["compile_s"]:.0f} s')
+  return '\n'.join(lines)
+
+
+def check_fits(plan: Dict[str, Any]) -> None:
+  """PlanError (one line: by how much, and the largest batch that fits) unless it fits."""
+  if plan['fits']:
+    return
+  capacity, needed = plan['hbm_capacity_bytes_per_chip'], plan['hbm_bytes_per_chip']
+  over = (f'needs {_gib(needed)} of HBM per chip, {_gib(needed - capacity)} more than '
+          f"{plan['chip']}'s {_gib(capacity)}" if needed else
+          f"does not fit {plan['chip']}'s {_gib(capacity)} of HBM")
+  largest = plan['largest_tokens_per_batch']
+  if not plan['batch_searched']:
+    remedy = 'drop --search_batch=false to find the largest batch that fits'
+  elif largest:
+    remedy = f'the largest batch that fits is --config.tokens_per_batch={largest}'
+  else:
+    remedy = ('no batch of one row per chip fits: try --config.dtype=bfloat16, '
+              '--config.remat_policy=full or --config.shard_optimizer_state=True')
+  raise PlanError(f'tokens_per_batch={plan["tokens_per_batch"]} on {plan["topology"]} {over}; '
+                  f'{remedy}')
