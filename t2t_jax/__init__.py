@@ -31,5 +31,6 @@ from t2t_jax.ctranslate2_export import export_ctranslate2
 from t2t_jax.ctranslate2_decoding import gnmt_rerank
 from t2t_jax.stablehlo_export import export_stablehlo
 from t2t_jax.portable import ExportedTranslator
+from t2t_jax.plan import PlanError, make_plan
 
 __version__ = '0.1.0'
