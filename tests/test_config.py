@@ -84,7 +84,8 @@ def _with(**changes):
      r"'dots_saveable', 'dots_with_no_batch_dims_saveable', got 'ful'$"),
     (dict(shard_optimizer_state='true'),
      r"^config key 'shard_optimizer_state': expected a bool, got 'true'$"),
-    (dict(shard_optimizer_state=1), r"^config key 'shard_optimizer_state': expected a bool, got 1$"),
+    (dict(shard_optimizer_state=1),
+     r"^config key 'shard_optimizer_state': expected a bool, got 1$"),
 ])
 def test_invalid_values_name_the_key(changes, message):
   with pytest.raises(config_lib.ConfigError, match=message):
