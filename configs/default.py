@@ -27,6 +27,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.max_len = 512                 # largest position the model supports (learned positions, decode cache)
   c.dtype = 'float32'             # activation/compute dtype: 'float32' or 'bfloat16'; parameters stay float32
   c.attention_impl = ''           # jax.nn.dot_product_attention implementation: '' (backend default, XLA), 'xla' or 'cudnn' (NVIDIA GPUs, bf16)
+  c.remat_policy = 'none'         # recompute each layer's activations on the backward pass: 'none', 'full', 'dots_saveable' or 'dots_with_no_batch_dims_saveable' (keep matmul outputs)
 
   # --- Data (§5.1) -----------------------------------------------------------------
   c.dataset = 'wmt14_translate/de-en'  # 'wmt14_translate/de-en', 'wmt14_translate/fr-en', 'local' or 'treebank' (constituency parsing, §6.3)
@@ -51,6 +52,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.warmup_steps = 4000           # warmup_steps of the learning-rate schedule (§5.3)
   c.learning_rate_scale = 1.0     # multiplies d_model^-0.5 * min(step^-0.5, step * warmup^-1.5); 1.0 = paper
   c.grad_accum_steps = 1          # micro-batches summed per update, to emulate a larger batch on a small machine
+  c.shard_optimizer_state = False  # ZeRO: Adam moments and gradients sharded over the 'data' axis (reduce-scatter + all-gather instead of an all-reduce)
   c.num_train_steps = 100_000     # training steps (base: 100K, big: 300K; §5.2)
   c.seed = 0                      # parameter initialisation and dropout seed
   c.max_consecutive_nonfinite = 10  # stop after this many consecutive skipped (non-finite) steps

@@ -21,7 +21,8 @@ from t2t_jax.bleu import corpus_bleu, tokenized_bleu
 from t2t_jax.averaging import average_checkpoints, load_inference_params
 from t2t_jax.checkpoint import Checkpointer
 from t2t_jax.parallel import (TrainState, create_train_state, initialize_distributed, make_mesh,
-                              make_eval_step, make_train_step, shard_batch)
+                              make_eval_step, make_train_step, shard_batch,
+                              train_state_shardings)
 from t2t_jax.translate import Translator
 from t2t_jax.plots import load_curves, write_learning_curves
 from t2t_jax.attention_maps import AttentionWeights, attention_weights

@@ -13,6 +13,7 @@ computation is then exactly the unpacked one.
 """
 
 import dataclasses
+import functools
 import math
 from typing import Any, NamedTuple, Optional, Sequence, Tuple
 
@@ -55,6 +56,9 @@ class TransformerConfig:
   # Sow every attention layer's weights into 'intermediates' (see `attention_maps`); off in
   # training and decoding, whose fused attention path it would replace.
   capture_attention: bool = False
+  # Rematerialisation of each encoder/decoder layer on the backward pass (`REMAT_POLICIES`);
+  # decode mode (the cache) never remats.
+  remat_policy: str = 'none'
 
   @classmethod
   def from_config(cls, config, **overrides) -> 'TransformerConfig':
@@ -69,7 +73,8 @@ class TransformerConfig:
         dropout_rate=config.dropout_rate, attention_dropout_rate=config.attention_dropout_rate,
         positional=config.positional, norm_position=config.norm_position,
         max_len=config.max_len, dtype=jnp.dtype(config.dtype),
-        attention_impl=config.attention_impl or None, **overrides)
+        attention_impl=config.attention_impl or None, remat_policy=config.remat_policy,
+        **overrides)
 
   def replace(self, **changes) -> 'TransformerConfig':
     return dataclasses.replace(self, **changes)
@@ -106,6 +111,34 @@ def _attention(cfg: TransformerConfig, name: str, decode: bool = False) -> Multi
                             cfg.attention_dropout_rate, cfg.dtype, decode=decode,
                             attention_impl=cfg.attention_impl,
                             capture_weights=cfg.capture_attention, name=name)
+
+
+# What a rematerialised layer keeps from its forward pass for the backward pass; everything
+# else is recomputed. 'full': only the layer's inputs (about one more forward pass of FLOPs);
+# the dots policies keep matmul outputs and recompute the cheap elementwise ops between them.
+REMAT_POLICIES = {
+    'full': None,
+    'dots_saveable': jax.checkpoint_policies.dots_saveable,
+    'dots_with_no_batch_dims_saveable': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _remat(layer_cls, policy: str):
+  # Cached: one remat'ed class per (layer, policy), not a new class per layer instance.
+  return nn.remat(layer_cls, policy=REMAT_POLICIES[policy])
+
+
+def _layer_class(cfg: TransformerConfig, layer_cls):
+  """`layer_cls`, or its `nn.remat` twin under `cfg.remat_policy`: same parameter names and
+  values, activations recomputed on the backward pass. Decode mode (one position per call, no
+  backward pass, a mutable cache) always gets the plain layer."""
+  if cfg.remat_policy == 'none' or cfg.decode:
+    return layer_cls
+  if cfg.remat_policy not in REMAT_POLICIES:
+    raise ValueError(f'remat_policy {cfg.remat_policy!r} is not one of '
+                     f"'none', {', '.join(map(repr, REMAT_POLICIES))}")
+  return _remat(layer_cls, cfg.remat_policy)
 
 
 class EncoderLayer(nn.Module):
@@ -162,7 +195,7 @@ class Encoder(nn.Module):
                                                                     positions)
     x = nn.Dropout(cfg.dropout_rate)(x, deterministic=cfg.deterministic)
     for i in range(cfg.num_layers):
-      x = EncoderLayer(cfg, name=f'layer_{i}')(x, mask)
+      x = _layer_class(cfg, EncoderLayer)(cfg, name=f'layer_{i}')(x, mask)
     if cfg.norm_position == 'pre':
       x = nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, name='final_norm')(x)
     return x
@@ -206,8 +239,8 @@ class Decoder(nn.Module):
                      name='positions')(self.embed(decoder_inputs), positions)
     y = nn.Dropout(cfg.dropout_rate)(y, deterministic=cfg.deterministic)
     for i in range(cfg.num_layers):
-      y = DecoderLayer(cfg, name=f'layer_{i}')(y, encoded, self_mask, cross_mask,
-                                               None if cross_kv is None else cross_kv[i])
+      y = _layer_class(cfg, DecoderLayer)(cfg, name=f'layer_{i}')(
+          y, encoded, self_mask, cross_mask, None if cross_kv is None else cross_kv[i])
     if cfg.norm_position == 'pre':
       y = nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, name='final_norm')(y)
     return self.embed.attend(y, vocab_t)

@@ -4,7 +4,14 @@ One `Mesh` with a 'data' axis over every device of every process. Per-device wor
 `jax.shard_map` over 'data' with explicit collectives: each device computes *sums* of the
 loss, its gradient and the non-padding token count on its shard of the batch; the sums are
 `psum`-ed and only then divided, so 8 devices give the same update as 1 device on the same
-global batch. Parameters and optimizer state are replicated.
+global batch. Parameters are replicated.
+
+The optimizer state is replicated too, unless `shard_optimizer_state` (ZeRO stage 2): then
+every Adam moment and every gradient is split over 'data' along one dimension (`zero_dim`),
+gradients are reduce-scattered instead of all-reduced, Adam updates only the local slice, and
+the new parameters are all-gathered. Same update; optimizer memory per device divided by the
+number of devices, and a reduce-scatter + all-gather (together the bytes of one all-reduce)
+in place of the all-reduce.
 """
 
 import dataclasses
@@ -109,13 +116,57 @@ jax.tree_util.register_dataclass(TrainState, data_fields=['step', 'params', 'opt
                                  meta_fields=[])
 
 
-def create_train_state(cfg: model.TransformerConfig, optimizer: optax.GradientTransformation,
-                       seed: int, mesh: Mesh) -> TrainState:
-  """Initial replicated state; parameters come from `seed` (same on every process)."""
+def zero_dim(shape: Sequence[int], num_devices: int) -> Optional[int]:
+  """The dimension ZeRO splits a leaf of `shape` along: the largest one `num_devices` divides
+  (the first of equals), or None (kept whole on every device), e.g. for scalars."""
+  dims = [d for d, n in enumerate(shape) if n > 0 and n % num_devices == 0]
+  return max(dims, key=lambda d: shape[d]) if dims else None
+
+
+def zero_spec(shape: Sequence[int], num_devices: int) -> P:
+  """The PartitionSpec of a ZeRO-sharded leaf: 'data' at `zero_dim`, P() if there is none."""
+  dim = zero_dim(shape, num_devices)
+  return P() if dim is None else P(*(DATA if d == dim else None for d in range(len(shape))))
+
+
+def _leaf_shardings(tree, mesh: Mesh, shard: bool):
+  """NamedShardings for every leaf of `tree` (arrays or ShapeDtypeStructs): ZeRO or replicated."""
+  return jax.tree_util.tree_map(
+      lambda x: NamedSharding(mesh, zero_spec(x.shape, mesh.shape[DATA]) if shard else P()),
+      tree)
+
+
+def train_state_shardings(state: TrainState, mesh: Mesh, *,
+                          shard_optimizer_state: bool) -> TrainState:
+  """Where each leaf of `state` (arrays or `jax.ShapeDtypeStruct`s) lives: a TrainState of
+  NamedShardings. Step and parameters replicated; optimizer state replicated, or with
+  `shard_optimizer_state` split over 'data' leaf by leaf (`zero_spec`)."""
+  return TrainState(replicated(mesh), _leaf_shardings(state.params, mesh, False),
+                    _leaf_shardings(state.opt_state, mesh, shard_optimizer_state))
+
+
+def _init_fn(cfg: model.TransformerConfig, optimizer: optax.GradientTransformation,
+             seed: int) -> Callable[[], TrainState]:
   def init():
     params = model.init_params(cfg, jax.random.PRNGKey(seed))
     return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params))
-  return jax.jit(init, out_shardings=replicated(mesh))()
+  return init
+
+
+def _abstract_state(cfg: model.TransformerConfig,
+                    optimizer: optax.GradientTransformation) -> TrainState:
+  """The state's shapes and dtypes (`jax.ShapeDtypeStruct`s), computing nothing."""
+  return jax.eval_shape(_init_fn(cfg, optimizer, 0))
+
+
+def create_train_state(cfg: model.TransformerConfig, optimizer: optax.GradientTransformation,
+                       seed: int, mesh: Mesh, *, shard_optimizer_state: bool = False) -> TrainState:
+  """Initial state, placed by `train_state_shardings`; parameters come from `seed` (same on
+  every process)."""
+  init = _init_fn(cfg, optimizer, seed)
+  shardings = train_state_shardings(jax.eval_shape(init), mesh,
+                                    shard_optimizer_state=shard_optimizer_state)
+  return jax.jit(init, out_shardings=shardings)()
 
 
 # Batch keys of packed rows (pipeline with config.pack_examples), passed on when present.
@@ -136,14 +187,25 @@ def _metric_sums(cfg: model.TransformerConfig, params, batch, dropout_rng,
   return losses.compute_metrics(logits, batch['targets'], weights, label_smoothing)
 
 
-def make_grad_fn(cfg: model.TransformerConfig, mesh: Mesh,
-                 label_smoothing: float) -> Callable:
+def _reduce_scatter(grad: Array, num_devices: int) -> Array:
+  """Inside the shard_map: this device's slice (along `zero_dim`) of the sum of `grad` over
+  'data'; the whole sum for a leaf ZeRO keeps whole."""
+  dim = zero_dim(grad.shape, num_devices)
+  if dim is None:
+    return jax.lax.psum(grad, DATA)
+  return jax.lax.psum_scatter(grad, DATA, scatter_dimension=dim, tiled=True)
+
+
+def make_grad_fn(cfg: model.TransformerConfig, mesh: Mesh, label_smoothing: float, *,
+                 shard_gradients: bool = False) -> Callable:
   """(params, batch, rng) -> (summed gradients, summed metrics), reduced over all devices.
 
   Gradients are of the loss *sum*; divide by `metrics['weight']` (after accumulating all
-  micro-batches) to get the gradient of the per-token mean loss.
+  micro-batches) to get the gradient of the per-token mean loss. They are replicated, or with
+  `shard_gradients` reduce-scattered to the ZeRO sharding (`zero_spec`) of each leaf.
   """
   train_cfg = cfg.replace(deterministic=False, decode=False)
+  num_devices = mesh.shape[DATA]
 
   def per_device(params, batch, rng):
     # Different dropout masks on every device, reproducible from (rng, device index).
@@ -152,10 +214,19 @@ def make_grad_fn(cfg: model.TransformerConfig, mesh: Mesh,
       metrics = _metric_sums(train_cfg, p, batch, rng, label_smoothing)
       return metrics['loss'], metrics
     grads, metrics = jax.grad(loss_fn, has_aux=True)(params)
-    return jax.lax.psum((grads, metrics), DATA)
+    if not shard_gradients:
+      return jax.lax.psum((grads, metrics), DATA)
+    return (jax.tree_util.tree_map(lambda g: _reduce_scatter(g, num_devices), grads),
+            jax.lax.psum(metrics, DATA))
 
-  return jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(DATA), P()),
-                       out_specs=(P(), P()), check_vma=False)
+  def grad_fn(params, batch, rng):
+    # The gradients' out_specs follow the parameter shapes, known once `params` is traced.
+    grad_specs = (jax.tree_util.tree_map(lambda p: zero_spec(p.shape, num_devices), params)
+                  if shard_gradients else P())
+    return jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(DATA), P()),
+                         out_specs=(grad_specs, P()), check_vma=False)(params, batch, rng)
+
+  return grad_fn
 
 
 def apply_gradients(state: TrainState, optimizer: optax.GradientTransformation, grad_sums,
@@ -201,36 +272,46 @@ def dropout_rng(seed: int, step: Array) -> Array:
 
 def make_train_step(cfg: model.TransformerConfig, optimizer: optax.GradientTransformation,
                     mesh: Mesh, *, label_smoothing: float, seed: int,
-                    debug_nonfinite_steps: Sequence[int] = ()) -> Callable:
+                    debug_nonfinite_steps: Sequence[int] = (),
+                    shard_optimizer_state: bool = False) -> Callable:
   """Jitted (state, batch) -> (state, metrics): one update on one global batch.
 
   `batch` holds `inputs` and `targets` `[global_rows, length]` int32 sharded over 'data'
   (and, packed, the `PACKING_KEYS` of the same shape).
-  The state buffers are donated. `metrics` are global sums (loss, nll, correct, weight) and
-  `nonfinite` (1 if the update was skipped, see `apply_gradients`).
+  The state buffers are donated; the new state is placed by `train_state_shardings` (with
+  `shard_optimizer_state`: gradients reduce-scattered, Adam on the slices, parameters
+  all-gathered). `metrics` are global sums (loss, nll, correct, weight) and `nonfinite` (1 if
+  the update was skipped, see `apply_gradients`).
   """
-  grad_fn = make_grad_fn(cfg, mesh, label_smoothing)
+  grad_fn = make_grad_fn(cfg, mesh, label_smoothing, shard_gradients=shard_optimizer_state)
+  state_shardings = train_state_shardings(_abstract_state(cfg, optimizer), mesh,
+                                          shard_optimizer_state=shard_optimizer_state)
 
   def step(state: TrainState, batch):
     grads, metrics = grad_fn(state.params, batch, dropout_rng(seed, state.step))
     metrics = _inject_nonfinite(metrics, state.step, tuple(debug_nonfinite_steps))
     return apply_gradients(state, optimizer, grads, metrics)
 
-  return jax.jit(step, donate_argnums=(0,),
-                 out_shardings=(replicated(mesh), replicated(mesh)))
+  return jax.jit(step, donate_argnums=(0,), out_shardings=(state_shardings, replicated(mesh)))
 
 
 def make_accumulating_steps(cfg: model.TransformerConfig, optimizer: optax.GradientTransformation,
                             mesh: Mesh, *, label_smoothing: float, seed: int,
-                            debug_nonfinite_steps: Sequence[int] = ()):
+                            debug_nonfinite_steps: Sequence[int] = (),
+                            shard_optimizer_state: bool = False):
   """For gradient accumulation: (grad_step, apply_step) jitted functions.
 
   grad_step(params, batch, step, micro) -> (grad sums, metric sums) for one micro-batch;
   apply_step(state, grad sums, metric sums) -> (state, metrics). Summing token-weighted gradients over
   micro-batches and dividing once by the total token count is exactly the gradient of the
-  big batch (unlike averaging per-micro-batch means).
+  big batch (unlike averaging per-micro-batch means). With `shard_optimizer_state` the grad
+  sums come (and are summed) in the ZeRO sharding: each device holds 1/devices of them.
   """
-  grad_fn = make_grad_fn(cfg, mesh, label_smoothing)
+  grad_fn = make_grad_fn(cfg, mesh, label_smoothing, shard_gradients=shard_optimizer_state)
+  abstract = _abstract_state(cfg, optimizer)
+  state_shardings = train_state_shardings(abstract, mesh,
+                                          shard_optimizer_state=shard_optimizer_state)
+  grad_shardings = _leaf_shardings(abstract.params, mesh, shard_optimizer_state)
 
   def grad_step(params, batch, step, micro):
     return grad_fn(params, batch, jax.random.fold_in(dropout_rng(seed, step), micro))
@@ -239,9 +320,9 @@ def make_accumulating_steps(cfg: model.TransformerConfig, optimizer: optax.Gradi
     metrics = _inject_nonfinite(metrics, state.step, tuple(debug_nonfinite_steps))
     return apply_gradients(state, optimizer, grads, metrics)
 
-  return (jax.jit(grad_step, out_shardings=(replicated(mesh), replicated(mesh))),
+  return (jax.jit(grad_step, out_shardings=(grad_shardings, replicated(mesh))),
           jax.jit(apply_step, donate_argnums=(0,),
-                  out_shardings=(replicated(mesh), replicated(mesh))))
+                  out_shardings=(state_shardings, replicated(mesh))))
 
 
 def make_eval_step(cfg: model.TransformerConfig, mesh: Mesh, *,

@@ -89,7 +89,8 @@ class _Steps:
   def __init__(self, cfg, optimizer, mesh, config):
     self.accum, self.mesh = config.grad_accum_steps, mesh
     kwargs = dict(label_smoothing=config.label_smoothing, seed=config.seed,
-                  debug_nonfinite_steps=tuple(config.debug_nonfinite_steps))
+                  debug_nonfinite_steps=tuple(config.debug_nonfinite_steps),
+                  shard_optimizer_state=config.shard_optimizer_state)
     if self.accum == 1:
       self.step = parallel.make_train_step(cfg, optimizer, mesh, **kwargs)
     else:
@@ -230,8 +231,11 @@ class _Run:
     self.data = Data(config, workdir, with_eval=config.eval_every_steps > 0)
     cfg = model.TransformerConfig.from_config(config)
     optimizer = optim.make_optimizer(config)
-    self.state = self._restore(parallel.create_train_state(cfg, optimizer, config.seed,
-                                                           self.mesh))
+    # Restored into the layout of this run (`abstract_like` keeps the shardings), whether
+    # the checkpoint was written with the optimizer state sharded or replicated.
+    self.state = self._restore(parallel.create_train_state(
+        cfg, optimizer, config.seed, self.mesh,
+        shard_optimizer_state=config.shard_optimizer_state))
     self.step = int(jax.device_get(self.state.step))
     self.writer = metrics.MetricsWriter(workdir, enabled=self.is_chief)
     self.evaluator = (dev_eval.DevEvaluator(config, cfg, self.mesh, self.data, self.writer,

@@ -80,10 +80,23 @@ def _with(**changes):
     (dict(dataset='treebank2'), r"'dataset'.*'local', 'treebank', got 'treebank2'"),
     (dict(treebank_dir='/data/wsj'), r"^config key 'treebank_dir': expected '' unless "
      r"dataset='treebank' \(dataset is 'wmt14_translate/de-en'\), got '/data/wsj'$"),
+    (dict(remat_policy='ful'), r"^config key 'remat_policy': expected one of 'none', 'full', "
+     r"'dots_saveable', 'dots_with_no_batch_dims_saveable', got 'ful'$"),
+    (dict(shard_optimizer_state='true'),
+     r"^config key 'shard_optimizer_state': expected a bool, got 'true'$"),
+    (dict(shard_optimizer_state=1),
+     r"^config key 'shard_optimizer_state': expected a bool, got 1$"),
 ])
 def test_invalid_values_name_the_key(changes, message):
   with pytest.raises(config_lib.ConfigError, match=message):
     config_lib.validate(_with(**changes))
+
+
+def test_memory_levers_are_off_by_default_and_reach_the_model():
+  assert model.TransformerConfig.from_config(default.get_config()).remat_policy == 'none'
+  assert default.get_config().shard_optimizer_state is False
+  assert model.TransformerConfig.from_config(_with(remat_policy='full')).remat_policy == 'full'
+  assert set(config_lib.CHOICES['remat_policy']) == {'none', *model.REMAT_POLICIES}
 
 
 def test_d_k_and_d_v_free_d_model_from_heads():

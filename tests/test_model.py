@@ -1,12 +1,14 @@
 """The Transformer (§3): parameter counts (Table 3), masking, shared embedding, cached decoding."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from configs import table3, wmt_base, wmt_big
-from t2t_jax import model
+from t2t_jax import losses, model
 
 TINY = model.TransformerConfig(vocab_size=40, d_model=32, d_ff=64, num_heads=4, d_k=8, d_v=8,
                                num_layers=2, max_len=32, deterministic=True)
@@ -109,10 +111,12 @@ def test_one_embedding_matrix_used_three_times():
   assert np.abs(grad[only_tgt]).sum() > 0
 
 
-@pytest.mark.parametrize('norm_position,positional', [('post', 'sinusoidal'), ('pre', 'sinusoidal'),
-                                                      ('post', 'learned')])
-def test_cached_decoding_equals_teacher_forcing(norm_position, positional):
-  cfg = TINY.replace(norm_position=norm_position, positional=positional)
+@pytest.mark.parametrize('norm_position,positional,remat_policy', [
+    ('post', 'sinusoidal', 'none'), ('pre', 'sinusoidal', 'none'), ('post', 'learned', 'none'),
+    ('post', 'sinusoidal', 'full')])
+def test_cached_decoding_equals_teacher_forcing(norm_position, positional, remat_policy):
+  cfg = TINY.replace(norm_position=norm_position, positional=positional,
+                     remat_policy=remat_policy)
   params = model.init_params(cfg, jax.random.PRNGKey(1))
   src, tgt = _batch(seed=2)
   full = _logits(cfg, params, src, tgt)
@@ -191,3 +195,37 @@ def test_sequence_longer_than_max_len_is_refused():
   long = jnp.ones((1, 33), jnp.int32)
   with pytest.raises(ValueError, match='max_len=32'):
     _logits(TINY, params, long, long)
+
+
+TRAIN = TINY.replace(deterministic=False, dropout_rate=0.1)
+
+
+@functools.lru_cache(maxsize=None)
+def _loss_and_grads(remat_policy):
+  """TRAIN's label-smoothed loss sum on `_batch()` and its gradient, with dropout on (one fixed
+  dropout key): (params, loss, grads). Cached: every policy compares with one 'none' run."""
+  cfg = TRAIN.replace(remat_policy=remat_policy)
+  params = model.init_params(cfg, jax.random.PRNGKey(0))
+  src, tgt = _batch()
+
+  def loss(p):
+    logits = _logits(cfg, p, src, tgt, rngs={'dropout': jax.random.PRNGKey(3)})
+    return losses.label_smoothed_cross_entropy(logits, tgt, losses.padding_weights(tgt), 0.1)[0]
+  return (params,) + jax.jit(jax.value_and_grad(loss))(params)
+
+
+@pytest.mark.parametrize('policy', sorted(model.REMAT_POLICIES))
+def test_remat_keeps_parameters_loss_and_gradients(policy):
+  """Rematerialised layers: the same parameter tree (checkpoints stay compatible), and the same
+  loss and gradients as without, dropout included; only where activations come from differs."""
+  params, loss, grads = _loss_and_grads('none')
+  remat_params, remat_loss, remat_grads = _loss_and_grads(policy)
+  assert jax.tree_util.tree_structure(remat_params) == jax.tree_util.tree_structure(params)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, remat_params, params)
+  # The layers really are remat'ed (a remat primitive in the program), and only with a policy.
+  src, tgt = _batch()
+  jaxpr = lambda cfg: str(jax.make_jaxpr(lambda p: _logits(cfg, p, src, tgt))(params))  # noqa: E731
+  assert 'remat' in jaxpr(TINY.replace(remat_policy=policy)) and 'remat' not in jaxpr(TINY)
+  np.testing.assert_allclose(remat_loss, loss, rtol=1e-6)
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+                         remat_grads, grads)
