@@ -233,3 +233,21 @@ def test_plan_mode_needs_a_topology():
   assert result.returncode == 1
   assert result.stderr.strip().splitlines()[-1].startswith(
       'error: --mode=plan needs --topology=NAME, e.g. v4:2x2x1')
+
+
+@pytest.mark.parametrize('accum', [1, 2])
+def test_zero_sharding_shows_in_the_plan(accum):
+  """shard_optimizer_state: Adam's moments split 8 ways and the updated parameters
+  all-gathered (with accumulation too). How the gradients are summed is the TPU compiler's
+  choice: for this tiny model it turns the reduce-scatter into an all-reduce and keeps a
+  slice (the CPU compiler keeps the reduce-scatter, tests/test_parallel.py)."""
+  p = report.make_plan(_tiny(shard_optimizer_state=True, grad_accum_steps=accum), 'v5e:2x4',
+                       search_batch=False)
+  params = p['memory']['params']
+  assert p['memory']['optimizer_state'] < 2 * params / 4  # 1/8 of the two moments, or so
+  kinds = {c['kind']: c for c in p['collectives']}
+  assert 0.9 * params <= kinds['all-gather']['bytes'] <= params  # (the sharded leaves)
+  assert {'all-reduce', 'reduce-scatter'} & set(kinds)
+  assert set(p['steps']) == ({'train'} if accum == 1 else {'train_gradients', 'train_apply'}
+                             ) | {'eval', 'decode'}
+  assert p['fits'] and p['tokens_per_s'] == pytest.approx(accum * 32 * 32 / p['step_time_s'])

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import jax
 import jax.numpy as jnp
 import ml_collections
-from jax.sharding import SingleDeviceSharding
+from jax.sharding import NamedSharding, PartitionSpec as P, SingleDeviceSharding
 
 from t2t_jax import model, optim, parallel, translate
 from t2t_jax.data import pipeline
@@ -138,20 +138,13 @@ class Run:
     self.mesh = parallel.make_mesh(list(devices))
     self.processes = len({d.process_index for d in devices})
     self.local_devices = len(devices) // self.processes
-    self.shard_optimizer_state = bool(config.get('shard_optimizer_state', False))
+    self.shard_optimizer_state = bool(config.shard_optimizer_state)
     state = jax.eval_shape(lambda: parallel.create_train_state(
-        self.cfg, self.optimizer, config.seed, self.mesh, **self._sharding_kwargs()))
-    self.state = _abstract(state, self._state_shardings(state))
-
-  def _sharding_kwargs(self) -> Dict[str, bool]:
-    return ({'shard_optimizer_state': self.shard_optimizer_state}
-            if hasattr(parallel, 'train_state_shardings') else {})
-
-  def _state_shardings(self, state):
-    if hasattr(parallel, 'train_state_shardings'):
-      return parallel.train_state_shardings(state, self.mesh,
-                                            shard_optimizer_state=self.shard_optimizer_state)
-    return jax.tree_util.tree_map(lambda _: parallel.replicated(self.mesh), state)
+        self.cfg, self.optimizer, config.seed, self.mesh,
+        shard_optimizer_state=self.shard_optimizer_state))
+    # eval_shape drops the shardings of create_train_state's jit: put them back.
+    self.state = _abstract(state, parallel.train_state_shardings(
+        state, self.mesh, shard_optimizer_state=self.shard_optimizer_state))
 
   def train_shape(self, tokens_per_batch: Optional[int] = None) -> Tuple[int, int]:
     """(global rows, length) of the largest bucket's batches, as the pipeline makes them:
@@ -178,7 +171,7 @@ class Run:
     config = self.config
     kwargs = dict(label_smoothing=config.label_smoothing, seed=config.seed,
                   debug_nonfinite_steps=tuple(config.debug_nonfinite_steps),
-                  **self._sharding_kwargs())
+                  shard_optimizer_state=self.shard_optimizer_state)
     batch = self._batch(rows, length, bool(config.pack_examples))
     shapes = {'batch': (rows, length)}
     if config.grad_accum_steps == 1:
@@ -189,11 +182,14 @@ class Run:
     scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=parallel.replicated(self.mesh))
     grads = compile_step('train_gradients', grad_step,
                          (self.state.params, batch, scalar, scalar), shapes)
-    sums = jax.eval_shape(grad_step, self.state.params, batch, scalar, scalar)
-    replicated = lambda tree: _abstract(tree, jax.tree_util.tree_map(  # noqa: E731
-        lambda _: parallel.replicated(self.mesh), tree))
+    grad_sums, metric_sums = jax.eval_shape(grad_step, self.state.params, batch, scalar, scalar)
+    mesh, shard = self.mesh, self.shard_optimizer_state
+    grad_shardings = jax.tree_util.tree_map(lambda g: NamedSharding(mesh, parallel.zero_spec(
+        g.shape, mesh.size) if shard else P()), grad_sums)
+    metric_shardings = jax.tree_util.tree_map(lambda _: parallel.replicated(mesh), metric_sums)
     apply = compile_step('train_apply', apply_step,
-                         (self.state, *map(replicated, sums)), {})
+                         (self.state, _abstract(grad_sums, grad_shardings),
+                          _abstract(metric_sums, metric_shardings)), {})
     return [grads, apply]
 
   def compile_eval(self, rows: int, length: int) -> StepStats:
