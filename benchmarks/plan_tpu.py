@@ -9,6 +9,11 @@ Every plan compiles the train, eval and beam-search decode steps with libtpu on 
 compilations). One JSON line per (config, dtype, topology, overrides): the plan's dict
 (`t2t_jax.plan.make_plan`) plus the paper's reference time and the projected hours of the
 paper's schedule. Rows already in --out are skipped, so an interrupted run resumes.
+
+On slices of more than 8 chips the batch grows with the chips (weak scaling: each chip gets
+the tokens it gets on an 8-chip slice, `tokens_per_batch x chips / 8`): the paper's 25k tokens
+cannot give each of 256 chips a row of the longest bucket. A plan that cannot be made is
+recorded with its one-line reason.
 """
 
 import argparse
@@ -65,15 +70,23 @@ def main(argv=None):
   args = parser.parse_args(argv)
   import jax  # pylint: disable=import-outside-toplevel
   jax.config.update('jax_platforms', 'cpu')
-  from t2t_jax.plan import make_plan  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel
+  from t2t_jax.plan import PlanError, make_plan
+  from t2t_jax.plan.topology import parse
   emit, done = common.Emitter(args.out), _done(args.out)
   for name in args.configs.split(','):
     for dtype in args.dtypes.split(','):
       for topology in args.topologies.split(','):
         if _key(name, dtype, topology, args.set) in done:
           continue
-        start = time.monotonic()
-        plan = make_plan(_config(name, dtype, args.set), topology, search_batch=args.search)
+        start, config = time.monotonic(), _config(name, dtype, args.set)
+        chips = parse(topology).chips
+        if chips > 8:
+          config.tokens_per_batch = config.tokens_per_batch * chips // 8
+        try:
+          plan = make_plan(config, topology, search_batch=args.search)
+        except PlanError as e:
+          plan = {'topology': topology, 'dtype': dtype, 'error': str(e)}
         plan.update(name='plan_tpu', config_name=name, overrides=args.set,
                     wall_s=round(time.monotonic() - start, 1),
                     paper_hours_8_p100=PAPER_HOURS.get(name))

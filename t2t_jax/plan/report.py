@@ -81,8 +81,9 @@ def make_plan(config: ml_collections.ConfigDict, topology_name: str, *,
   """The plan of `config` on `topology_name` as a JSON-ready dict.
 
   Keys: topology, chip, chips, processes, dtype, tokens_per_batch, train_batch [rows,
-  length], hbm_bytes_per_chip (the largest of: the train step; the eval and the decode step
-  beside the optimizer state they leave in HBM during training), hbm_capacity_bytes_per_chip,
+  length], hbm_bytes_per_chip (the largest of: the train step; the decode step; when the
+  config evaluates during training, the eval (and dev-BLEU decode) step beside the optimizer
+  state), hbm_capacity_bytes_per_chip,
   memory (per chip: params, optimizer_state, temporaries of the train step), fits,
   largest_tokens_per_batch (None unless searched), flops_per_step (XLA's per-chip count x
   chips), analytic_flops_per_step, collectives (the train step's [{kind, count, bytes}]),
@@ -119,11 +120,17 @@ def make_plan(config: ml_collections.ConfigDict, topology_name: str, *,
   traffic = sum(s.bytes_accessed * (accum if s.name == 'train_gradients' else 1)
                 for s in train)
   collectives = [c for s in train for c in s.collectives]
-  optimizer_bytes = plan['memory']['optimizer_state']
-  others = [run.compile_eval(rows, length), run.compile_decode()]
+  evaluated, decoded = run.compile_eval(rows, length), run.compile_decode()
+  others = [evaluated, decoded]
   for s in train + others:
     plan['steps'][s.name] = _step_dict(s)
-  hbm = max([_peak(train)] + [s.hbm_bytes + optimizer_bytes for s in others])
+  # Training's dev evaluations run beside the optimizer state it keeps in HBM; a decode job
+  # (--mode=decode) holds the parameters alone.
+  beside = plan['memory']['optimizer_state']
+  hbm = max(_peak(train), decoded.hbm_bytes,
+            evaluated.hbm_bytes + beside if config.eval_every_steps else 0,
+            decoded.hbm_bytes + beside if config.eval_every_steps and
+            config.eval_bleu_sentences else 0)
   plan['memory']['temporaries'] = max(s.temp_bytes for s in train)
   times = roofline.step_seconds(flops, traffic, collectives, chips, chip)
   plan.update(
