@@ -46,6 +46,29 @@ def _decode_row(r):
           r['load_average']]
 
 
+def _plan_row(r):
+  gib = lambda b: _f(b / 2 ** 30) if b else '-'  # noqa: E731
+  over = ' '.join(r['overrides']) or '-'
+  if 'error' in r:
+    return [r['config_name'], r['dtype'], over, r['topology']] + ['-'] * 11 + [r['error']]
+  steps, roof = r.get('steps', {}), r.get('roofline', {})
+  train = max((s['hbm_bytes'] for n, s in steps.items() if n.startswith('train')),
+              default=r['hbm_bytes_per_chip'])
+  collectives = ', '.join(f"{c['kind']} x{c['count']} {c['bytes'] / 2 ** 20:.0f} MiB"
+                          for c in r.get('collectives', []))
+  hours = r.get('train_hours')
+  return [r['config_name'], r['dtype'], over, f"{r['topology']} ({r['chips']})",
+          f"{r['train_batch'][0]}x{r['train_batch'][1]}", gib(train),
+          gib(steps.get('decode', {}).get('hbm_bytes')), gib(r['hbm_capacity_bytes_per_chip']),
+          'yes' if r['fits'] else 'NO', f"{r['largest_tokens_per_batch']:,}"
+          if r.get('largest_tokens_per_batch') else '-',
+          _f(r['flops_per_step'] / r['analytic_flops_per_step']) if 'flops_per_step' in r
+          else '-', collectives or '-',
+          f"{1e3 * roof['compute_s']:.1f} / {1e3 * roof['hbm_s']:.1f} / {1e3 * roof['ici_s']:.1f}"
+          if roof else '-', _f(1e3 * r['step_time_s'], 1) if 'step_time_s' in r else '-',
+          _f(hours, 1) if hours else '-', r.get('compiler_message', '')]
+
+
 # record name -> (column headers, row function)
 TABLES = {
     'matmul_peak': (['matmul (jitted, 2048^3)', 'dtype', 'JAX GFLOP/s', 'torch GFLOP/s',
@@ -58,6 +81,11 @@ TABLES = {
     'decode': (['decode', 'search', 'batch x src_len, max_len', 'ours sent/s', 'peer sent/s',
                 'ours/peer', 'ours tok/s', 'peer tok/s', 'steps ours/peer', 'same best hyp',
                 'compile s', 'torch threads', 'load avg'], _decode_row),
+    'plan_tpu': (['plan', 'dtype', 'overrides', 'topology (chips)', 'train batch',
+                  'train HBM GiB/chip', 'decode HBM GiB/chip', 'capacity GiB', 'fits',
+                  'largest tokens_per_batch', 'XLA / analytic FLOPs', 'collectives per step',
+                  'compute / HBM / ICI ms', 'roofline step ms', 'num_train_steps h',
+                  'note'], _plan_row),
 }
 
 

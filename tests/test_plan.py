@@ -3,8 +3,8 @@
 The tiny model compiles in seconds; the paper's configs are planned in benchmarks/plan_tpu.py.
 """
 
+import importlib.util
 import json
-import os
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +16,11 @@ from conftest import run_main
 from t2t_jax import model
 from t2t_jax.plan import analytic, batch_search, chips, compile as compile_lib, hlo, report
 from t2t_jax.plan import roofline, topology
+
+
+# The tests that compile need libtpu (requirements-tpu.txt, which .ci/run installs).
+needs_libtpu = pytest.mark.skipif(importlib.util.find_spec('libtpu') is None,
+                                  reason='libtpu missing: pip install -r requirements-tpu.txt')
 
 
 def _tiny(**overrides):
@@ -33,6 +38,7 @@ def tiny_plan():
   return report.make_plan(_tiny(), 'v5e:2x4', search_batch=False)
 
 
+@needs_libtpu
 def test_tiny_train_step_compiles_for_a_v5e_slice(tiny_plan):
   p = tiny_plan
   assert (p['topology'], p['chip'], p['chips'], p['processes']) == ('v5e:2x4', 'TPU v5 lite',
@@ -147,6 +153,7 @@ def test_out_of_memory_messages_are_parsed():
   assert compile_lib._parse_out_of_memory('something else').needed_bytes is None
 
 
+@needs_libtpu
 def test_a_batch_too_big_for_the_chip_is_refused_by_the_compiler():
   # The embedded default's model on 4M tokens: 28 GiB of temporaries per chip (the compiler
   # refuses it in seconds).
@@ -203,6 +210,7 @@ def test_missing_libtpu_names_the_requirements_file(monkeypatch):
     topology.check_compiler()
 
 
+@needs_libtpu
 def test_plan_mode_prints_writes_json_and_keeps_libtpu_quiet(tmp_path):
   out = tmp_path / 'plan.json'
   args = ['--mode=plan', '--topology=v5e:2x4', f'--output={out}', '--search_batch=false',
@@ -235,6 +243,7 @@ def test_plan_mode_needs_a_topology():
       'error: --mode=plan needs --topology=NAME, e.g. v4:2x2x1')
 
 
+@needs_libtpu
 @pytest.mark.parametrize('accum', [1, 2])
 def test_zero_sharding_shows_in_the_plan(accum):
   """shard_optimizer_state: Adam's moments split 8 ways and the updated parameters
