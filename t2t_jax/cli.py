@@ -127,12 +127,39 @@ def _asked_for_help(argv: Sequence[str]) -> bool:
   return any(_HELP.fullmatch(arg) for arg in _flag_arguments(argv))
 
 
-def parse_flags(argv: Sequence[str]) -> List[str]:
+def last_tuple_override_wins(argv: Sequence[str]) -> List[str]:
+  """`argv` without the earlier `--config.KEY=VALUE` (or `--config.KEY VALUE`) of a tuple KEY
+  given more than once.
+
+  config_flags defines tuple keys (`bucket_lengths`) as absl multi-flags, which concatenate
+  repeated values: `--config.bucket_lengths=(16,32) --config.bucket_lengths=(8,16)` would give
+  (16, 32, 8, 16). A repeated override replaces the earlier ones, as it does for scalars.
+  """
+  tuple_keys = config_lib.tuple_keys()
+  flag_count = len(_flag_arguments(argv))
+  spans = {}  # path -> the argv index ranges of its occurrences, in order
+  i = 1
+  while i <= flag_count:
+    arg = argv[i]
+    match = re.match(r'--?config\.([^=]+)(=?)', arg)
+    width = 1
+    if match and match.group(1) in tuple_keys:
+      width = 1 if match.group(2) else 2  # a tuple flag takes the next argument as its value
+      spans.setdefault(match.group(1), []).append(range(i, min(i + width, flag_count + 1)))
+    i += width
+  dropped = {index for occurrences in spans.values() for span in occurrences[:-1]
+             for index in span}
+  return [arg for index, arg in enumerate(argv) if index not in dropped]
+
+
+def parse_flags(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> List[str]:
   """absl's flag parsing (`app.run(main, flags_parser=parse_flags)`), with `-h` for `--help`,
-  exit status 0 after help and a flag error as one line `error: ...` (exit status 1)."""
+  exit status 0 after help, the last of repeated tuple overrides winning and a flag error as
+  one line `error: ...` (exit status 1)."""
   argv = [argv[0]] + ['--help' if arg == '-h' else arg for arg in argv[1:]]
+  argv = last_tuple_override_wins(argv)
   try:
-    return flags.FLAGS(argv)
+    return flag_values(argv)
   except flags.Error as e:
     sys.exit(f'error: {e}')
   except SystemExit as e:

@@ -83,3 +83,21 @@ def test_console_filter_drops_library_noise_only():
   assert keep(_record('jax._src.xla_bridge', logging.WARNING, _NO_TPU))
   assert keep(_record('jax._src.xla_bridge', logging.INFO, 'other'))
   assert keep(_record('absl', logging.INFO, 'step 10'))
+
+
+@pytest.mark.parametrize('overrides,expected', [
+    (['--config.bucket_lengths=(16,32)', '--config.bucket_lengths=(8,16)'], (8, 16)),
+    (['--config.bucket_lengths', '(16,32)', '--config.max_length=16',
+      '-config.bucket_lengths=(8,16,24)'], (8, 16, 24)),
+    (['--config.bucket_lengths=(16,32)'], (16, 32)),
+])
+def test_the_last_of_repeated_tuple_overrides_wins(overrides, expected):
+  from absl import flags
+  from ml_collections import config_flags
+  argv = ['main.py', '--config=configs/quickstart.py', *overrides]
+  flag_values = flags.FlagValues()
+  config_flags.DEFINE_config_file('config', flag_values=flag_values, sys_argv=argv)
+  assert cli.parse_flags(argv, flag_values) == ['main.py']
+  assert flag_values.config.bucket_lengths == expected
+  if len(overrides) > 2:
+    assert flag_values.config.max_length == 16  # the arguments between are kept
