@@ -1,6 +1,7 @@
 """Tests for t2t_jax.data.corpora: the local-corpus TFDS builder, its checks, load_split."""
 
 import gzip
+import logging
 import os
 import threading
 import time
@@ -218,6 +219,17 @@ def _two_pair_corpus(tmp_path):
   _write(corpus / 'train.en', ['one', 'two'])
   _write(corpus / 'train.de', ['eins', 'zwei'])
   return corpus
+
+
+def test_preparing_prints_nothing_on_stdout_and_logs_what_tfds_prints(tmp_path, capfd,
+                                                                       caplog):
+  corpus = _two_pair_corpus(tmp_path)
+  with caplog.at_level(logging.INFO):
+    source = corpora.load_split(_config(corpus), 'train', str(tmp_path / 'tfds'))
+  assert _pairs(source) == [('one', 'eins'), ('two', 'zwei')]
+  assert capfd.readouterr().out == ''
+  assert 'Downloading and preparing dataset' in caplog.text
+  assert 'Subsequent calls will reuse this data.' in caplog.text
 
 
 def test_other_processes_wait_for_process_zero(tmp_path):
