@@ -5,7 +5,7 @@ main.py is imported; it reports a missing file, a bad Table 3 row or a sub-key o
 as a traceback. absl prints its flag errors on two lines and exits 1 after `--help`. The
 functions here run first (`check_argv`), replace absl's flag parser (`parse_flags`), check the
 paths a mode will use (`check_paths`) and keep library noise off the console
-(`QuietLibraries`).
+(`QuietLibraries`, `native_stderr_to_debug_log`) and off stdout (`native_stdout_to_stderr`).
 """
 
 import contextlib
@@ -222,6 +222,23 @@ def native_stderr_to_debug_log(what: str):
       text = sink.read().decode('utf-8', 'replace').strip()
       if text:
         logging.getLogger(__name__).debug('native stderr while %s:\n%s', what, text)
+
+
+def native_stdout_to_stderr() -> None:
+  """From now on what native code writes to stdout (file descriptor 1) goes to stderr, while
+  Python's `sys.stdout` keeps the real stdout.
+
+  gloo, the CPU collectives of multi-process runs, prints `[Gloo] Rank 0 is connected to 1
+  peer ranks ...` from C++ each time it connects a group of processes, which happens during
+  the run and not only when it starts; stdout carries only what the user asked for (the
+  translations of `--mode=decode` without `--output`, the JSON of `--mode=eval`).
+  """
+  sys.stdout.flush()
+  stdout = sys.stdout
+  real_stdout = os.dup(1)
+  os.dup2(2, 1)
+  sys.stdout = os.fdopen(real_stdout, 'w', buffering=1 if stdout.line_buffering else -1,
+                         encoding=stdout.encoding, errors=stdout.errors)
 
 
 def start_backends() -> None:

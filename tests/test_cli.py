@@ -2,6 +2,8 @@
 
 import logging
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -101,3 +103,19 @@ def test_the_last_of_repeated_tuple_overrides_wins(overrides, expected):
   assert flag_values.config.bucket_lengths == expected
   if len(overrides) > 2:
     assert flag_values.config.max_length == 16  # the arguments between are kept
+
+
+def test_native_stdout_goes_to_stderr_and_python_keeps_stdout():
+  script = ('import os, sys\n'
+            'from t2t_jax import cli\n'
+            'print("before", flush=True)\n'
+            'cli.native_stdout_to_stderr()\n'
+            'os.write(1, b"[Gloo] Rank 0 is connected\\n")\n'  # what C++ writes to fd 1
+            'print("translation \\u00e9")\n'
+            'sys.stdout.write("last\\n")\n')
+  result = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          env=dict(os.environ, PYTHONIOENCODING='utf-8'), timeout=120)
+  assert result.returncode == 0, result.stderr
+  assert result.stdout == 'before\ntranslation \u00e9\nlast\n'
+  assert '[Gloo] Rank 0 is connected\n' in result.stderr
