@@ -91,6 +91,25 @@ def test_no_elapsed_s_and_no_bleu_still_plot_by_step(tmp_path):
   assert plots.load_curves(os.path.join(workdir, 'metrics.jsonl')).eval_split == 'x'
 
 
+def test_a_parsing_run_draws_its_dev_f1_where_translation_draws_bleu(tmp_path):
+  records = [{'step': 10, 'loss': 3.0, 'elapsed_s': 1.0},
+             {'step': 10, 'eval_dev/loss': 2.0, 'eval_dev/f1': 41.5, 'eval_dev/precision': 40.0},
+             {'step': 20, 'loss': 2.0, 'elapsed_s': 2.0},
+             {'step': 20, 'eval_dev/loss': 1.5, 'eval_dev/f1': 63.25}]
+  curves = plots.load_curves(os.path.join(write_metrics(tmp_path, records), 'metrics.jsonl'))
+  np.testing.assert_array_equal(curves.eval_f1, [41.5, 63.25])
+  assert np.isnan(curves.eval_bleu).all()
+  score_ax = plots._figure(curves, curves.train_steps, curves.eval_steps, 'step', 't').axes[1]
+  assert score_ax.get_title() == 'dev F1' and score_ax.get_ylabel() == 'F1'
+  [line] = score_ax.lines
+  np.testing.assert_array_equal(line.get_xdata(), [10, 20])
+  np.testing.assert_array_equal(line.get_ydata(), [41.5, 63.25])
+  bleu = plots.load_curves(os.path.join(write_metrics(tmp_path / 'mt', KILLED_AND_RESUMED),
+                                        'metrics.jsonl'))
+  assert plots._figure(bleu, bleu.train_steps, bleu.eval_steps, 'step', 't').axes[1].get_title(
+      ) == 'dev BLEU'
+
+
 def test_missing_or_empty_metrics_name_the_file(tmp_path):
   path = os.path.join(tmp_path, 'metrics.jsonl')
   with pytest.raises(plots.PlotError, match='metrics.jsonl: no such file'):
