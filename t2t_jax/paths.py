@@ -150,6 +150,33 @@ def move(source: PathLike, target: PathLike) -> None:
   forget(target)
 
 
+def upload_directory(local_dir: str, target: str) -> None:
+  """Copies the files under the local folder `local_dir` to the URI `target` (gs://...),
+  which nothing else writes meanwhile, streaming each file.
+
+  Not atomic (object stores have no renames): if a copy fails, the objects copied so far are
+  removed again, and the error is raised.
+  """
+  fs = _filesystem(target)
+  written = []
+  try:
+    for folder, _, names in sorted(os.walk(local_dir)):
+      for name in sorted(names):
+        local = os.path.join(folder, name)
+        remote = f'{target}/{os.path.relpath(local, local_dir)}'
+        written.append(remote)
+        fs.put_file(local, remote)
+  except BaseException:
+    for remote in written:
+      try:
+        fs.rm_file(remote)
+      except OSError:
+        pass  # never written, or already gone
+    raise
+  finally:
+    forget(target)
+
+
 class AppendFile:
   """A text file open for appending lines, on any file system.
 

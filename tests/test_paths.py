@@ -74,3 +74,28 @@ def test_read_bytes_sees_another_writer(gcs_dir):
   with other.open(path, 'wb') as f:
     f.write(b'a longer content')
   assert paths.read_bytes(path) == b'a longer content'
+
+
+def test_upload_directory_copies_every_file_or_nothing(gcs_dir, tmp_path, monkeypatch):
+  local = tmp_path / 'artifact'
+  (local / 'sub').mkdir(parents=True)
+  for name in ('a.bin', 'b.json', 'sub/c.txt'):
+    (local / name).write_text(name)
+  paths.upload_directory(str(local), f'{gcs_dir}/out')
+  fs = paths._filesystem(gcs_dir)
+  assert sorted(fs.find(f'{gcs_dir}/out')) == [
+      f'{gcs_dir[len("gs://"):]}/out/{name}' for name in ('a.bin', 'b.json', 'sub/c.txt')]
+  assert epath.Path(f'{gcs_dir}/out/sub/c.txt').read_text() == 'sub/c.txt'
+
+  put_file = fs.put_file
+
+  def failing_on_the_second(local_path, remote_path, **kwargs):
+    if local_path.endswith('b.json'):
+      raise OSError('connection reset')
+    return put_file(local_path, remote_path, **kwargs)
+
+  monkeypatch.setattr(fs, 'put_file', failing_on_the_second)
+  with pytest.raises(OSError, match='connection reset'):
+    paths.upload_directory(str(local), f'{gcs_dir}/failed')
+  paths.forget(f'{gcs_dir}/failed')
+  assert not epath.Path(f'{gcs_dir}/failed').exists()  # a.bin was removed again
