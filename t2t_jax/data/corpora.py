@@ -378,6 +378,37 @@ def _wmt_source(config: Any, split: str, data_dir: Optional[str], process_index:
                                  f'{config.target_lang}')
 
 
+def _expected_files(config: Any, split: str) -> str:
+  """The files a split of a local corpus or treebank consists of, for error messages."""
+  if config.dataset == 'treebank':
+    from t2t_jax.parsing import treebank  # pylint: disable=import-outside-toplevel
+    return treebank.expected_files(config, split)
+  corpus_dir, src, tgt = local_corpus_location(config)
+  return textfiles.expected_paths(corpus_dir, split, src, tgt)
+
+
+def check_splits(config: Any, keys: Sequence[str]) -> None:
+  """Refuses, before any data is prepared, a split named by the config `keys` (such as
+  'final_eval_split') that a local corpus or treebank lacks; an empty value names none. WMT
+  has every split.
+
+  Raises:
+    MissingDataError: one line naming the key, its value and the files expected.
+  """
+  if config.dataset not in LOCAL_DATASETS:
+    return
+  if config.dataset == 'treebank':
+    from t2t_jax.parsing import treebank  # pylint: disable=import-outside-toplevel
+    present = treebank.find_splits(treebank.treebank_dir(config))
+  else:
+    present = textfiles.discover_splits(*local_corpus_location(config))
+  for key in keys:
+    split = _SPLIT_ALIASES.get(config[key], config[key])
+    if split and split not in present:
+      raise MissingDataError(f'config key {key!r} is {config[key]!r}, but there is no '
+                             f'{split!r} split: expected {_expected_files(config, split)}.')
+
+
 def load_split(config: Any, split: str, data_dir: Optional[str], *, process_index: int = 0,
                timeout_s: float = 3600.0, poll_s: float = 1.0,
                per_host: bool = False) -> ParallelTextSource:
