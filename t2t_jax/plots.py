@@ -26,6 +26,7 @@ import re
 from typing import Dict, List, NamedTuple, Tuple
 
 import numpy as np
+from absl import logging
 from etils import epath
 
 from t2t_jax import paths
@@ -84,7 +85,9 @@ def _read_records(path: str) -> List[dict]:
     try:
       record = json.loads(line)
     except json.JSONDecodeError as e:
-      if number == len(lines):  # no newline yet: a live run is writing this line
+      if number == len(lines):  # no newline: a run killed while writing it, or writing it now
+        logging.warning('%s:%d: skipping a torn last line (no newline: a run killed while '
+                        'writing it, or one writing it now)', path, number)
         break
       raise PlotError(f'{path}:{number}: not valid JSON ({e.msg})') from None
     if not isinstance(record, dict) or type(record.get('step')) is not int:

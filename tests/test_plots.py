@@ -1,6 +1,7 @@
 """Learning curves: the resume-aware reading of metrics.jsonl, the PNGs, `--mode=plot`."""
 
 import json
+import logging
 import os
 
 import numpy as np
@@ -121,10 +122,16 @@ def test_missing_or_empty_metrics_name_the_file(tmp_path):
   assert not os.path.exists(os.path.join(tmp_path, 'plots'))
 
 
-def test_malformed_line_names_file_and_line_but_a_partial_last_line_is_skipped(tmp_path):
+def test_malformed_line_names_file_and_line_but_a_partial_last_line_is_skipped(tmp_path,
+                                                                                caplog):
   path = os.path.join(write_metrics(tmp_path, KILLED_AND_RESUMED, tail='{"step": 70, "lo'),
                       'metrics.jsonl')
-  assert plots.load_curves(path).train_steps[-1] == 60  # a live run is writing that line
+  with caplog.at_level(logging.WARNING):
+    # a killed run's last record, or one a live run is writing
+    assert plots.load_curves(path).train_steps[-1] == 60
+  assert [r.getMessage() for r in caplog.records] == [
+      f'{path}:{len(KILLED_AND_RESUMED) + 1}: skipping a torn last line (no newline: a run '
+      'killed while writing it, or one writing it now)']
   with open(path, 'a') as f:
     f.write('\n' + json.dumps({'step': 80, 'loss': 1.0}) + '\n')
   with pytest.raises(plots.PlotError, match=f'^{path}:{len(KILLED_AND_RESUMED) + 1}: not valid'):
