@@ -110,6 +110,7 @@ def main(argv) -> None:
   compile_cache.enable(compile_cache.default_dir() if FLAGS.compilation_cache is None
                        else FLAGS.compilation_cache)
   if FLAGS.distributed or FLAGS.coordinator_address:
+    cli.native_stdout_to_stderr()  # gloo's connection lines: stdout is the user's output
     from t2t_jax import parallel
     parallel.initialize_distributed(FLAGS.coordinator_address, FLAGS.num_processes,
                                     FLAGS.process_id, timeout_s=FLAGS.distributed_timeout_s)

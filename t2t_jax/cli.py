@@ -5,7 +5,7 @@ main.py is imported; it reports a missing file, a bad Table 3 row or a sub-key o
 as a traceback. absl prints its flag errors on two lines and exits 1 after `--help`. The
 functions here run first (`check_argv`), replace absl's flag parser (`parse_flags`), check the
 paths a mode will use (`check_paths`) and keep library noise off the console
-(`QuietLibraries`).
+(`QuietLibraries`, `native_stderr_to_debug_log`) and off stdout (`native_stdout_to_stderr`).
 """
 
 import contextlib
@@ -127,12 +127,39 @@ def _asked_for_help(argv: Sequence[str]) -> bool:
   return any(_HELP.fullmatch(arg) for arg in _flag_arguments(argv))
 
 
-def parse_flags(argv: Sequence[str]) -> List[str]:
+def last_tuple_override_wins(argv: Sequence[str]) -> List[str]:
+  """`argv` without the earlier `--config.KEY=VALUE` (or `--config.KEY VALUE`) of a tuple KEY
+  given more than once.
+
+  config_flags defines tuple keys (`bucket_lengths`) as absl multi-flags, which concatenate
+  repeated values: `--config.bucket_lengths=(16,32) --config.bucket_lengths=(8,16)` would give
+  (16, 32, 8, 16). A repeated override replaces the earlier ones, as it does for scalars.
+  """
+  tuple_keys = config_lib.tuple_keys()
+  flag_count = len(_flag_arguments(argv))
+  spans = {}  # path -> the argv index ranges of its occurrences, in order
+  i = 1
+  while i <= flag_count:
+    arg = argv[i]
+    match = re.match(r'--?config\.([^=]+)(=?)', arg)
+    width = 1
+    if match and match.group(1) in tuple_keys:
+      width = 1 if match.group(2) else 2  # a tuple flag takes the next argument as its value
+      spans.setdefault(match.group(1), []).append(range(i, min(i + width, flag_count + 1)))
+    i += width
+  dropped = {index for occurrences in spans.values() for span in occurrences[:-1]
+             for index in span}
+  return [arg for index, arg in enumerate(argv) if index not in dropped]
+
+
+def parse_flags(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> List[str]:
   """absl's flag parsing (`app.run(main, flags_parser=parse_flags)`), with `-h` for `--help`,
-  exit status 0 after help and a flag error as one line `error: ...` (exit status 1)."""
+  exit status 0 after help, the last of repeated tuple overrides winning and a flag error as
+  one line `error: ...` (exit status 1)."""
   argv = [argv[0]] + ['--help' if arg == '-h' else arg for arg in argv[1:]]
+  argv = last_tuple_override_wins(argv)
   try:
-    return flags.FLAGS(argv)
+    return flag_values(argv)
   except flags.Error as e:
     sys.exit(f'error: {e}')
   except SystemExit as e:
@@ -195,6 +222,23 @@ def native_stderr_to_debug_log(what: str):
       text = sink.read().decode('utf-8', 'replace').strip()
       if text:
         logging.getLogger(__name__).debug('native stderr while %s:\n%s', what, text)
+
+
+def native_stdout_to_stderr() -> None:
+  """From now on what native code writes to stdout (file descriptor 1) goes to stderr, while
+  Python's `sys.stdout` keeps the real stdout.
+
+  gloo, the CPU collectives of multi-process runs, prints `[Gloo] Rank 0 is connected to 1
+  peer ranks ...` from C++ each time it connects a group of processes, which happens during
+  the run and not only when it starts; stdout carries only what the user asked for (the
+  translations of `--mode=decode` without `--output`, the JSON of `--mode=eval`).
+  """
+  sys.stdout.flush()
+  stdout = sys.stdout
+  real_stdout = os.dup(1)
+  os.dup2(2, 1)
+  sys.stdout = os.fdopen(real_stdout, 'w', buffering=1 if stdout.line_buffering else -1,
+                         encoding=stdout.encoding, errors=stdout.errors)
 
 
 def start_backends() -> None:

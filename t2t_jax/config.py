@@ -55,6 +55,12 @@ def unknown_keys(keys: Iterable[str]) -> None:
       raise ConfigError(f'unknown config key {key!r}{hint} Valid keys: {", ".join(sorted(known))}')
 
 
+def tuple_keys() -> frozenset:
+  """The keys whose default is a tuple (`bucket_lengths`): config_flags parses them apart."""
+  return frozenset(key for key, value in default_config.get_config().items()
+                   if isinstance(value, tuple))
+
+
 def check_override_paths(paths: Iterable[str]) -> None:
   """Raises ConfigError for a `--config.PATH=...` that configs/default.py cannot take.
 

@@ -29,7 +29,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from t2t_jax import layers, model
+from t2t_jax import layers, model, paths
 from t2t_jax.export_common import (ExportError, ExportSource, check_output, load_source,
                                    new_directory)
 
@@ -226,7 +226,7 @@ def write_model(cfg: model.TransformerConfig, params, pieces: Sequence[str], out
     for name in os.listdir(converted):
       os.rename(os.path.join(converted, name), os.path.join(temp, name))
     os.rmdir(converted)
-  return os.path.abspath(output)
+  return paths.absolute(output)
 
 
 def convert(source: ExportSource, output: str, quantization: Optional[str] = None) -> str:
@@ -237,9 +237,12 @@ def convert(source: ExportSource, output: str, quantization: Optional[str] = Non
     with open(options, 'w', encoding='utf-8') as f:
       json.dump(decoding_options(source.config, source.description), f, indent=2,
                 sort_keys=True)
+    vocab = os.path.join(scratch, 'spm.model')  # a local copy: the workdir may be gs://
+    with open(vocab, 'wb') as f:
+      f.write(paths.read_bytes(source.tokenizer_path))
     return write_model(source.model_config, source.params, source.pieces(), output,
                        quantization=quantization,
-                       files={'spm.model': source.tokenizer_path, DECODING_FILE: options})
+                       files={'spm.model': vocab, DECODING_FILE: options})
 
 
 def export_ctranslate2(workdir: str, output: str, *, checkpoint: Optional[str] = None,

@@ -12,7 +12,7 @@ import json
 import logging
 import re
 import sys
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
@@ -28,6 +28,9 @@ OK, DAMAGED, FAILED = 0, 1, 2
 _DAMAGE_CODES = ('OUT_OF_RANGE', 'DATA_LOSS', 'NOT_FOUND', 'FAILED_PRECONDITION')
 _STATUS = re.compile(r'^([A-Z_]+): ')
 _OS_ERROR = re.compile(r'\[OS error')
+# What follows tensorstore's messages (and orbax's wrapper of them): the store's spec, dozens of
+# lines that say nothing about the failure.
+_SPEC = re.compile(r'\s*(\[tensorstore_spec|See full TensorStore details:).*', re.S)
 
 
 class DamagedCheckpointError(ValueError):
@@ -63,8 +66,9 @@ def is_damage(error: BaseException) -> bool:
       `state/_METADATA` read through a CheckpointManager looks like this too: a pytree
       structure ValueError), so an unknown failure never costs a checkpoint.
   A garbled `_CHECKPOINT_METADATA` raises nothing: orbax logs an error and the step restores.
-  CheckpointError wrappers are judged by their `__cause__`.
+  Wrappers are judged by their cause (`cause`).
   """
+  error = cause(error)
   if isinstance(error, DamagedCheckpointError):
     return True
   if isinstance(error, (json.JSONDecodeError, UnicodeDecodeError)):
@@ -78,8 +82,26 @@ def is_damage(error: BaseException) -> bool:
     text = str(error)
     status = _STATUS.match(text)
     return bool(status) and status.group(1) in _DAMAGE_CODES and not _OS_ERROR.search(text)
-  cause = error.__cause__
-  return cause is not None and type(error).__name__ == 'CheckpointError' and is_damage(cause)
+  return False
+
+
+def _is_wrapper(error: BaseException) -> bool:
+  """Whether `error` only wraps its `__cause__`: our CheckpointError, or a bare Exception.
+
+  Restoring onto devices (training: `Checkpointer.restore` with shardings), orbax re-raises a
+  failed array read as `Exception('Encountered error while reading array index: ... See full
+  TensorStore details: <the spec>')` from tensorstore's ValueError (orbax-checkpoint 0.12.8);
+  restoring to numpy (eval, decode, average) raises the ValueError itself.
+  """
+  return error.__cause__ is not None and (type(error) is Exception
+                                          or type(error).__name__ == 'CheckpointError')
+
+
+def cause(error: BaseException) -> BaseException:
+  """The error that `error` wraps (see `_is_wrapper`), itself when it wraps none."""
+  while _is_wrapper(error):
+    error = error.__cause__
+  return error
 
 
 def outcome(error: BaseException) -> int:
@@ -88,8 +110,11 @@ def outcome(error: BaseException) -> int:
 
 
 def short_error(error: BaseException, limit: int = 240) -> str:
-  """One line naming `error`: its type and message, without tensorstore's spec dumps."""
-  text = re.sub(r'\s*\[tensorstore_spec.*', '', str(error), flags=re.S)
+  """One line naming `error` (or what orbax's wrapper of it wraps, `cause`): its type and
+  message, without tensorstore's spec dumps."""
+  if type(error) is Exception:  # not CheckpointError: its own message says what was read
+    error = cause(error)
+  text = _SPEC.sub('', str(error))
   text = ' '.join(text.split())
   if len(text) > limit:
     status = _STATUS.match(text)
@@ -117,31 +142,46 @@ def agree(code: int) -> Tuple[int, List[int]]:
   return combine(codes), codes
 
 
+def _abandoned_read(error: Optional[BaseException]) -> bool:
+  """Whether `error` is what one read of a failed restore leaves behind: a tensorstore read
+  error ('<STATUS>: ...'), or orbax's wrapper (`_is_wrapper`) of one or of the GeneratorExit
+  that closes a read coroutine nobody waits for any more."""
+  if error is None:
+    return False
+  wrapped = cause(error)
+  return (type(wrapped) is ValueError and bool(_STATUS.match(str(wrapped)))
+          or wrapped is not error and isinstance(wrapped, GeneratorExit))
+
+
 def _closed_loop_report(unraisable) -> bool:
   error = unraisable.exc_value
-  return isinstance(error, RuntimeError) and str(error) == 'Event loop is closed'
+  return (isinstance(error, RuntimeError) and str(error) == 'Event loop is closed'
+          or _abandoned_read(error))
 
 
 class _UnretrievedReadErrors(logging.Filter):
-  """Drops asyncio's 'Future exception was never retrieved' ERROR records of tensorstore read
-  errors: the other reads of a failed restore, completing after orbax stopped waiting."""
+  """Drops asyncio's '<Future, Task, _GatheringFuture> exception was never retrieved' ERROR
+  records of tensorstore read errors: the other reads of a failed restore, completing after
+  orbax stopped waiting."""
 
   def filter(self, record: logging.LogRecord) -> bool:
     error = record.exc_info[1] if record.exc_info else None
-    return not (record.getMessage().startswith('Future exception was never retrieved')
-                and type(error) is ValueError and _STATUS.match(str(error)))
+    return not ('exception was never retrieved' in record.getMessage().split('\n', 1)[0]
+                and _abandoned_read(error))
 
 
 def quiet_closed_loop_reports() -> None:
-  """Drops the 'Event loop is closed' tracebacks a failed read leaves behind (and asyncio's
-  'Future exception was never retrieved' records of the same reads).
+  """Drops the 'Event loop is closed' and abandoned read tracebacks a failed read leaves
+  behind (and asyncio's '... exception was never retrieved' records of the same reads).
 
   When one array of a checkpoint fails to read, orbax stops waiting and closes its event loop
   while tensorstore still completes the other reads; each completion then fails to reach the
-  closed loop and is reported through `sys.unraisablehook` as a traceback (dozens on the
-  console of a one-line warning). Those reports carry nothing: the failure itself was raised
-  and handled. Every other report still goes to the previous hook. Idempotent; installed
-  before reading, since the reports start while the failed read is still unwinding.
+  closed loop, or (restoring onto devices) its read coroutine is closed unfinished, which
+  orbax turns into an Exception, and is reported through `sys.unraisablehook` as a traceback
+  (dozens on the console of a one-line warning). Those reports carry nothing: the failure
+  itself was raised and handled. Every other report still goes to the previous hook.
+  Idempotent; installed before reading, since the reports start while the failed read is
+  still unwinding.
   """
   previous = sys.unraisablehook
   if getattr(previous, 'quiet_closed_loop', False):

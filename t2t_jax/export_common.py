@@ -2,7 +2,9 @@
 
 An export writes a new directory: `--output` must not exist, the files are written into a
 hidden temporary directory beside it, and that directory is renamed to `--output` only when
-complete. A failed export leaves nothing behind and never touches an existing path.
+complete. An object store output (gs://bucket/dir) has no renames: the files are written into
+a local temporary directory, then uploaded when complete. A failed export leaves nothing
+behind and never touches an existing path.
 """
 
 import contextlib
@@ -12,37 +14,59 @@ import shutil
 import tempfile
 from typing import Any, Iterator, List, Optional
 
-from t2t_jax import model
+from etils import epath
+
+from t2t_jax import model, paths
 
 
 class ExportError(ValueError):
   """A model or an export request that cannot be honoured; the message says why."""
 
 
+def _exists(path: str) -> bool:
+  """Whether a local path (a dangling link included) or anything under a URI exists."""
+  if paths.is_local(path):
+    return os.path.lexists(path)
+  paths.forget(path)
+  return epath.Path(path).exists()
+
+
 def check_output(output: str) -> str:
-  """The absolute path of a new output directory, after refusing one that exists.
+  """The absolute path (or URI) of a new output directory, after refusing one that exists.
 
   Raises:
     FileExistsError: `output` exists (file or directory); nothing is changed.
-    ExportError: no `output` given, or its parent is not a directory.
+    ExportError: no `output` given, or its local parent is not a directory.
   """
   if not output:
     raise ExportError('--output is required for --mode=export: the directory to create')
-  path = os.path.abspath(output)
-  if os.path.lexists(path):
+  path = paths.absolute(output)
+  if _exists(path):
     raise FileExistsError(f'--output={output} already exists; choose a new directory or '
                           'remove it (nothing was written)')
   parent = os.path.dirname(path)
-  if not os.path.isdir(parent):
+  if paths.is_local(path) and not os.path.isdir(parent):  # object stores have no folders
     raise ExportError(f'--output={output}: the parent directory {parent} does not exist')
   return path
 
 
+def _appeared(output: str) -> FileExistsError:
+  return FileExistsError(f'{output} appeared during the export; nothing was overwritten')
+
+
 @contextlib.contextmanager
 def new_directory(output: str) -> Iterator[str]:
-  """Yields a temporary directory beside `output`, renamed to `output` on success and
-  removed on failure. `output` is checked with `check_output` first."""
+  """Yields a local temporary directory that becomes `output` on success and is removed on
+  failure: renamed when `output` is local (it is made beside it), uploaded file by file when
+  `output` is a URI. `output` is checked with `check_output` first."""
   path = check_output(output)
+  if not paths.is_local(path):
+    with tempfile.TemporaryDirectory(prefix='t2t_jax_export.') as temp:
+      yield temp
+      if _exists(path):  # appeared while we were writing: keep it, upload nothing
+        raise _appeared(output)
+      paths.upload_directory(temp, path)
+    return
   temp = tempfile.mkdtemp(prefix=f'.{os.path.basename(path)}.', suffix='.tmp',
                           dir=os.path.dirname(path))
   umask = os.umask(0)
@@ -51,7 +75,7 @@ def new_directory(output: str) -> Iterator[str]:
   try:
     yield temp
     if os.path.lexists(path):  # appeared while we were writing: keep it, drop ours
-      raise FileExistsError(f'{output} appeared during the export; nothing was overwritten')
+      raise _appeared(output)
     os.rename(temp, path)
   except BaseException:
     shutil.rmtree(temp, ignore_errors=True)

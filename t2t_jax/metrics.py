@@ -66,6 +66,14 @@ def _tensorboard(logdir: str):
   return SummaryWriter(logdir)
 
 
+def _is_record(line: str) -> bool:
+  """Whether a line of metrics.jsonl is a whole record (a JSON object)."""
+  try:
+    return isinstance(json.loads(line), dict)
+  except ValueError:
+    return False
+
+
 class MetricsWriter:
   """Appends one JSON object per call to metrics.jsonl and scalars to TensorBoard."""
 
@@ -75,7 +83,10 @@ class MetricsWriter:
     self._jsonl = None
     if not enabled:
       return
-    self._jsonl = paths.AppendFile(os.path.join(workdir, 'metrics.jsonl'))
+    self._jsonl = paths.AppendFile(os.path.join(workdir, 'metrics.jsonl'), _is_record)
+    if self._jsonl.torn is not None:  # a killed run's partial record: new ones start clean
+      logging.warning('%s: dropped a torn last line (a run killed while writing it): %s',
+                      self._jsonl.path, self._jsonl.torn[:200])
     self._tb = _tensorboard(os.path.join(workdir, 'tensorboard'))
 
   def write(self, step: int, scalars: Dict[str, float], prefix: Optional[str] = None) -> None:

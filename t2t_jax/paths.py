@@ -19,7 +19,7 @@ a path, for files that other processes change (a lease, a file another host writ
 import io
 import os
 import tempfile
-from typing import Union
+from typing import Callable, Optional, Tuple, Union
 
 from etils import epath
 
@@ -150,6 +150,46 @@ def move(source: PathLike, target: PathLike) -> None:
   forget(target)
 
 
+def upload_directory(local_dir: str, target: str) -> None:
+  """Copies the files under the local folder `local_dir` to the URI `target` (gs://...),
+  which nothing else writes meanwhile, streaming each file.
+
+  Not atomic (object stores have no renames): if a copy fails, the objects copied so far are
+  removed again, and the error is raised.
+  """
+  fs = _filesystem(target)
+  written = []
+  try:
+    for folder, _, names in sorted(os.walk(local_dir)):
+      for name in sorted(names):
+        local = os.path.join(folder, name)
+        remote = f'{target}/{os.path.relpath(local, local_dir)}'
+        written.append(remote)
+        fs.put_file(local, remote)
+  except BaseException:
+    for remote in written:
+      try:
+        fs.rm_file(remote)
+      except OSError:
+        pass  # never written, or already gone
+    raise
+  finally:
+    forget(target)
+
+
+def _end_last_line(data: bytes, whole_line: Optional[Callable[[str], bool]]
+                   ) -> Tuple[bytes, Optional[str]]:
+  """(`data` with an unterminated last line ended by a newline, or cut off when `whole_line`
+  says it is not whole; the line cut off, or None)."""
+  if not data or data.endswith(b'\n'):
+    return data, None
+  start = data.rfind(b'\n') + 1
+  last = data[start:].decode('utf-8', 'replace')
+  if whole_line is None or whole_line(last):
+    return data + b'\n', None
+  return data[:start], last
+
+
 class AppendFile:
   """A text file open for appending lines, on any file system.
 
@@ -157,19 +197,34 @@ class AppendFile:
   append, so the whole content (what existed when opened, plus every line since) is kept in
   memory and the object is rewritten in one piece by each `write`: it stays complete and
   readable at every moment. Meant for small logs such as metrics.jsonl.
+
+  A last line without its newline (a writer killed while writing it) is never continued: it
+  is ended with a newline, or, when `whole_line(line)` is false, cut off and kept in `torn`
+  for the caller to report (None when nothing was cut).
   """
 
-  def __init__(self, path: PathLike):
+  def __init__(self, path: PathLike, whole_line: Optional[Callable[[str], bool]] = None):
     self.path = absolute(path)
     self._local = is_local(self.path)
+    self.torn: Optional[str] = None
     if self._local:
+      if os.path.exists(self.path):
+        with open(self.path, 'rb') as f:
+          data = f.read()
+        ended, self.torn = _end_last_line(data, whole_line)
+        if len(ended) < len(data):
+          os.truncate(self.path, len(ended))
+        elif len(ended) > len(data):
+          with open(self.path, 'ab') as f:
+            f.write(b'\n')
       self._file = open(self.path, 'a', encoding='utf-8')
       return
     self._buffer = io.StringIO()
     target = epath.Path(self.path)
     forget(self.path)
     if target.exists():
-      self._buffer.write(target.read_text(encoding='utf-8'))
+      ended, self.torn = _end_last_line(target.read_bytes(), whole_line)
+      self._buffer.write(ended.decode('utf-8'))
 
   def write(self, text: str) -> None:
     if self._local:

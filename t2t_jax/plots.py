@@ -26,6 +26,7 @@ import re
 from typing import Dict, List, NamedTuple, Tuple
 
 import numpy as np
+from absl import logging
 from etils import epath
 
 from t2t_jax import paths
@@ -50,6 +51,7 @@ class Curves(NamedTuple):
   eval_steps: np.ndarray  # int64 [E], the steps of the periodic evals
   eval_loss: np.ndarray  # float64 [E], teacher-forced loss on eval_split
   eval_bleu: np.ndarray  # float64 [E], BLEU on eval_split (NaN where not decoded)
+  eval_f1: np.ndarray  # float64 [E], a treebank's EVALB F1 on eval_split (NaN: not decoded)
   eval_wall: np.ndarray  # float64 [E], seconds on the clock of train_wall
   eval_split: str  # 'dev': the split of the last eval record; '' without eval records
 
@@ -83,7 +85,9 @@ def _read_records(path: str) -> List[dict]:
     try:
       record = json.loads(line)
     except json.JSONDecodeError as e:
-      if number == len(lines):  # no newline yet: a live run is writing this line
+      if number == len(lines):  # no newline: a run killed while writing it, or writing it now
+        logging.warning('%s:%d: skipping a torn last line (no newline: a run killed while '
+                        'writing it, or one writing it now)', path, number)
         break
       raise PlotError(f'{path}:{number}: not valid JSON ({e.msg})') from None
     if not isinstance(record, dict) or type(record.get('step')) is not int:
@@ -99,7 +103,7 @@ def load_curves(path: str) -> Curves:
   split = splits[-1] if splits else ''
   prefix = f'eval_{split}/'
   train: Dict[int, Tuple[float, float]] = {}  # step -> (loss, wall)
-  evals: Dict[int, Tuple[float, float, float]] = {}  # step -> (loss, bleu, wall or NaN)
+  evals: Dict[int, Tuple[float, ...]] = {}  # step -> (loss, bleu, f1, wall or NaN)
   prev_step, prev_elapsed, offset = None, math.nan, 0.0
   for record in records:
     step = record['step']
@@ -117,8 +121,8 @@ def load_curves(path: str) -> Curves:
       elapsed = _number(record.get(prefix + 'elapsed_s'))
       # NaN (interpolated below) when logged by a process that has no training record yet
       wall = math.nan if elapsed < prev_elapsed else offset + elapsed
-      evals[step] = (_number(record.get(prefix + 'loss')),
-                     _number(record.get(prefix + 'bleu')), wall)
+      evals[step] = (*(_number(record.get(prefix + key)) for key in ('loss', 'bleu', 'f1')),
+                     wall)
   if not train and not evals:
     raise PlotError(f'{path}: no metrics to plot; train first')
 
@@ -128,7 +132,7 @@ def load_curves(path: str) -> Curves:
     return (steps, *values.T)
 
   train_steps, train_loss, train_wall = columns(train, 2)
-  eval_steps, eval_loss, eval_bleu, eval_wall = columns(evals, 3)
+  eval_steps, eval_loss, eval_bleu, eval_f1, eval_wall = columns(evals, 4)
   timed = np.isfinite(train_wall)
   if timed.any():
     xp, fp = train_steps[timed], train_wall[timed]
@@ -137,7 +141,7 @@ def load_curves(path: str) -> Curves:
     guess = np.interp(eval_steps, xp, fp, right=np.nan)
     eval_wall = np.where(np.isnan(eval_wall), guess, eval_wall)
   return Curves(train_steps, train_loss, train_wall, eval_steps, eval_loss, eval_bleu,
-                eval_wall, split)
+                eval_f1, eval_wall, split)
 
 
 def _line(ax, x: np.ndarray, y: np.ndarray, **kwargs) -> None:
@@ -154,7 +158,7 @@ def _figure(curves: Curves, train_x: np.ndarray, eval_x: np.ndarray, xlabel: str
   from matplotlib.figure import Figure
   fig = Figure(figsize=FIGSIZE, dpi=DPI, layout='constrained')
   FigureCanvasAgg(fig)
-  loss_ax, bleu_ax = fig.subplots(1, 2)
+  loss_ax, score_ax = fig.subplots(1, 2)
   split = curves.eval_split or 'dev'
   _line(loss_ax, train_x, curves.train_loss, label='train loss', color='C0')
   _line(loss_ax, eval_x, curves.eval_loss, label=f'{split} loss', color='C1', marker='o',
@@ -162,15 +166,18 @@ def _figure(curves: Curves, train_x: np.ndarray, eval_x: np.ndarray, xlabel: str
   loss_ax.set(xlabel=xlabel, ylabel='loss (label-smoothed)', title='loss')
   if loss_ax.lines:
     loss_ax.legend()
-  if np.isfinite(curves.eval_bleu).any():
-    _line(bleu_ax, eval_x, curves.eval_bleu, color='C2', marker='o', markersize=3)
-    bleu_ax.set(xlabel=xlabel, ylabel='BLEU', title=f'{split} BLEU')
+  # The decoded score: BLEU, or a treebank run's F1 (it logs no BLEU).
+  name, score = (('F1', curves.eval_f1) if np.isfinite(curves.eval_f1).any()
+                 else ('BLEU', curves.eval_bleu))
+  if np.isfinite(score).any():
+    _line(score_ax, eval_x, score, color='C2', marker='o', markersize=3)
+    score_ax.set(xlabel=xlabel, ylabel=name, title=f'{split} {name}')
   else:
     # The panel stays (greyed note) so every PNG has the same layout.
-    bleu_ax.text(0.5, 0.5, f'no {split} BLEU\n(config.eval_bleu_sentences=0?)',
-                 ha='center', va='center', color='gray', transform=bleu_ax.transAxes)
-    bleu_ax.set(xticks=[], yticks=[], title=f'{split} BLEU')
-  for ax in (loss_ax, bleu_ax):
+    score_ax.text(0.5, 0.5, f'no {split} BLEU or F1\n(config.eval_bleu_sentences=0?)',
+                  ha='center', va='center', color='gray', transform=score_ax.transAxes)
+    score_ax.set(xticks=[], yticks=[], title=f'{split} BLEU')
+  for ax in (loss_ax, score_ax):
     ax.grid(alpha=0.3)
   fig.suptitle(title)
   return fig
@@ -186,10 +193,10 @@ def _save_atomic(fig, path: str) -> None:
 def write_learning_curves(workdir: str) -> List[str]:
   """Draws `<workdir>/metrics.jsonl` as `<workdir>/plots/learning_curves_{step,time}.png`.
 
-  Each PNG is FIGSIZE at DPI (1000 x 400 pixels): loss (train and eval) and eval BLEU panels,
-  against the step and against cumulative training wall time in minutes. The time plot is
-  left out when no training record has `elapsed_s`. Files are replaced atomically; nothing
-  else in plots/ is touched.
+  Each PNG is FIGSIZE at DPI (1000 x 400 pixels): loss (train and eval) and eval BLEU (a
+  treebank run: F1) panels, against the step and against cumulative training wall time in
+  minutes. The time plot is left out when no training record has `elapsed_s`. Files are
+  replaced atomically; nothing else in plots/ is touched.
 
   Returns the paths written; PlotError when there is nothing to plot (see `load_curves`).
   """

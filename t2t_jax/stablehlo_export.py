@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2t_jax import model, portable, translate
+from t2t_jax import model, paths, portable, translate
 from t2t_jax.export_common import (ExportError, ExportSource, check_output, load_source,
                                    new_directory)
 
@@ -94,7 +94,8 @@ def write_artifact(source: ExportSource, output: str,
                       'file': name})
     np.savez(os.path.join(temp, portable.PARAMS),
              **dict(zip(names, jax.tree_util.tree_leaves(params))))
-    shutil.copyfile(source.tokenizer_path, os.path.join(temp, portable.VOCAB))
+    with open(os.path.join(temp, portable.VOCAB), 'wb') as f:  # the workdir may be gs://
+      f.write(paths.read_bytes(source.tokenizer_path))
     shutil.copyfile(portable.__file__, os.path.join(temp, 'serve.py'))
     manifest = {
         'format': portable.ARTIFACT_FORMAT, 'version': portable.ARTIFACT_VERSION,
@@ -107,7 +108,7 @@ def write_artifact(source: ExportSource, output: str,
     with open(os.path.join(temp, portable.MANIFEST), 'w', encoding='utf-8') as f:
       json.dump(manifest, f, indent=2)
       f.write('\n')
-  return os.path.abspath(output)
+  return paths.absolute(output)
 
 
 def export_stablehlo(workdir: str, output: str, *, checkpoint: Optional[str] = None) -> str:

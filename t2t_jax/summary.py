@@ -80,7 +80,8 @@ def report(result: Dict[str, Any], workdir: str, averaged_path: str) -> str:
       f'{os.path.join(workdir, "tensorboard")}',
       f'  plots:       {os.path.join(workdir, "plots")}',
       f'  eval result: {result.get("path", "")}',
-      f'  translate:   python main.py --mode=decode --workdir={workdir} --input=FILE '
-      '--output=FILE',
+      # A treebank run (scored by F1) decodes sentences into trees: it parses.
+      f'  {"parse:    " if "f1" in result else "translate:"}   python main.py --mode=decode '
+      f'--workdir={workdir} --input=FILE --output=FILE',
   ]
   return '\n'.join(lines)

@@ -201,6 +201,10 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
   with a checkpoint (see `preemption`); then the result has `stopped_at`.
   """
   config_lib.validate(config)
+  # Every split the run will read, before any work: a missing test split would otherwise
+  # show only after training, at the final evaluation.
+  corpora.check_splits(config, ['train_split', 'final_eval_split']
+                       + (['eval_split'] if config.eval_every_steps else []))
   is_chief = jax.process_index() == 0
   workdir = workdir_lib.check_writable(workdir) if is_chief else paths.absolute(workdir)
   lock = workdir_lib.WorkdirLock(workdir).acquire() if is_chief else None

@@ -136,6 +136,17 @@ def test_cli_scores_files(tmp_path):
   assert 'pretok:moses-de+atat' in proc.stdout
 
 
+def test_python_m_prints_only_the_score_and_the_package_still_exports_it(tmp_path):
+  hyp = _write(tmp_path / 'hyp.txt', 'a b c d\n')
+  proc = _cli('--hyp', hyp, '--ref', hyp)
+  assert proc.returncode == 0
+  assert proc.stderr == ''  # no runpy RuntimeWarning about t2t_jax.bleu run a second time
+  assert proc.stdout.startswith('BLEU = 100.00 ') and proc.stdout.count('\n') == 1
+  import t2t_jax
+  assert t2t_jax.corpus_bleu is bleu.corpus_bleu and t2t_jax.tokenized_bleu is (
+      bleu.tokenized_bleu)
+
+
 def test_cli_line_count_mismatch_names_both_files(tmp_path):
   hyp = _write(tmp_path / 'hyp.txt', 'a b c\nd e f\n')
   ref = _write(tmp_path / 'ref.txt', 'a b c\nd e f\ng h i\n')

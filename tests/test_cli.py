@@ -2,6 +2,8 @@
 
 import logging
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -83,3 +85,37 @@ def test_console_filter_drops_library_noise_only():
   assert keep(_record('jax._src.xla_bridge', logging.WARNING, _NO_TPU))
   assert keep(_record('jax._src.xla_bridge', logging.INFO, 'other'))
   assert keep(_record('absl', logging.INFO, 'step 10'))
+
+
+@pytest.mark.parametrize('overrides,expected', [
+    (['--config.bucket_lengths=(16,32)', '--config.bucket_lengths=(8,16)'], (8, 16)),
+    (['--config.bucket_lengths', '(16,32)', '--config.max_length=16',
+      '-config.bucket_lengths=(8,16,24)'], (8, 16, 24)),
+    (['--config.bucket_lengths=(16,32)'], (16, 32)),
+])
+def test_the_last_of_repeated_tuple_overrides_wins(overrides, expected):
+  from absl import flags
+  from ml_collections import config_flags
+  argv = ['main.py', '--config=configs/quickstart.py', *overrides]
+  flag_values = flags.FlagValues()
+  config_flags.DEFINE_config_file('config', flag_values=flag_values, sys_argv=argv)
+  assert cli.parse_flags(argv, flag_values) == ['main.py']
+  assert flag_values.config.bucket_lengths == expected
+  if len(overrides) > 2:
+    assert flag_values.config.max_length == 16  # the arguments between are kept
+
+
+def test_native_stdout_goes_to_stderr_and_python_keeps_stdout():
+  script = ('import os, sys\n'
+            'from t2t_jax import cli\n'
+            'print("before", flush=True)\n'
+            'cli.native_stdout_to_stderr()\n'
+            'os.write(1, b"[Gloo] Rank 0 is connected\\n")\n'  # what C++ writes to fd 1
+            'print("translation \\u00e9")\n'
+            'sys.stdout.write("last\\n")\n')
+  result = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          env=dict(os.environ, PYTHONIOENCODING='utf-8'), timeout=120)
+  assert result.returncode == 0, result.stderr
+  assert result.stdout == 'before\ntranslation \u00e9\nlast\n'
+  assert '[Gloo] Rank 0 is connected\n' in result.stderr

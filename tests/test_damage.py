@@ -16,6 +16,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 import pytest
 
@@ -154,6 +155,74 @@ def test_wrapped_errors_are_judged_by_their_cause():
   assert not damage.is_damage(checkpoint.CheckpointError('no cause'))
 
 
+def _orbax_wrapper(cause):
+  """What orbax raises when it restores onto devices and one array read fails: a bare
+  Exception from the failure, its message ending in a spec dump (orbax-checkpoint 0.12.8)."""
+  try:
+    try:
+      raise cause
+    except BaseException as e:  # as orbax does, GeneratorExit included
+      raise Exception(  # pylint: disable=broad-exception-raised
+          'Encountered error while reading array index: (slice(0, 400, 1), slice(0, 32, 1)). '
+          'See full TensorStore details: <bound method spec of TensorStore({\n  \'context\': {'
+          "\n    'data_copy_concurrency': {},\n  },\n  'driver': 'cast',\n})>.") from e
+  except Exception as outer:  # pylint: disable=broad-except
+    return outer
+
+
+def test_orbax_wrappers_are_judged_and_named_by_their_cause():
+  damaged = _orbax_wrapper(ValueError('OUT_OF_RANGE: Error reading "params.w/7.0": Requested '
+                                      'byte range [169689, 175631) is not valid for value of '
+                                      'size 1000'))
+  assert damage.is_damage(damaged)
+  assert damage.short_error(damaged) == (
+      'ValueError: OUT_OF_RANGE: Error reading "params.w/7.0": Requested byte range [169689, '
+      '175631) is not valid for value of size 1000')
+  transient = _orbax_wrapper(ValueError('UNKNOWN: ' + _TS_READ + 'Input/output error'))
+  assert not damage.is_damage(transient)
+  with pytest.raises(checkpoint.CheckpointError) as raised:
+    checkpoint.first_readable([2], lambda _: (_ for _ in ()).throw(transient), str)
+  message = str(raised.value)
+  assert message.startswith('2 could not be read (ValueError: UNKNOWN: ...')
+  assert 'Input/output error), and that does not look like damaged files' in message
+  assert 'TensorStore' not in message and 'data_copy_concurrency' not in message
+  assert not damage.is_damage(_orbax_wrapper(GeneratorExit()))
+  assert not damage.is_damage(Exception('a bare Exception of its own'))
+
+
+def _random_params(seed):
+  # Random values: constant arrays compress to a few bytes, and cutting a file of those
+  # to 1000 bytes cuts nothing.
+  rng = np.random.RandomState(seed)
+  return {'w': jnp.asarray(rng.normal(size=(256, 256)), jnp.float32),
+          'b': jnp.asarray(rng.normal(size=(256,)), jnp.float32)}
+
+
+def test_training_sets_aside_a_checkpoint_with_an_array_file_cut_short(tmp_path, caplog):
+  workdir = str(tmp_path / 'run')
+  save(workdir, {1: _random_params(1), 2: _random_params(2)})
+  largest = max(_files(os.path.join(workdir, 'checkpoints', '2'), 'state/**/d/*'),
+                key=os.path.getsize)
+  os.truncate(largest, 1000)  # what a full disk or a killed copy leaves
+  params = _random_params(0)
+  # Training restores onto the devices of its mesh (here replicated over 8): orbax's path
+  # that wraps the read error (eval, decode and average restore to numpy).
+  state = parallel.replicate(parallel.TrainState(
+      jnp.asarray(0, jnp.int32), params, optax.adam(1e-3).init(params)), parallel.make_mesh())
+  checkpointer = checkpoint.Checkpointer(workdir)
+  with caplog.at_level(logging.WARNING):
+    restored, data_state, step = checkpointer.restore_latest_good(
+        checkpoint.abstract_like(state))
+  checkpointer.close()
+  assert (step, data_state) == (1, {'position': 1})
+  np.testing.assert_array_equal(np.asarray(restored.params['w']), _random_params(1)['w'])
+  assert [n.split('-')[0] for n in os.listdir(os.path.join(workdir, 'checkpoints_unreadable'))
+          ] == ['2']
+  [warning] = [r.getMessage() for r in caplog.records if 'is damaged' in r.getMessage()]
+  assert warning.startswith(f'checkpoint {workdir}/checkpoints/2 is damaged (ValueError: '
+                            'OUT_OF_RANGE: ') and '\n' not in warning, warning
+
+
 def test_short_error_is_one_line_without_spec_dumps():
   error = ValueError('OUT_OF_RANGE: Error reading "a"\n: Requested byte range [0, 434) is not '
                      'valid for value of size 7 [tensorstore_spec=\'{"driver": "zarr"}\'] '
@@ -197,18 +266,28 @@ def test_closed_loop_reports_of_a_failed_read_are_dropped_and_others_kept(monkey
   RaisesWhenCollected(RuntimeError('Event loop is closed'))
   RaisesWhenCollected(ValueError('kept'))
   RaisesWhenCollected(RuntimeError('Event loop is running'))
-  assert seen == ["ValueError('kept')", "RuntimeError('Event loop is running')"]
+  # A read coroutine closed unfinished (restoring onto devices), and one that failed.
+  RaisesWhenCollected(_orbax_wrapper(GeneratorExit()))
+  RaisesWhenCollected(_orbax_wrapper(ValueError('OUT_OF_RANGE: Error reading "a"')))
+  RaisesWhenCollected(_orbax_wrapper(RuntimeError('kept too')))
+  assert seen[:2] == ["ValueError('kept')", "RuntimeError('Event loop is running')"]
+  assert len(seen) == 3 and seen[2].startswith('Exception("Encountered error'), seen
 
 
 def test_unretrieved_tensorstore_read_errors_are_dropped_from_the_asyncio_log():
   damage.quiet_closed_loop_reports()
   logger = logging.getLogger('asyncio')
 
-  def record(error):
-    return logger.makeRecord('asyncio', logging.ERROR, 'base_events.py', 1, 'Future exception '
+  def record(error, what='Future'):
+    return logger.makeRecord('asyncio', logging.ERROR, 'base_events.py', 1, f'{what} exception '
                              'was never retrieved\nfuture: <Future finished>', (),
                              (type(error), error, None))
 
   assert not logger.filter(record(ValueError('OUT_OF_RANGE: Error reading byte range')))
   assert logger.filter(record(ValueError('an error of some other code')))
   assert logger.filter(record(RuntimeError('OUT_OF_RANGE: not tensorstore')))
+  # Restoring onto devices: orbax's wrapper, in tasks and gathering futures.
+  for what in ('Task', '_GatheringFuture'):
+    assert not logger.filter(record(_orbax_wrapper(ValueError('DATA_LOSS: x')), what))
+    assert not logger.filter(record(_orbax_wrapper(GeneratorExit()), what))
+    assert logger.filter(record(_orbax_wrapper(RuntimeError('other')), what))

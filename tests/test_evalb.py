@@ -7,6 +7,8 @@ Notation in the derivations: a bracket is LABEL[start,end) over the words that E
 import dataclasses
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -217,6 +219,16 @@ def test_unlabelled_scoring_and_eq_label_on_tags():
 def _write(path, lines):
   path.write_text(''.join(line + '\n' for line in lines))
   return str(path)
+
+
+def test_python_m_prints_the_summary_without_a_runpy_warning(tmp_path):
+  gold = tmp_path / 'gold.trees'
+  gold.write_text(DOG + '\n')
+  proc = subprocess.run([sys.executable, '-m', 't2t_jax.evalb', '--gold', str(gold), '--test',
+                         str(gold)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0
+  assert proc.stderr == ''  # no runpy RuntimeWarning about t2t_jax.evalb run a second time
+  assert proc.stdout == evalb.score_lines([DOG], [DOG]).report(per_sentence=False)
 
 
 def test_command_line_summary_table_and_errors(tmp_path, capsys):

@@ -11,8 +11,10 @@ import sys
 import jax
 import numpy as np
 import pytest
+from etils import epath
 
 from conftest import BUNDLED, run_main
+from gcs_emulator import gcs, gcs_dir  # noqa: F401  (fixtures)
 
 ctranslate2 = pytest.importorskip('ctranslate2')
 pytest.importorskip('flatbuffers')
@@ -120,6 +122,27 @@ def test_stablehlo_artifact_reproduces_translator_without_flax(workdir, tmp_path
   assert run.returncode == 0, run.stderr[-3000:]
   assert run.stdout == ''.join(line + '\n' for line in expected)
   assert '1 inputs were cut to max_len: lines [7]' in run.stderr
+
+
+def test_stablehlo_export_to_gcs_uploads_the_artifact_and_refuses_an_existing_output(
+    workdir, gcs_dir):
+  config, params, tok = _ours(workdir, bucket_lengths=(32,), max_length=32, max_len=32)
+  source = export_common.ExportSource(config, params, tokenizer.vocab_path(workdir), 'tiny')
+  output = f'{gcs_dir}/hlo/'  # a trailing '/' names the same folder
+  assert export_common.export('stablehlo', source, output) == f'{gcs_dir}/hlo'
+  folder = epath.Path(gcs_dir, 'hlo')
+  assert sorted(p.name for p in folder.iterdir()) == [
+      'decode_32x32.stablehlo', 'manifest.json', 'params.npz', 'serve.py', 'spm.model']
+  manifest = json.loads((folder / 'manifest.json').read_text())
+  assert manifest['checkpoint'] == 'tiny' and manifest['buckets'][0]['file'] == (
+      'decode_32x32.stablehlo')
+  exported = jax.export.deserialize(bytearray((folder / 'decode_32x32.stablehlo').read_bytes()))
+  assert exported.out_avals[0].shape == (config.decode_batch_sentences, 32)
+  with open(tokenizer.vocab_path(workdir), 'rb') as f:
+    assert (folder / 'spm.model').read_bytes() == f.read()
+  with pytest.raises(FileExistsError, match=rf'^--output={output} already exists'):
+    export_common.export('stablehlo', source, output)
+  assert len(list(folder.iterdir())) == 5  # nothing written again
 
 
 @pytest.mark.parametrize('args,message', [

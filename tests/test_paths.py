@@ -54,6 +54,29 @@ def test_append_file_keeps_what_was_there(where, tmp_path, request):
   assert paths.read_bytes(path) == b'old\na\nb\n'
 
 
+@pytest.mark.parametrize('where', ['local', 'remote'])
+def test_append_file_never_continues_an_unterminated_last_line(where, tmp_path, request):
+  folder = str(tmp_path) if where == 'local' else request.getfixturevalue('gcs_dir')
+  whole = lambda line: line.endswith('}')
+  for old, kept, torn in [('{"a": 1}\n{"b": 2', '{"a": 1}\n', '{"b": 2'),  # cut off
+                          ('{"a": 1}\n{"b": 2}', '{"a": 1}\n{"b": 2}\n', None),  # ended
+                          ('{"b": 2', '', '{"b": 2'),
+                          ('{"a": 1}\n', '{"a": 1}\n', None)]:
+    path = f'{folder}/log{len(old)}.jsonl'
+    epath.Path(path).write_text(old)
+    log = paths.AppendFile(path, whole)
+    assert log.torn == torn
+    log.write('{"c": 3}\n')
+    log.close()
+    assert paths.read_bytes(path).decode() == kept + '{"c": 3}\n'
+  path = f'{folder}/plain.txt'
+  epath.Path(path).write_text('kept\nno newline')
+  log = paths.AppendFile(path)  # without a judge, nothing is cut
+  log.write('next\n')
+  log.close()
+  assert (log.torn, paths.read_bytes(path)) == (None, b'kept\nno newline\nnext\n')
+
+
 def test_remote_move_of_a_folder(gcs_dir):
   for name in ('state/a', 'state/b', 'config'):
     epath.Path(f'{gcs_dir}/ckpt/7/{name}').write_text(name)
@@ -74,3 +97,28 @@ def test_read_bytes_sees_another_writer(gcs_dir):
   with other.open(path, 'wb') as f:
     f.write(b'a longer content')
   assert paths.read_bytes(path) == b'a longer content'
+
+
+def test_upload_directory_copies_every_file_or_nothing(gcs_dir, tmp_path, monkeypatch):
+  local = tmp_path / 'artifact'
+  (local / 'sub').mkdir(parents=True)
+  for name in ('a.bin', 'b.json', 'sub/c.txt'):
+    (local / name).write_text(name)
+  paths.upload_directory(str(local), f'{gcs_dir}/out')
+  fs = paths._filesystem(gcs_dir)
+  assert sorted(fs.find(f'{gcs_dir}/out')) == [
+      f'{gcs_dir[len("gs://"):]}/out/{name}' for name in ('a.bin', 'b.json', 'sub/c.txt')]
+  assert epath.Path(f'{gcs_dir}/out/sub/c.txt').read_text() == 'sub/c.txt'
+
+  put_file = fs.put_file
+
+  def failing_on_the_second(local_path, remote_path, **kwargs):
+    if local_path.endswith('b.json'):
+      raise OSError('connection reset')
+    return put_file(local_path, remote_path, **kwargs)
+
+  monkeypatch.setattr(fs, 'put_file', failing_on_the_second)
+  with pytest.raises(OSError, match='connection reset'):
+    paths.upload_directory(str(local), f'{gcs_dir}/failed')
+  paths.forget(f'{gcs_dir}/failed')
+  assert not epath.Path(f'{gcs_dir}/failed').exists()  # a.bin was removed again

@@ -1,6 +1,7 @@
 """Learning curves: the resume-aware reading of metrics.jsonl, the PNGs, `--mode=plot`."""
 
 import json
+import logging
 import os
 
 import numpy as np
@@ -91,6 +92,25 @@ def test_no_elapsed_s_and_no_bleu_still_plot_by_step(tmp_path):
   assert plots.load_curves(os.path.join(workdir, 'metrics.jsonl')).eval_split == 'x'
 
 
+def test_a_parsing_run_draws_its_dev_f1_where_translation_draws_bleu(tmp_path):
+  records = [{'step': 10, 'loss': 3.0, 'elapsed_s': 1.0},
+             {'step': 10, 'eval_dev/loss': 2.0, 'eval_dev/f1': 41.5, 'eval_dev/precision': 40.0},
+             {'step': 20, 'loss': 2.0, 'elapsed_s': 2.0},
+             {'step': 20, 'eval_dev/loss': 1.5, 'eval_dev/f1': 63.25}]
+  curves = plots.load_curves(os.path.join(write_metrics(tmp_path, records), 'metrics.jsonl'))
+  np.testing.assert_array_equal(curves.eval_f1, [41.5, 63.25])
+  assert np.isnan(curves.eval_bleu).all()
+  score_ax = plots._figure(curves, curves.train_steps, curves.eval_steps, 'step', 't').axes[1]
+  assert score_ax.get_title() == 'dev F1' and score_ax.get_ylabel() == 'F1'
+  [line] = score_ax.lines
+  np.testing.assert_array_equal(line.get_xdata(), [10, 20])
+  np.testing.assert_array_equal(line.get_ydata(), [41.5, 63.25])
+  bleu = plots.load_curves(os.path.join(write_metrics(tmp_path / 'mt', KILLED_AND_RESUMED),
+                                        'metrics.jsonl'))
+  assert plots._figure(bleu, bleu.train_steps, bleu.eval_steps, 'step', 't').axes[1].get_title(
+      ) == 'dev BLEU'
+
+
 def test_missing_or_empty_metrics_name_the_file(tmp_path):
   path = os.path.join(tmp_path, 'metrics.jsonl')
   with pytest.raises(plots.PlotError, match='metrics.jsonl: no such file'):
@@ -102,10 +122,16 @@ def test_missing_or_empty_metrics_name_the_file(tmp_path):
   assert not os.path.exists(os.path.join(tmp_path, 'plots'))
 
 
-def test_malformed_line_names_file_and_line_but_a_partial_last_line_is_skipped(tmp_path):
+def test_malformed_line_names_file_and_line_but_a_partial_last_line_is_skipped(tmp_path,
+                                                                                caplog):
   path = os.path.join(write_metrics(tmp_path, KILLED_AND_RESUMED, tail='{"step": 70, "lo'),
                       'metrics.jsonl')
-  assert plots.load_curves(path).train_steps[-1] == 60  # a live run is writing that line
+  with caplog.at_level(logging.WARNING):
+    # a killed run's last record, or one a live run is writing
+    assert plots.load_curves(path).train_steps[-1] == 60
+  assert [r.getMessage() for r in caplog.records] == [
+      f'{path}:{len(KILLED_AND_RESUMED) + 1}: skipping a torn last line (no newline: a run '
+      'killed while writing it, or one writing it now)']
   with open(path, 'a') as f:
     f.write('\n' + json.dumps({'step': 80, 'loss': 1.0}) + '\n')
   with pytest.raises(plots.PlotError, match=f'^{path}:{len(KILLED_AND_RESUMED) + 1}: not valid'):

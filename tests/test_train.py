@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import stat
 
 import numpy as np
@@ -59,6 +60,22 @@ def test_unwritable_workdir_and_missing_data_fail_before_training(corpus, tmp_pa
   result = run_main(f'--workdir={tmp_path}/run2', f'--config.local_corpus_dir={empty}', *TINY)
   assert result.returncode != 0
   assert 'error:' in result.stderr and str(empty) in result.stderr and 'train.en' in result.stderr
+
+
+def test_a_missing_final_eval_split_fails_before_the_first_step(corpus, tmp_path):
+  no_test = tmp_path / 'no_test'
+  no_test.mkdir()
+  for name in os.listdir(corpus):
+    if not name.startswith('test.'):
+      shutil.copy(os.path.join(corpus, name), no_test / name)
+  workdir = tmp_path / 'run'
+  result = run_main(f'--workdir={workdir}', f'--config.local_corpus_dir={no_test}', *TINY,
+                    '--config.final_eval_split=test', '--config.num_train_steps=10')
+  assert result.returncode != 0
+  assert result.stderr.strip().splitlines()[-1] == (
+      f"error: config key 'final_eval_split' is 'test', but there is no 'test' split: "
+      f'expected {no_test}/test.en[.gz] and {no_test}/test.es[.gz], or {no_test}/test.tsv[.gz].')
+  assert not workdir.exists()  # no step, no vocabulary, no preparation
 
 
 @pytest.fixture

@@ -56,6 +56,18 @@ def test_split_files_become_sentence_and_linearized_tree_pairs(tmp_path):
                           f'{tmp_path}/tb/test.trees.')
 
 
+def test_a_missing_split_the_run_needs_names_its_key_before_preparing(tmp_path):
+  _write(tmp_path / 'tb', {'train.trees': TRAIN, 'dev.trees': DEV})
+  config = _config(tmp_path / 'tb')
+  config.final_eval_split = 'test'
+  corpora.check_splits(config, ['train_split', 'eval_split'])
+  with pytest.raises(corpora.MissingDataError) as e:
+    corpora.check_splits(config, ['train_split', 'eval_split', 'final_eval_split'])
+  assert str(e.value) == ("config key 'final_eval_split' is 'test', but there is no 'test' "
+                          f'split: expected {tmp_path}/tb/test.trees.')
+  assert sorted(os.listdir(tmp_path)) == ['tb']  # nothing prepared
+
+
 def _wsj(folder):
   """Sections 00-24 with one small .mrg file each; section NN's tree has the word sNN."""
   files = {}

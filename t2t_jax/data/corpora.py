@@ -30,6 +30,7 @@ import dataclasses
 import fcntl
 import functools
 import hashlib
+import io
 import os
 import re
 import time
@@ -239,8 +240,39 @@ def prepare_once(make_builder: Callable[[Optional[dict]], Any], sha: str,
     return _wait_until_prepared(builder, lambda: make_builder(None), process_index, timeout_s,
                                 poll_s)
   builder = make_builder(checked)
-  builder.download_and_prepare(file_format='array_record')
+  download_and_prepare(builder)
   return builder
+
+
+class _LogLines(io.TextIOBase):
+  """A text stream that logs each line written to it at INFO (the console log, stderr)."""
+
+  def __init__(self):
+    super().__init__()
+    self._pending = ''
+
+  def write(self, text: str) -> int:
+    *lines, self._pending = (self._pending + text).split('\n')
+    for line in lines:
+      if line.strip():
+        logging.info('%s', line.strip())
+    return len(text)
+
+  def close(self) -> None:
+    self.write('\n')
+    super().close()
+
+
+def download_and_prepare(builder: Any) -> None:
+  """`builder.download_and_prepare` (array_record), with what TFDS prints on stdout
+  ("Downloading and preparing dataset ...") sent to the log: stdout carries only what the
+  user asked for, such as the translations of `--mode=decode`."""
+  stream = _LogLines()
+  try:
+    with contextlib.redirect_stdout(stream):
+      builder.download_and_prepare(file_format='array_record')
+  finally:
+    stream.close()
 
 
 def _to_str(value: Any) -> str:
@@ -333,8 +365,7 @@ def _wmt_source(config: Any, split: str, data_dir: Optional[str], process_index:
   make_builder = lambda: wmt.wmt_builder(config.dataset, data_dir)
   builder = make_builder()
   if process_index == 0:
-    # A no-op when already prepared; needs the network otherwise.
-    builder.download_and_prepare(file_format='array_record')
+    download_and_prepare(builder)  # a no-op when already prepared; needs the network otherwise
   else:
     builder = _wait_until_prepared(builder, make_builder, process_index, timeout_s, poll_s)
   tfds_split = _WMT_SPLITS.get(split, split)
@@ -345,6 +376,37 @@ def _wmt_source(config: Any, split: str, data_dir: Optional[str], process_index:
                             config.target_lang,
                             name=f'{config.dataset}:{tfds_split}:{config.source_lang}-'
                                  f'{config.target_lang}')
+
+
+def _expected_files(config: Any, split: str) -> str:
+  """The files a split of a local corpus or treebank consists of, for error messages."""
+  if config.dataset == 'treebank':
+    from t2t_jax.parsing import treebank  # pylint: disable=import-outside-toplevel
+    return treebank.expected_files(config, split)
+  corpus_dir, src, tgt = local_corpus_location(config)
+  return textfiles.expected_paths(corpus_dir, split, src, tgt)
+
+
+def check_splits(config: Any, keys: Sequence[str]) -> None:
+  """Refuses, before any data is prepared, a split named by the config `keys` (such as
+  'final_eval_split') that a local corpus or treebank lacks; an empty value names none. WMT
+  has every split.
+
+  Raises:
+    MissingDataError: one line naming the key, its value and the files expected.
+  """
+  if config.dataset not in LOCAL_DATASETS:
+    return
+  if config.dataset == 'treebank':
+    from t2t_jax.parsing import treebank  # pylint: disable=import-outside-toplevel
+    present = treebank.find_splits(treebank.treebank_dir(config))
+  else:
+    present = textfiles.discover_splits(*local_corpus_location(config))
+  for key in keys:
+    split = _SPLIT_ALIASES.get(config[key], config[key])
+    if split and split not in present:
+      raise MissingDataError(f'config key {key!r} is {config[key]!r}, but there is no '
+                             f'{split!r} split: expected {_expected_files(config, split)}.')
 
 
 def load_split(config: Any, split: str, data_dir: Optional[str], *, process_index: int = 0,

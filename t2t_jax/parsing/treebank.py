@@ -185,6 +185,11 @@ def builder(config: Any, data_dir: str, *, process_index: int = 0, timeout_s: fl
       sha, check, process_index=process_index, timeout_s=timeout_s, poll_s=poll_s)
 
 
+def expected_files(config: Any, split: str) -> str:
+  """The file a split of the treebank is read from, for error messages."""
+  return f'{os.path.join(treebank_dir(config), split)}{SPLIT_FILE_SUFFIX}'
+
+
 def load_split(config: Any, split: str, data_dir: str, *, process_index: int = 0,
                timeout_s: float = 3600.0, poll_s: float = 1.0,
                per_host: bool = False) -> corpora.ParallelTextSource:
@@ -194,7 +199,6 @@ def load_split(config: Any, split: str, data_dir: str, *, process_index: int = 0
   split = 'dev' if split == 'validation' else split
   if split not in prepared.info.splits:
     raise MissingDataError(f'The treebank {treebank_dir(config)} has no {split!r} split: '
-                           f'expected {os.path.join(treebank_dir(config), split)}'
-                           f'{SPLIT_FILE_SUFFIX}.')
+                           f'expected {expected_files(config, split)}.')
   return corpora.ParallelTextSource(prepared.as_data_source(split=split), 'source', 'target',
                                     name=f'{prepared.builder_config.name}:{split}')

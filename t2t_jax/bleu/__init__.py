@@ -218,6 +218,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   print(result)
   return 0
 
-
-if __name__ == '__main__':
-  sys.exit(main())
