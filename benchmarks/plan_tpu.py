@@ -91,6 +91,7 @@ def main(argv=None):
                     wall_s=round(time.monotonic() - start, 1),
                     paper_hours_8_p100=PAPER_HOURS.get(name))
         emit(plan)
+        jax.clear_caches()  # compiled executables of every plan would otherwise pile up (GBs)
 
 
 if __name__ == '__main__':
