@@ -7,7 +7,7 @@ from typing import List, Sequence
 import jax
 import numpy as np
 
-from t2t_jax import model
+from t2t_jax.model import transformer as model
 
 VOCAB = 48
 # Three pieces fewer than embedding rows: the export pads the vocabulary.

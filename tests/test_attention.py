@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax import attention
+from t2t_jax.model import attention
 
 
 def numpy_attention(q, k, v, mask):

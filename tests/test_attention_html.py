@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from t2t_jax import attention_html
+from t2t_jax.inspect import attention_html
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'js', 'attention_page.js')
 SOURCE = ['▁a', '▁b', '</script><b>', '</s>']  # a piece that would end a naive <script>

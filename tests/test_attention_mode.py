@@ -9,7 +9,8 @@ import pytest
 from PIL import Image
 
 from conftest import TINY, run_main
-from t2t_jax import attention_html, attention_maps, attention_mode, model
+from t2t_jax.inspect import attention_html, attention_maps, attention_mode
+from t2t_jax.model import transformer as model
 
 SOURCES = ['In the beginning God created the heaven and the earth.',
            'And God said, Let there be light: and there was light.']
@@ -107,7 +108,8 @@ def test_attention_mode_writes_maps_page_and_arrays(workdir, tmp_path):
 
 
 def test_teacher_forced_targets_and_layer_choice(workdir, tmp_path):
-  from t2t_jax import averaging, config as config_lib
+  from t2t_jax import config as config_lib
+  from t2t_jax.inference import averaging
   from t2t_jax.data import tokenizer
   inference = averaging.load_inference_params(workdir)
   config = config_lib.from_json(inference.config_json)

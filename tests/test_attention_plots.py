@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from t2t_jax import attention_plots
+from t2t_jax.inspect import attention_plots
 
 
 def _weights(heads, q, k, seed=0):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import t2t_jax
-from t2t_jax import layers, model
+from t2t_jax.model import layers, transformer as model
 
 CFG = model.TransformerConfig(vocab_size=50, d_model=16, d_ff=32, num_heads=2, d_k=8, d_v=8,
                               num_layers=2, dropout_rate=0.0, max_len=32)
@@ -79,7 +79,7 @@ def test_shapes_rows_sum_to_one_and_masked_keys_get_exactly_zero(weights):
   assert all(w.dtype == np.float32 for _, w in weights.items())
   for b in range(2):
     s, t = SRC_LEN[b], TGT_LEN[b]
-    enc, dec, cross = (weights[k][:, b] for k in t2t_jax.attention_maps.KINDS)
+    enc, dec, cross = (weights[k][:, b] for k in t2t_jax.inspect.attention_maps.KINDS)
     np.testing.assert_allclose(enc[..., :s].sum(-1), 1.0, atol=1e-6)
     np.testing.assert_allclose(cross[..., :t, :s].sum(-1), 1.0, atol=1e-6)
     np.testing.assert_allclose(dec[..., :t, :t].sum(-1), 1.0, atol=1e-6)

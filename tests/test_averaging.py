@@ -10,8 +10,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from t2t_jax import averaging
-from t2t_jax.checkpoint import CheckpointError
+from t2t_jax.inference import averaging
+from t2t_jax.runtime.checkpoint import CheckpointError
 from test_checkpoint import four, leaves, save, snapshot, tree  # noqa: F401  (four: a fixture)
 
 pytestmark = pytest.mark.filterwarnings('ignore::pytest.PytestUnraisableExceptionWarning')

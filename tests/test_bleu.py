@@ -1,4 +1,4 @@
-"""Tests for t2t_jax.bleu: sacreBLEU wrapper, paper-style tokenized BLEU, CLI."""
+"""Tests for t2t_jax.inference.bleu: sacreBLEU wrapper, paper-style tokenized BLEU, CLI."""
 
 from importlib import metadata
 import os
@@ -9,7 +9,8 @@ import pytest
 import sacrebleu
 from sacrebleu.metrics import BLEU
 
-from t2t_jax import bleu, textio
+from t2t_jax.inference import bleu
+from t2t_jax.storage import textio
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -114,7 +115,7 @@ def _write(path, content):
 
 
 def _cli(*args):
-  return subprocess.run([sys.executable, '-m', 't2t_jax.bleu', *args], cwd=ROOT,
+  return subprocess.run([sys.executable, '-m', 't2t_jax.inference.bleu', *args], cwd=ROOT,
                         capture_output=True, text=True, timeout=120, check=False)
 
 

@@ -14,9 +14,11 @@ import orbax.checkpoint as ocp
 import pytest
 
 from configs import default
-from t2t_jax import averaging, checkpoint, damage, model, parallel
+from t2t_jax.inference import averaging
+from t2t_jax.model import transformer as model
+from t2t_jax.runtime import checkpoint, damage, parallel
 from t2t_jax import config as config_lib
-from t2t_jax.checkpoint import CheckpointError
+from t2t_jax.runtime.checkpoint import CheckpointError
 
 
 def tiny_config():

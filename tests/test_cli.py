@@ -5,8 +5,9 @@ import os
 
 import pytest
 
-from t2t_jax import cli, config as config_lib, textio
-from t2t_jax.workdir import WorkdirError
+from t2t_jax import cli, config as config_lib
+from t2t_jax.storage import textio
+from t2t_jax.storage.workdir import WorkdirError
 
 
 def test_argv_reading_follows_absl():

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import textwrap
 
-from t2t_jax import compile_cache
+from t2t_jax.runtime import compile_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -6,7 +6,8 @@ import pytest
 
 ctranslate2 = pytest.importorskip('ctranslate2')
 
-from t2t_jax import ctranslate2_decoding as decoding, ctranslate2_export, translate  # noqa: E402
+from t2t_jax.export import ctranslate2_decoding as decoding, ctranslate2_export  # noqa: E402
+from t2t_jax.inference import translate  # noqa: E402
 from export_helpers import (CFG, PIECES, VOCAB, PieceTokenizer, random_params,  # noqa: E402
                             sentences)
 

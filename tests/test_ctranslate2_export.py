@@ -11,9 +11,10 @@ import pytest
 
 ctranslate2 = pytest.importorskip('ctranslate2')
 
-from t2t_jax import ctranslate2_decoding, ctranslate2_export as export  # noqa: E402
-from t2t_jax import layers, model, translate  # noqa: E402
-from t2t_jax.export_common import ExportError  # noqa: E402
+from t2t_jax.export import ctranslate2_decoding, ctranslate2_export as export  # noqa: E402
+from t2t_jax.inference import translate  # noqa: E402
+from t2t_jax.model import layers, transformer as model  # noqa: E402
+from t2t_jax.export.common import ExportError  # noqa: E402
 from export_helpers import (CFG, PIECES, VOCAB, PieceTokenizer, log_probs,  # noqa: E402
                             random_params as _params, sentences as _sentences)
 

@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import optax
 import pytest
 
-from t2t_jax import averaging, checkpoint, damage, parallel
+from t2t_jax.inference import averaging
+from t2t_jax.runtime import checkpoint, damage, parallel
 from test_checkpoint import save, tree
 
 # orbax's failed read of damaged files can leave a callback for a closed asyncio loop.

@@ -1,4 +1,4 @@
-"""Tests for t2t_jax.evalb: EVALB's scoring rules on small trees, scores derived by hand.
+"""Tests for t2t_jax.parsing.evalb: EVALB's scoring rules on small trees, scores derived by hand.
 
 Notation in the derivations: a bracket is LABEL[start,end) over the words that EVALB keeps
 (COLLINS.prm drops TOP, -NONE-, and the punctuation tags , : `` '' . with their words).
@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from t2t_jax import evalb
+from t2t_jax.parsing import evalb
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EVALB_C = os.path.join(ROOT, 'tests', 'data', 'evalb', 'evalb.c')

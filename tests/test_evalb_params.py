@@ -1,11 +1,11 @@
-"""Tests for t2t_jax.evalb_params: EVALB's .prm settings and file reader."""
+"""Tests for t2t_jax.parsing.evalb.params: EVALB's .prm settings and file reader."""
 
 import os
 
 import pytest
 
-from t2t_jax import evalb
-from t2t_jax.evalb_params import EvalbParams, parse_params
+from t2t_jax.parsing import evalb
+from t2t_jax.parsing.evalb.params import EvalbParams, parse_params
 
 EVALB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'evalb')
 

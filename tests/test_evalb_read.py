@@ -1,9 +1,9 @@
-"""Tests for t2t_jax.evalb_read: EVALB's reading of a tree line, and bad input."""
+"""Tests for t2t_jax.parsing.evalb.read: EVALB's reading of a tree line, and bad input."""
 
 import pytest
 
-from t2t_jax import evalb
-from t2t_jax.evalb_read import Bracket, QuoteTerm, read_tree
+from t2t_jax.parsing import evalb
+from t2t_jax.parsing.evalb.read import Bracket, QuoteTerm, read_tree
 
 
 def read(line, params=evalb.COLLINS):

@@ -17,8 +17,12 @@ from conftest import BUNDLED, run_main
 ctranslate2 = pytest.importorskip('ctranslate2')
 pytest.importorskip('flatbuffers')
 
-from t2t_jax import averaging, config as config_lib, ctranslate2_decoding  # noqa: E402
-from t2t_jax import export_common, model, translate  # noqa: E402
+from t2t_jax import config as config_lib  # noqa: E402
+from t2t_jax.export import ctranslate2_decoding  # noqa: E402
+from t2t_jax.inference import averaging  # noqa: E402
+from t2t_jax.export import common, formats  # noqa: E402
+from t2t_jax.inference import translate  # noqa: E402
+from t2t_jax.model import transformer as model  # noqa: E402
 from t2t_jax.data import tokenizer  # noqa: E402
 from export_helpers import log_probs  # noqa: E402
 
@@ -84,8 +88,8 @@ def test_stablehlo_artifact_reproduces_translator_without_flax(workdir, tmp_path
                          max_len=32)
   cfg = model.TransformerConfig.from_config(config)
   params = jax.jit(model.init_params, static_argnums=0)(cfg, jax.random.PRNGKey(0))
-  source = export_common.ExportSource(config, params, tokenizer.vocab_path(workdir), 'random')
-  output = export_common.export('stablehlo', source, str(tmp_path / 'hlo'))
+  source = common.ExportSource(config, params, tokenizer.vocab_path(workdir), 'random')
+  output = formats.export('stablehlo', source, str(tmp_path / 'hlo'))
   with open(os.path.join(output, 'manifest.json')) as f:
     manifest = json.load(f)
   assert (manifest['rows'], manifest['beam_size'], manifest['max_len']) == (2, 2, 32)
@@ -154,8 +158,8 @@ def test_bad_export_requests_fail_in_one_line(tmp_path, args, message):
 ])
 def test_requests_are_checked_before_any_checkpoint_is_read(tmp_path, export_format,
                                                             quantization, message):
-  with pytest.raises(export_common.ExportError) as error:
-    export_common.check_request(export_format, str(tmp_path / 'new'), quantization)
+  with pytest.raises(common.ExportError) as error:
+    formats.check_request(export_format, str(tmp_path / 'new'), quantization)
   assert str(error.value) == message
   assert os.listdir(tmp_path) == []
 

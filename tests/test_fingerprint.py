@@ -10,8 +10,8 @@ import optax
 import pytest
 
 from configs import default
-from t2t_jax import checkpoint, damage, parallel
-from t2t_jax.checkpoint import CheckpointError
+from t2t_jax.runtime import checkpoint, damage, parallel
+from t2t_jax.runtime.checkpoint import CheckpointError
 from t2t_jax.data import corpora, fingerprint, textfiles
 
 

@@ -19,7 +19,10 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from configs import quickstart
-from t2t_jax import model, optim, parallel, translate
+from t2t_jax.inference import translate
+from t2t_jax.model import transformer as model
+from t2t_jax.runtime import parallel
+from t2t_jax.training import optim
 
 ROWS, LENGTH = 16, 16  # global train/eval batch: 2 rows on each of the 8 devices
 METRICS = 4            # summed per device, then all-reduced: loss, nll, correct, weight

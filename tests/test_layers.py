@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2t_jax import layers
+from t2t_jax.model import layers
 
 
 def test_sinusoidal_positions_equal_the_formula():

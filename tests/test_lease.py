@@ -10,8 +10,8 @@ import pytest
 from etils import epath
 
 from gcs_emulator import gcs, gcs_dir  # noqa: F401  (fixtures)
-from t2t_jax import lease as lease_lib
-from t2t_jax import workdir as workdir_lib
+from t2t_jax.storage import lease as lease_lib
+from t2t_jax.storage import workdir as workdir_lib
 
 FAST = dict(heartbeat_s=0.2, stale_s=1.0, settle_s=0.05)
 

@@ -1,4 +1,4 @@
-"""Tests for t2t_jax.losses: label smoothing, padding, accuracy, perplexity."""
+"""Tests for t2t_jax.model.losses: label smoothing, padding, accuracy, perplexity."""
 
 import math
 
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax import losses
+from t2t_jax.model import losses
 
 LN2 = math.log(2.0)
 

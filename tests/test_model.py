@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from configs import table3, wmt_base, wmt_big
-from t2t_jax import losses, model
+from t2t_jax.model import losses, transformer as model
 
 TINY = model.TransformerConfig(vocab_size=40, d_model=32, d_ff=64, num_heads=4, d_k=8, d_v=8,
                                num_layers=2, max_len=32, deterministic=True)

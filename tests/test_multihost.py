@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, TINY, main_command, read_metrics, run_main
-from t2t_jax import averaging, multihost
+from t2t_jax.inference import averaging
+from t2t_jax.runtime import multihost
 
 
 class FakeProcesses:
@@ -73,7 +74,7 @@ def test_gather_strings_with_fewer_items_than_processes():
 
 
 def test_local_copy_turns_mesh_replicated_params_into_single_device_arrays():
-  from t2t_jax import parallel
+  from t2t_jax.runtime import parallel
   mesh = parallel.make_mesh()
   params = {'w': np.arange(6, dtype=np.float32).reshape(2, 3), 'b': np.ones(3, np.float32)}
   replicated = parallel.replicate(params, mesh)

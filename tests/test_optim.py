@@ -1,4 +1,4 @@
-"""Tests for t2t_jax.optim: the §5.3 schedule and the Adam hyperparameters."""
+"""Tests for t2t_jax.training.optim: the §5.3 schedule and the Adam hyperparameters."""
 
 import jax
 import jax.numpy as jnp
@@ -7,7 +7,7 @@ import optax
 import pytest
 
 from configs import default
-from t2t_jax import optim
+from t2t_jax.training import optim
 
 # 512**-0.5 * min(step**-0.5, step * 4000**-1.5), evaluated in float64 by hand
 # (outside the code under test) for d_model 512, warmup 4000.

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from conftest import TINY as TINY_FLAGS, read_metrics, run_main
-from t2t_jax import attention, losses, model, parallel
+from t2t_jax.model import attention, losses, transformer as model
+from t2t_jax.runtime import parallel
 from t2t_jax.data import packing, pipeline
 from test_pipeline import ROWS_MULTIPLE, _config, _take, _tokenized, source, tok  # noqa: F401
 

@@ -13,7 +13,9 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from configs import default
-from t2t_jax import checkpoint, losses, model, optim, parallel
+from t2t_jax.model import losses, transformer as model
+from t2t_jax.runtime import checkpoint, parallel
+from t2t_jax.training import optim
 
 CFG = model.TransformerConfig(vocab_size=48, d_model=32, d_ff=64, num_heads=4, d_k=8, d_v=8,
                               num_layers=2, max_len=32, dropout_rate=0.0)

@@ -7,7 +7,7 @@ import pytest
 from etils import epath
 
 from gcs_emulator import gcs, gcs_dir  # noqa: F401  (fixtures)
-from t2t_jax import paths
+from t2t_jax.storage import paths
 
 
 def test_is_local_and_absolute(tmp_path, monkeypatch):

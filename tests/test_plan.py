@@ -13,7 +13,7 @@ import pytest
 
 from configs import quickstart, wmt_base
 from conftest import run_main
-from t2t_jax import model
+from t2t_jax.model import transformer as model
 from t2t_jax.plan import analytic, batch_search, chips, compile as compile_lib, hlo, report
 from t2t_jax.plan import roofline, topology
 

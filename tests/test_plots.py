@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from conftest import run_main
-from t2t_jax import plots
+from t2t_jax.training import plots
 
 NAN = np.nan
 

@@ -12,7 +12,9 @@ from conftest import TINY, run_main
 from gcs_emulator import client_env, gcs, gcs_dir  # noqa: F401  (fixtures)
 import numpy as np
 
-from t2t_jax import averaging, evaluate, metrics, plots, summary, workdir as workdir_lib
+from t2t_jax.inference import averaging, evaluate
+from t2t_jax.storage import workdir as workdir_lib
+from t2t_jax.training import metrics, plots, summary
 from t2t_jax.data import bucketing
 
 

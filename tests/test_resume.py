@@ -12,7 +12,8 @@ import jax
 import numpy as np
 
 from conftest import ROOT, TINY, main_command, read_metrics, run_main
-from t2t_jax import averaging, workdir as workdir_lib
+from t2t_jax.inference import averaging
+from t2t_jax.storage import workdir as workdir_lib
 
 NO_EVAL = '--config.eval_every_steps=0'
 

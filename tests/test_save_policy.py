@@ -3,7 +3,7 @@
 import jax
 import pytest
 
-from t2t_jax import save_policy
+from t2t_jax.training import save_policy
 
 
 class FakeClock:

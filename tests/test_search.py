@@ -1,4 +1,4 @@
-"""Tests for t2t_jax/search.py against hand-made models and brute force.
+"""Tests for t2t_jax/model/search.py against hand-made models and brute force.
 
 Vocabulary convention here: PAD = 0, EOS = BOS = 1, real tokens 2..V-1.
 Two toy models:
@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2t_jax import search
+from t2t_jax.model import search
 
 EOS = 1
 MIN_LOG_PROB = search.MIN_LOG_PROB

@@ -4,7 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2t_jax import model, search, translate
+from t2t_jax.inference import translate
+from t2t_jax.model import transformer as model, search
 
 CFG = model.TransformerConfig(vocab_size=40, d_model=32, d_ff=64, num_heads=4, d_k=8, d_v=8,
                               num_layers=2, max_len=64, deterministic=True)

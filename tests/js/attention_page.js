@@ -1,4 +1,4 @@
-// Runs the inline script of an attention page (t2t_jax/attention_html.py) under node with a
+// Runs the inline script of an attention page (t2t_jax/inspect/attention_html.py) under node with a
 // minimal DOM, flips through kinds, layers and heads, and prints what the page shows as JSON.
 // Usage: node attention_page.js PAGE.html
 const fs = require('fs');
