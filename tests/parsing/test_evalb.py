@@ -12,8 +12,8 @@ import pytest
 
 from t2t_jax.parsing import evalb
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EVALB_C = os.path.join(ROOT, 'tests', 'data', 'evalb', 'evalb.c')
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
+EVALB_C = os.path.join(ROOT, 'tests', 'fixtures', 'evalb', 'evalb.c')
 
 DOG = '(TOP (S (NP (DT The) (NN dog)) (VP (VBD barked)) (. .)))'
 

@@ -249,7 +249,7 @@ def test_zero_sharding_shows_in_the_plan(accum):
   """shard_optimizer_state: Adam's moments split 8 ways and the updated parameters
   all-gathered (with accumulation too). How the gradients are summed is the TPU compiler's
   choice: for this tiny model it turns the reduce-scatter into an all-reduce and keeps a
-  slice (the CPU compiler keeps the reduce-scatter, tests/test_parallel.py)."""
+  slice (the CPU compiler keeps the reduce-scatter, tests/runtime/test_parallel.py)."""
   p = report.make_plan(_tiny(shard_optimizer_state=True, grad_accum_steps=accum), 'v5e:2x4',
                        search_batch=False)
   params = p['memory']['params']

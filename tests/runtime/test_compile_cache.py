@@ -7,7 +7,7 @@ import textwrap
 
 from t2t_jax.runtime import compile_cache
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 
 # Compiles one small function twice, in two processes, and reports what the cache saw.
 _SNIPPET = textwrap.dedent('''

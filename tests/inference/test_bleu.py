@@ -12,7 +12,7 @@ from sacrebleu.metrics import BLEU
 from t2t_jax.inference import bleu
 from t2t_jax.storage import textio
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 
 HYPS = [
     'Die Katze sitzt auf der Matte.',

@@ -7,7 +7,7 @@ import pytest
 from t2t_jax.parsing import evalb
 from t2t_jax.parsing.evalb.params import EvalbParams, parse_params
 
-EVALB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'evalb')
+EVALB_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'fixtures', 'evalb')
 
 
 def test_presets_equal_the_distributed_prm_files():

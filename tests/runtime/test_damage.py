@@ -21,7 +21,7 @@ import pytest
 
 from t2t_jax.inference import averaging
 from t2t_jax.runtime import checkpoint, damage, parallel
-from test_checkpoint import save, tree
+from checkpoint_helpers import save, tree
 
 # orbax's failed read of damaged files can leave a callback for a closed asyncio loop.
 pytestmark = pytest.mark.filterwarnings('ignore::pytest.PytestUnraisableExceptionWarning')

@@ -96,7 +96,7 @@ def test_stablehlo_artifact_reproduces_translator_without_flax(workdir, tmp_path
   assert [(b['source_length'], b['max_decode_len']) for b in manifest['buckets']] == [
       (16, 32), (32, 32)]
   # One lowering per platform in every module, so the artifact runs on GPU and TPU hosts too
-  # (what those lowerings compute is checked in tests/test_gpu_lowering.py).
+  # (what those lowerings compute is checked in tests/runtime/test_gpu_lowering.py).
   assert manifest['platforms'] == ['cpu', 'cuda', 'tpu']
   for bucket in manifest['buckets']:
     with open(os.path.join(output, bucket['file']), 'rb') as f:

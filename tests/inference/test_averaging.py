@@ -12,7 +12,7 @@ import pytest
 
 from t2t_jax.inference import averaging
 from t2t_jax.runtime.checkpoint import CheckpointError
-from test_checkpoint import four, leaves, save, snapshot, tree  # noqa: F401  (four: a fixture)
+from checkpoint_helpers import four, leaves, save, snapshot, tree  # noqa: F401  (four: a fixture)
 
 pytestmark = pytest.mark.filterwarnings('ignore::pytest.PytestUnraisableExceptionWarning')
 
