@@ -1,2 +1,6 @@
-"""What a researcher looks at: attention weights from the model's own forward pass, their
-heatmaps and line views, the self-contained HTML page, and `--mode=attention`."""
+"""What a researcher looks at: attention maps from the model's own forward pass.
+
+`attention_maps` collects the weights the model sows, `attention_plots` draws heatmaps and
+line views, `attention_html` writes the self-contained page, `attention_mode` is
+`--mode=attention`.
+"""

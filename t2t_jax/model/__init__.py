@@ -1,4 +1,4 @@
-"""The Transformer itself: attention math, layers, the model and its decode cache, losses, search.
+"""The Transformer itself: attention, layers, the model and its decode cache, losses, search.
 
 Nothing here knows about data, files, devices or checkpoints: `attention` is pure
 `jax.numpy`, `layers` and `transformer` are flax linen modules, `losses` are the §5.4

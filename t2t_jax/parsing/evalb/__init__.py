@@ -1,5 +1,7 @@
-"""The EVALB bracket scorer (Sekine and Collins), in Python: `score` scores trees as the C
-program does, `read` reads them, `params` holds COLLINS.prm and new.prm, `result` the figures.
+"""The EVALB bracket scorer (Sekine and Collins) in Python, scoring exactly as the C program.
+
+`score` scores trees, `read` reads them, `params` holds COLLINS.prm and new.prm, `result` the
+figures; this package re-exports the API (`evalb.score_lines`, `evalb.COLLINS`, ...).
 
 `python -m t2t_jax.parsing.evalb --gold GOLD --test TEST` prints EVALB's summary.
 """
