@@ -164,6 +164,8 @@ def test_cudnn_attention_cannot_be_lowered_without_cudnn(run):
   # attention_impl='cudnn' reaches jax.nn.dot_product_attention(implementation='cudnn'), which
   # asks the installed cuDNN for its version while tracing. Without one it cannot be lowered,
   # so CI cannot check it; the day this lowers, this test says so and it can be checked here.
-  step = _train_step(run, run.cfg.replace(attention_impl='cudnn'))
+  # Building the step already traces the model (the train state's abstract shapes for its
+  # shardings), so the error can come from there as well as from the export.
   with pytest.raises(RuntimeError, match='cuDNN is not detected'):
+    step = _train_step(run, run.cfg.replace(attention_impl='cudnn'))
     jax.export.export(step, platforms=('cuda',))(run.state, run.batch)
