@@ -8,9 +8,8 @@ trains on the bundled EN->ES corpus. Override any config key after --config with
 --config.KEY=VALUE, e.g. --config.num_train_steps=1000 --config.bucket_lengths=(16,32).
 Every key is listed, with its default and a one-line description, in configs/default.py.
 """
-# Dispatch only: every mode lives in the library.
+# Flags and a table from mode to function: every mode's work lives in its package.
 
-import json
 import os
 import sys
 
@@ -23,7 +22,12 @@ if _HERE not in sys.path:
 
 from t2t_jax import cli  # noqa: E402
 from t2t_jax import config as config_lib  # noqa: E402
-from t2t_jax.export_common import FORMATS  # noqa: E402
+from t2t_jax.export import formats as export_formats  # noqa: E402
+from t2t_jax.inference import modes as inference_modes  # noqa: E402
+from t2t_jax.inspect import attention_mode  # noqa: E402
+from t2t_jax.model import info  # noqa: E402
+from t2t_jax.plan import mode as plan_mode  # noqa: E402
+from t2t_jax.training import plots, summary  # noqa: E402
 
 MODES = ('train', 'eval', 'decode', 'average', 'info', 'plot', 'attention', 'export', 'plan')
 
@@ -63,7 +67,7 @@ flags.DEFINE_string('topology', None, 'plan: a TPU slice as libtpu names it, e.g
                     'v4:2x2x1, v5p:2x2x1, v6e:2x4, v5e:16x16 (needs requirements-tpu.txt).')
 flags.DEFINE_bool('search_batch', True, 'plan: find the largest tokens_per_batch that fits a '
                   'chip by compiling the train step a few more times.')
-flags.DEFINE_enum('format', None, FORMATS, 'export: ctranslate2 (a CTranslate2 model '
+flags.DEFINE_enum('format', None, export_formats.FORMATS, 'export: ctranslate2 (a CTranslate2 model '
                   'directory) or stablehlo (jax.export beam search, parameters, vocabulary '
                   'and a jax-only runtime, serve.py).')
 flags.DEFINE_string('quantization', None, 'export --format=ctranslate2: the weight type, e.g. '
@@ -95,23 +99,53 @@ flags.DEFINE_string('compilation_cache', None,
 FLAGS = flags.FLAGS
 
 
-def main(argv) -> None:
-  logging.get_absl_handler().addFilter(cli.QuietLibraries())
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  cli.check_paths(FLAGS.workdir, FLAGS.input if FLAGS.mode in ('decode', 'attention') else None)
-  if FLAGS.mode == 'plot':  # reads metrics.jsonl only: no cluster to join, nothing to compile
-    _plot(FLAGS.workdir)
-    return
-  if FLAGS.mode == 'plan':  # compiles for chips elsewhere: no cluster, no cache, no workdir
-    _plan()
-    return
-  from t2t_jax import compile_cache
+def _overrides() -> inference_modes.Overrides:
+  """--config as given, with the KEYs its `--config.KEY=VALUE` arguments override."""
+  return inference_modes.Overrides(FLAGS.config, _override_keys(sys.argv))
+
+
+def _plan(config) -> None:
+  del config  # validated here, after jax is told to start no TPU runtime
+  import jax
+  jax.config.update('jax_platforms', 'cpu')  # nothing runs here: never start a TPU runtime
+  plan_mode.run(config_lib.validate(FLAGS.config), FLAGS.topology, FLAGS.output,
+                search_batch=FLAGS.search_batch,
+                config_name=config_flags.get_config_filename(FLAGS['config']))
+
+
+# Each mode, as a function of the validated --config (None for the bare modes below); the work
+# lives in the packages, this table only hands them the flags they read.
+MODE_FUNCTIONS = {
+    'train': lambda config: summary.train_and_finish(config, FLAGS.workdir),
+    'eval': lambda config: inference_modes.evaluate_split(
+        FLAGS.workdir, _overrides(), FLAGS.checkpoint, FLAGS.split),
+    'decode': lambda config: inference_modes.decode(
+        FLAGS.workdir, _overrides(), FLAGS.checkpoint, FLAGS.input, FLAGS.output),
+    'average': lambda config: inference_modes.average(FLAGS.workdir, _overrides()),
+    'info': lambda config: print(info.describe(config)),
+    'plot': lambda config: plots.print_learning_curves(FLAGS.workdir),
+    'attention': lambda config: attention_mode.run(
+        FLAGS.workdir, _overrides(), FLAGS.checkpoint, FLAGS.input, FLAGS.targets, FLAGS.output,
+        FLAGS.attention_layer),
+    'export': lambda config: export_formats.run(
+        FLAGS.workdir, _overrides(), FLAGS.checkpoint, FLAGS.format, FLAGS.output,
+        FLAGS.quantization),
+    'plan': _plan,
+}
+# plot reads metrics.jsonl only: no cluster to join, nothing to compile; plan compiles for chips
+# elsewhere: no cluster, no cache, no workdir. Neither validates --config up front.
+BARE_MODES = ('plot', 'plan')
+WORKDIR_FREE_MODES = ('info', 'plan')
+
+
+def _start_runtime() -> None:
+  """The compilation cache, the cluster (with --distributed), jax's backends."""
+  from t2t_jax.runtime import compile_cache
   compile_cache.enable(compile_cache.default_dir() if FLAGS.compilation_cache is None
                        else FLAGS.compilation_cache)
   if FLAGS.distributed or FLAGS.coordinator_address:
     cli.native_stdout_to_stderr()  # gloo's connection lines: stdout is the user's output
-    from t2t_jax import parallel
+    from t2t_jax.runtime import parallel
     parallel.initialize_distributed(FLAGS.coordinator_address, FLAGS.num_processes,
                                     FLAGS.process_id, timeout_s=FLAGS.distributed_timeout_s)
   cli.start_backends()
@@ -119,131 +153,33 @@ def main(argv) -> None:
     import jax
     if jax.process_index() != 0:
       logging.set_verbosity(logging.WARNING)  # one process speaks for the run
-  config = config_lib.validate(FLAGS.config)
-  if FLAGS.mode == 'info':
-    from t2t_jax import info
-    print(info.describe(config))
-    return
-  if not FLAGS.workdir:
+
+
+def main(argv) -> None:
+  logging.get_absl_handler().addFilter(cli.QuietLibraries())
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  cli.check_paths(FLAGS.workdir, FLAGS.input if FLAGS.mode in ('decode', 'attention') else None)
+  config = None
+  if FLAGS.mode not in BARE_MODES:
+    _start_runtime()
+    config = config_lib.validate(FLAGS.config)
+  if FLAGS.mode not in WORKDIR_FREE_MODES and not FLAGS.workdir:
     raise app.UsageError(f'--workdir is required for --mode={FLAGS.mode}')
-  if FLAGS.mode == 'train':
-    from t2t_jax import summary, train
-    if 'stopped_at' not in train.train(config, FLAGS.workdir):
-      summary.finish(config, FLAGS.workdir)
-  elif FLAGS.mode == 'average':
-    _average(FLAGS.workdir)
-  elif FLAGS.mode == 'decode':
-    _decode(FLAGS.workdir)
-  elif FLAGS.mode == 'attention':
-    _attention(FLAGS.workdir)
-  elif FLAGS.mode == 'export':
-    _export(FLAGS.workdir)
-  elif FLAGS.mode == 'eval':
-    from t2t_jax import evaluate, multihost
-    inference_config, inference = _inference(FLAGS.workdir)
-    result = evaluate.evaluate(inference_config, FLAGS.workdir, FLAGS.split, inference=inference)
-    if multihost.is_writer():
-      print(json.dumps(result, indent=2, sort_keys=True))
-
-
-def _inference(workdir):
-  """(config, params) for eval/decode: the checkpoint's own config plus command-line
-  overrides of inference and data keys."""
-  from t2t_jax import averaging
-  inference = averaging.load_inference_params(workdir, FLAGS.checkpoint)
-  logging.info('using %s', inference.description)
-  config = config_lib.apply_overrides(config_lib.from_json(inference.config_json), FLAGS.config,
-                                      _override_keys(sys.argv))
-  return config, inference
-
-
-def _average(workdir) -> None:
-  from t2t_jax import averaging
-  saved = averaging.latest_training_config(workdir)
-  config = config_lib.apply_overrides(config_lib.from_json(saved), FLAGS.config,
-                                      _override_keys(sys.argv))
-  from t2t_jax import multihost
-  result = averaging.average_checkpoints(workdir, config.average_last)  # a collective save
-  if multihost.is_writer():
-    print(f'averaged steps {", ".join(map(str, result.steps))} into {result.path}')
-
-
-def _decode(workdir) -> None:
-  from etils import epath
-  from t2t_jax import multihost, textio, translate
-  from t2t_jax.data import tokenizer
-  if FLAGS.output and epath.Path(FLAGS.output).exists():  # local or gs://...
-    raise FileExistsError(f'{FLAGS.output} already exists; choose another --output or remove it')
-  lines = (textio.read_lines(FLAGS.input) if FLAGS.input
-           else textio.decode_lines(sys.stdin.buffer.read(), '<stdin>'))
-  config, inference = _inference(workdir)
-  tok = tokenizer.load(tokenizer.vocab_path(workdir))
-  translator = translate.from_config(config, inference.params, tok)
-  if config.dataset == 'treebank':  # sentences in, one-line bracketed trees out
-    from t2t_jax.parsing import parse
-    outputs = parse.parse_lines(translator, lines, progress=translate.print_progress)
-  else:
-    outputs = multihost.translate_all(translator, lines, progress=translate.print_progress)
-  if not multihost.is_writer():
-    return
-  if FLAGS.output:
-    textio.write_lines_atomic(FLAGS.output, outputs)
-  else:
-    sys.stdout.write(''.join(line + '\n' for line in outputs))
-
-
-def _attention(workdir) -> None:
-  from t2t_jax import attention_mode as mode, multihost
-  from t2t_jax.data import tokenizer
-  mode.check_output(FLAGS.output)
-  sources, targets = mode.read_sentences(FLAGS.input, FLAGS.targets)
-  config, inference = _inference(workdir)
-  layer = mode.check_layer(FLAGS.attention_layer, config.num_layers)
-  tok = tokenizer.load(tokenizer.vocab_path(workdir))
-  sentences = mode.prepare(config, inference.params, tok, sources, targets, FLAGS.input,
-                           FLAGS.targets)
-  if multihost.is_writer():
-    for directory, sentence in zip(mode.write_all(FLAGS.output, sentences, tok, layer,
-                                                  inference.description), sentences):
-      print(f'{directory}\t{sentence.target}')
-
-
-def _export(workdir) -> None:
-  from t2t_jax import export_common
-  from t2t_jax.data import tokenizer
-  export_common.check_request(FLAGS.format, FLAGS.output, FLAGS.quantization)
-  config, inference = _inference(workdir)
-  source = export_common.ExportSource(config, inference.params, tokenizer.vocab_path(workdir),
-                                      inference.description)
-  tokenizer.load(source.tokenizer_path)
-  print(export_common.export(FLAGS.format, source, FLAGS.output, FLAGS.quantization))
-
-
-def _plan() -> None:
-  import jax
-  jax.config.update('jax_platforms', 'cpu')  # nothing runs here: never start a TPU runtime
-  from t2t_jax.plan import mode
-  mode.run(config_lib.validate(FLAGS.config), FLAGS.topology, FLAGS.output,
-           search_batch=FLAGS.search_batch,
-           config_name=config_flags.get_config_filename(FLAGS['config']))
-
-
-def _plot(workdir) -> None:
-  from t2t_jax import plots
-  if not workdir:
-    raise app.UsageError('--workdir is required for --mode=plot')
-  for path in plots.write_learning_curves(workdir):
-    print(path)
+  MODE_FUNCTIONS[FLAGS.mode](config)
 
 
 def _user_errors():
   """Exceptions that mean bad input, reported as one line instead of a traceback."""
-  from t2t_jax import (attention_mode, checkpoint, export_common, parallel, plots, textio,
-                       train, workdir)
   from t2t_jax.data import corpora, pipeline, tokenizer
+  from t2t_jax.export.common import ExportError
   from t2t_jax.plan import report, topology
-  return (config_lib.ConfigError, report.PlanError, topology.TopologyError, checkpoint.CheckpointError, train.TrainError,
-          attention_mode.AttentionInputError, export_common.ExportError,
+  from t2t_jax.runtime import checkpoint, parallel
+  from t2t_jax.storage import textio, workdir
+  from t2t_jax.training import train
+  return (config_lib.ConfigError, report.PlanError, topology.TopologyError,
+          checkpoint.CheckpointError, train.TrainError,
+          attention_mode.AttentionInputError, ExportError,
           workdir.WorkdirError, parallel.DistributedError, plots.PlotError,
           corpora.DataError, pipeline.PipelineError, tokenizer.TokenizerError,
           textio.TextFileError, FileNotFoundError, FileExistsError)

@@ -40,7 +40,7 @@ def forward_flops(size: Dict[str, Any], batch: int, src_len: int, tgt_len: int) 
   projection. Not counted: embedding lookups, layer norms, softmaxes, biases, dropout, the
   loss, the optimizer (all O(tokens * d_model) or O(params), small next to the matmuls).
   """
-  from t2t_jax import model  # pylint: disable=import-outside-toplevel
+  from t2t_jax.model import transformer as model  # pylint: disable=import-outside-toplevel
   from t2t_jax.plan import analytic  # pylint: disable=import-outside-toplevel
   heads = size['num_heads']
   cfg = model.TransformerConfig(vocab_size=size['vocab_size'], d_model=size['d_model'],

@@ -9,7 +9,7 @@ reported as compile_s) or --steps updates. Both wait for each step to finish, so
 counts finished work. At the start, every --eval-every-seconds of training time
 (--eval-every-steps with --steps) and at the end, each side reports
   * dev NLL per target token: teacher-forced, the whole dev split, no dropout or smoothing;
-  * dev BLEU (sacreBLEU, t2t_jax.bleu.corpus_bleu) of the first --bleu-sentences dev
+  * dev BLEU (sacreBLEU, t2t_jax.inference.bleu.corpus_bleu) of the first --bleu-sentences dev
     sentences, beam 4, alpha 0.6, at most input + 50 tokens, by translate.Translator and by
     torch_peer.PeerDecoder.beam_search (the same search and batching), detokenized by the
     same SentencePiece model. The untrained start is not decoded (it would run to the length
@@ -130,9 +130,12 @@ def run_phase(side, train_step, evaluate, data, start, args, emit, digests):
 def ours_side(config, data, mesh, bleu_pairs, counter):
   """Our train step (compiled for every bucket shape up front), evaluation and start params."""
   import jax
-  from t2t_jax import bleu, model, optim, parallel, translate
+  from t2t_jax.inference import bleu, translate
+  from t2t_jax.model import transformer as model
+  from t2t_jax.runtime import parallel
+  from t2t_jax.training import optim
   from t2t_jax.data import pipeline
-  from t2t_jax.evaluate import evaluate_batches
+  from t2t_jax.inference.evaluate import evaluate_batches
   cfg = model.TransformerConfig.from_config(config)
   optimizer = optim.make_optimizer(config)
   state = parallel.create_train_state(cfg, optimizer, config.seed, mesh)
@@ -173,7 +176,7 @@ def peer_side(config, data, init, bleu_pairs, threads):
   import jax
   import torch
   from benchmarks import torch_peer
-  from t2t_jax import bleu
+  from t2t_jax.inference import bleu
   head = config.d_model // config.num_heads
   if ({config.d_k or head, config.d_v or head}, config.adam_b1, config.adam_b2,
       config.adam_eps) != ({head}, 0.9, 0.98, 1e-9):
@@ -315,7 +318,8 @@ def main(argv=None):
     parser.error(str(e))
   warnings.filterwarnings('ignore', message='.*nested tensors.*')
   import jax  # noqa: F401  (imported before the first line, so its version is recorded)
-  from t2t_jax import parallel, train
+  from t2t_jax.runtime import parallel
+  from t2t_jax.training import train
   if not args.no_peer:
     import torch  # noqa: F401
   emit = common.Emitter(args.out)

@@ -28,7 +28,8 @@ from benchmarks import common, serving_common  # noqa: E402
 def _teacher_forced(run, sources, targets, rows=32):
   """Our log-probabilities of each target token (EOS last), padding masked as decoding."""
   import jax
-  from t2t_jax import model, portable
+  from t2t_jax.inference import portable
+  from t2t_jax.model import transformer as model
   cfg = run.cfg.replace(deterministic=True)
   score = jax.jit(lambda p, x, y: jax.nn.log_softmax(model.Transformer(cfg).apply(
       {'params': p}, x, y).at[..., model.PAD_ID].set(-1e9)))
@@ -59,7 +60,7 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   args = serving_common.add_args(parser).parse_args(argv)
   emit = common.Emitter(args.out)
-  from t2t_jax import ctranslate2_decoding as decoding
+  from t2t_jax.export import ctranslate2_decoding as decoding
   run, sources, targets = serving_common.load(args)
   c = run.config
   ct2 = serving_common.ctranslate2_translator(serving_common.ctranslate2_model(

@@ -32,7 +32,7 @@ from benchmarks import common  # noqa: E402
 def _make_ours(cfg, batch, beam, max_len, alpha):
   """The jitted decode, built as translate.py builds it."""
   import jax
-  from t2t_jax import model, search
+  from t2t_jax.model import transformer as model, search
 
   def decode(params, src):
     context = model.decode_context(cfg, params, src)
@@ -59,7 +59,7 @@ def _lengths(best: np.ndarray) -> np.ndarray:
 
 def bench(size_name, batch, src_len, max_len, beam, args, emit, counter):
   import jax
-  from t2t_jax import model
+  from t2t_jax.model import transformer as model
   size = common.SIZES[size_name]
   cfg = model.TransformerConfig(
       vocab_size=size['vocab_size'], d_model=size['d_model'], d_ff=size['d_ff'],

@@ -1,4 +1,4 @@
-"""Differential check of t2t_jax.evalb against the C EVALB on random trees.
+"""Differential check of t2t_jax.parsing.evalb against the C EVALB on random trees.
 
 Compiles the given `evalb.c`, writes random gold trees and perturbed test trees (relabelled,
 retagged, reworded, flattened, regrouped, shortened, reshaped, blank), runs both scorers under
@@ -26,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-from t2t_jax import evalb  # noqa: E402
+from t2t_jax.parsing import evalb  # noqa: E402
 
 _LABELS = ['S', 'S', 'NP', 'NP', 'NP', 'VP', 'VP', 'PP', 'SBAR', 'ADJP', 'ADVP', 'PRT', 'QP',
            'NX', 'WHNP', 'NP-SBJ', 'NP-SBJ-1', 'NP=2', 'S-TPC-2', 'PP-LOC', 'TOP', 'S1', '-NONE-',

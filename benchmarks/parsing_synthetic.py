@@ -3,7 +3,7 @@
 Generates a synthetic treebank (t2t_jax/parsing/grammar.py), trains with main.py, averages
 the last checkpoints, parses the test sentences with beam search (`--mode=decode`, which
 de-linearizes every output into a tree over its words) and scores the trees against the gold
-ones with EVALB (t2t_jax.evalb, COLLINS.prm). One JSON line: the settings, the times and
+ones with EVALB (t2t_jax.parsing.evalb, COLLINS.prm). One JSON line: the settings, the times and
 the scores (target: F1 >= 95).
 
   python -m benchmarks.parsing_synthetic --root /tmp/parsing_bench \\
@@ -27,7 +27,7 @@ if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
 from benchmarks import common  # noqa: E402
-from t2t_jax import evalb  # noqa: E402
+from t2t_jax.parsing import evalb  # noqa: E402
 from t2t_jax.parsing import grammar, parse, trees  # noqa: E402
 
 CONFIG = 'configs/parsing_synthetic.py'

@@ -18,7 +18,9 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from t2t_jax import checkpoint, model, optim, parallel  # noqa: E402
+from t2t_jax.model import transformer as model  # noqa: E402
+from t2t_jax.runtime import checkpoint, parallel  # noqa: E402
+from t2t_jax.training import optim  # noqa: E402
 
 config_flags.DEFINE_config_file('config', 'configs/wmt_base.py', 'config')
 flags.DEFINE_integer('tokens', 4096, 'target tokens per step (rows x 64)')

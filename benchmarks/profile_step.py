@@ -244,7 +244,7 @@ def main(argv=None):
       peer = profile_torch(run, args.calls)
   else:
     from benchmarks import decode
-    from t2t_jax import model
+    from t2t_jax.model import transformer as model
     size = common.SIZES[args.size]
     beam = 4 if args.what == 'beam' else 1
     cfg = model.TransformerConfig(

@@ -31,8 +31,8 @@ from benchmarks import common, serving_common  # noqa: E402
 
 def _systems(run, scratch, threads):
   """{name: translate(sentences) -> list of piece lists}."""
-  from t2t_jax import ctranslate2_decoding, stablehlo_export
-  from t2t_jax.portable import ExportedTranslator
+  from t2t_jax.export import ctranslate2_decoding, stablehlo_export
+  from t2t_jax.inference.portable import ExportedTranslator
   c = run.config
   ours = run.translator(c.beam_size, c.length_penalty_alpha)
   artifact = os.path.join(scratch, 'stablehlo')
@@ -62,7 +62,7 @@ def main(argv=None):
   emit = common.Emitter(args.out)
   import ctranslate2
   import sentencepiece
-  from t2t_jax import bleu
+  from t2t_jax.inference import bleu
   run, sources, references = serving_common.load(args)
   systems = _systems(run, args.scratch, args.threads)
   sp = sentencepiece.SentencePieceProcessor(model_file=run.tokenizer.path)

@@ -24,12 +24,12 @@ class Run:
 
   @property
   def cfg(self):
-    from t2t_jax import model
+    from t2t_jax.model import transformer as model
     return model.TransformerConfig.from_config(self.config)
 
   def translator(self, beam_size: int, alpha: float):
     """Our `translate.Translator` with the run's buckets, rows and max_decode_extra."""
-    from t2t_jax import translate
+    from t2t_jax.inference import translate
     c = self.config
     return translate.Translator(self.cfg, self.params, self.tokenizer, beam_size=beam_size,
                                 alpha=alpha, max_decode_extra=c.max_decode_extra,
@@ -57,7 +57,8 @@ def load(args) -> Tuple[Run, List[str], List[str]]:
 
 
 def load_run(workdir: str) -> Run:
-  from t2t_jax import averaging, config as config_lib
+  from t2t_jax import config as config_lib
+  from t2t_jax.inference import averaging
   from t2t_jax.data import tokenizer
   inference = averaging.load_inference_params(workdir)
   return Run(workdir, config_lib.from_json(inference.config_json), inference.params,
@@ -73,7 +74,7 @@ def test_set(lang: str, limit: Optional[int] = None) -> List[str]:
 
 def ctranslate2_model(run: Run, scratch: str, quantization: Optional[str] = None) -> str:
   """The run's CTranslate2 export (`quantization` None: float32) under `scratch`."""
-  from t2t_jax import ctranslate2_export
+  from t2t_jax.export import ctranslate2_export
   path = os.path.join(scratch, f'ct2_{quantization or "float32"}')
   if not os.path.isdir(path):
     ctranslate2_export.export_ctranslate2(run.workdir, path, quantization=quantization)

@@ -36,9 +36,12 @@ class _Rotated:
 
 def source_dependence(workdir: str, checkpoint=None, split: str = 'dev') -> dict:
   import jax
-  from t2t_jax import averaging, config as config_lib, model, parallel
+  from t2t_jax import config as config_lib
+  from t2t_jax.inference import averaging
+  from t2t_jax.model import transformer as model
+  from t2t_jax.runtime import parallel
   from t2t_jax.data import corpora, pipeline, tokenizer
-  from t2t_jax.evaluate import evaluate_batches
+  from t2t_jax.inference.evaluate import evaluate_batches
   inference = averaging.load_inference_params(workdir, checkpoint)
   config = config_lib.from_json(inference.config_json)
   tok = tokenizer.load(tokenizer.vocab_path(workdir))

@@ -20,7 +20,7 @@ Decoding: nn.TransformerDecoder has no key/value cache, so `PeerDecoder` runs th
 decoder layers' weights step by step with preallocated self-attention K/V caches (reordered by
 parent beam each step, only the filled prefix), encoder-decoder K/V computed once per sentence
 (the K beams of a sentence are its K query rows, so they are never copied or reordered), and
-`F.scaled_dot_product_attention`. `beam_search` follows t2t_jax.search exactly (top 2K
+`F.scaled_dot_product_attention`. `beam_search` follows t2t_jax.model.search exactly (top 2K
 candidates, finished set with the GNMT length penalty, forced EOS at the maximum length, the
 same early-termination bound), so both sides take the same number of steps.
 """
@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from t2t_jax.layers import sinusoidal_positions
+from t2t_jax.model.layers import sinusoidal_positions
 
 PAD_ID, EOS_ID, BOS_ID = 0, 1, 1
 NEG_INF = -1.0e9
@@ -231,7 +231,7 @@ class PeerDecoder:
   @torch.inference_mode()
   def beam_search(self, src: torch.Tensor, beam_size: int = 4, alpha: float = 0.6,
                   max_decode_len: int = 64, max_lengths: Optional[torch.Tensor] = None):
-    """Same semantics as t2t_jax.search.beam_search. Returns (sequences [B,K,L], scores, steps)."""
+    """Same semantics as t2t_jax.model.search.beam_search. Returns (sequences [B,K,L], scores, steps)."""
     b, k, length = src.shape[0], beam_size, max_decode_len
     dev = src.device
     if max_lengths is None:

@@ -35,7 +35,9 @@ from benchmarks import common, matmul_peak  # noqa: E402
 def _jax_setup(size_name, dtype, rows, length, seed=0, attention_impl=''):
   import jax
   from configs import default
-  from t2t_jax import model, optim, parallel
+  from t2t_jax.model import transformer as model
+  from t2t_jax.runtime import parallel
+  from t2t_jax.training import optim
   config = default.get_config()
   for key, value in common.SIZES[size_name].items():
     setattr(config, key, value)
@@ -173,7 +175,7 @@ def _serve_peer():
 def _check_same_function(size_name, jx, params, peer_cls, load, torch, device):
   """NLL of both models with our parameters on a small batch, no dropout: must agree."""
   import jax
-  from t2t_jax import parallel
+  from t2t_jax.runtime import parallel
   ev = parallel.make_eval_step(jx['cfg'].replace(dtype=np.float32), jx['mesh'],
                                label_smoothing=0.0)
   host = {k: v[:jx['mesh'].size * 2, :16] for k, v in jx['host'].items()}

@@ -27,7 +27,7 @@
 # full 2700 steps took 12 minutes of training on a 2-core CPU). Outside Colab, run it from a
 # clone of the repository (`pip install -r requirements.txt` first).
 #
-# Everything below goes through the library in this process (`t2t_jax.train.train`,
+# Everything below goes through the library in this process (`t2t_jax.training.train.train`,
 # `t2t_jax.average_checkpoints`, `t2t_jax.Translator`, ...); each cell names the command line
 # that does the same.
 
@@ -106,7 +106,7 @@ print(f'mesh: {dict(mesh.shape)} over {mesh.size} device(s) -- every batch is sp
 
 # %%
 from configs import quickstart
-from t2t_jax import info
+from t2t_jax.model import info
 
 config = quickstart.get_config()
 config.num_train_steps = STEPS
@@ -129,15 +129,16 @@ import time
 
 from absl import logging
 
-import t2t_jax.train
-from t2t_jax import cli, compile_cache
+import t2t_jax.training.train
+from t2t_jax import cli
+from t2t_jax.runtime import compile_cache
 
 logging.set_verbosity(logging.INFO)  # step, loss, learning rate, tokens/s, ETA, evals
 std_logging.getLogger('absl').addFilter(cli.QuietLibraries())  # without orbax's chatter
 compile_cache.enable(compile_cache.default_dir())  # reruns load compiled programs
 
 start = time.monotonic()
-last = t2t_jax.train.train(config, WORKDIR)
+last = t2t_jax.training.train.train(config, WORKDIR)
 print(f'trained to step {STEPS} in {(time.monotonic() - start) / 60:.1f} min; last log: {last}')
 
 # %% [markdown]
@@ -160,7 +161,7 @@ for path in t2t_jax.write_learning_curves(WORKDIR):
 # parameters are what decoding uses from now on.
 
 # %%
-from t2t_jax import averaging
+from t2t_jax.inference import averaging
 
 steps = averaging.training_steps(WORKDIR)
 averaged = t2t_jax.average_checkpoints(WORKDIR, min(config.average_last, len(steps)))
@@ -172,7 +173,7 @@ print('averaged steps', averaged.steps, 'into', averaged.path)
 # vocabulary, as `python main.py --mode=decode --workdir=DIR --input=FILE --output=FILE` does.
 
 # %%
-from t2t_jax import translate
+from t2t_jax.inference import translate
 from t2t_jax.data import tokenizer
 
 inference = t2t_jax.load_inference_params(WORKDIR)  # the newest averaged checkpoint
@@ -262,7 +263,7 @@ print('Translator:', translation)
 # PNGs, a self-contained HTML page and an npz.
 
 # %%
-from t2t_jax import attention_plots
+from t2t_jax.inspect import attention_plots
 
 src_ids = tok.encode(source) + [t2t_jax.EOS_ID]
 tgt_ids = tok.encode(translation) + [t2t_jax.EOS_ID]  # the model's own translation

@@ -5,10 +5,9 @@ main.py is imported; it reports a missing file, a bad Table 3 row or a sub-key o
 as a traceback. absl prints its flag errors on two lines and exits 1 after `--help`. The
 functions here run first (`check_argv`), replace absl's flag parser (`parse_flags`), check the
 paths a mode will use (`check_paths`) and keep library noise off the console
-(`QuietLibraries`, `native_stderr_to_debug_log`) and off stdout (`native_stdout_to_stderr`).
+(`QuietLibraries`) and off stdout (`native_stdout_to_stderr`).
 """
 
-import contextlib
 import glob
 import importlib.machinery
 import importlib.util
@@ -17,7 +16,6 @@ import logging
 import os
 import re
 import sys
-import tempfile
 from typing import List, Optional, Sequence
 
 import ml_collections
@@ -25,8 +23,9 @@ from absl import flags
 from etils import epath
 
 from t2t_jax import config as config_lib
-from t2t_jax import textio
-from t2t_jax.workdir import WorkdirError
+from t2t_jax.runtime.backends import native_stderr_to_debug_log
+from t2t_jax.storage import textio
+from t2t_jax.storage.workdir import WorkdirError
 
 _HELP = re.compile(r'--?(help|helpshort|helpfull|helpxml|\?)')
 
@@ -199,29 +198,6 @@ class QuietLibraries(logging.Filter):
       return False
     return not (record.name.startswith('jax') and
                 str(record.msg).startswith('Unable to initialize backend'))
-
-
-@contextlib.contextmanager
-def native_stderr_to_debug_log(what: str):
-  """Sends what native code writes to stderr (file descriptor 2) meanwhile to the debug log.
-
-  libtpu, installed (requirements-tpu.txt) on a machine that is not a TPU VM, prints warnings
-  about TPU_ACCELERATOR_TYPE and worker hostnames when jax starts its backends or builds a
-  topology; they say nothing to our users.
-  """
-  with tempfile.TemporaryFile(mode='w+b') as sink:
-    saved = os.dup(2)
-    sys.stderr.flush()
-    os.dup2(sink.fileno(), 2)
-    try:
-      yield
-    finally:
-      os.dup2(saved, 2)
-      os.close(saved)
-      sink.seek(0)
-      text = sink.read().decode('utf-8', 'replace').strip()
-      if text:
-        logging.getLogger(__name__).debug('native stderr while %s:\n%s', what, text)
 
 
 def native_stdout_to_stderr() -> None:

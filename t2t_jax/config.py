@@ -10,8 +10,10 @@ from typing import Any, Iterable, Sequence
 import ml_collections
 
 from configs import default as default_config
-# The splits every dataset has: train, dev (WMT's 'validation') and test.
-from t2t_jax.data.textfiles import LOCAL_SPLITS as SPLITS
+
+# The splits every dataset has: train, dev (WMT's 'validation') and test. Defined here, at the
+# bottom of the package, so that the config imports nothing from t2t_jax.data.
+SPLITS = ('train', 'dev', 'test')
 
 
 class ConfigError(ValueError):

@@ -7,7 +7,7 @@ from typing import List, Sequence
 import jax
 import numpy as np
 
-from t2t_jax import model
+from t2t_jax.model import transformer as model
 
 VOCAB = 48
 # Three pieces fewer than embedding rows: the export pads the vocabulary.
@@ -26,7 +26,7 @@ class PieceTokenizer:
 @functools.lru_cache(maxsize=None)
 def random_params(cfg: model.TransformerConfig, sharpen: float = 4.0):
   """Initial parameters with the embedding scaled by `sharpen`: sharper output distributions
-  (as tests/test_translate.py), so argmaxes and beams are clear-cut. Cached: read only."""
+  (as tests/inference/test_translate.py), so argmaxes and beams are clear-cut. Cached: read only."""
   params = jax.jit(model.init_params, static_argnums=0)(cfg, jax.random.PRNGKey(0))
   table = params['shared_embedding']['embedding'] * sharpen
   return dict(params, shared_embedding={'embedding': table})

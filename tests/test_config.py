@@ -6,7 +6,7 @@ import pytest
 from configs import (default, parsing_synthetic, quickstart, table3, wmt_base, wmt_big,
                      wmt_enfr_big, wsj_parsing)
 from t2t_jax import config as config_lib
-from t2t_jax import model
+from t2t_jax.model import transformer as model
 
 
 def test_presets_hold_the_paper_values():

@@ -1,0 +1,7 @@
+"""The input pipeline: corpora, tokenizer, bucketing, packing, batches, fingerprints, tasks.
+
+`corpora` prepares and opens splits through TFDS (`wmt` for WMT14, `textfiles` for local
+files), `tokenizer` trains and loads the shared SentencePiece vocabulary, `pipeline` batches
+by length (`bucketing`, `packing`) with grain, `fingerprint` identifies a run's data, and
+`tasks` is where tasks beyond translation plug in. Runs on the host: no jax.
+"""

@@ -16,7 +16,7 @@ from absl import logging
 import numpy as np
 from etils import epath
 
-from t2t_jax import paths
+from t2t_jax.storage import paths
 
 
 def get_items(source: Any, indices: Sequence[int]) -> list[dict[str, str]]:

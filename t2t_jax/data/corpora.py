@@ -40,8 +40,8 @@ from absl import logging
 from etils import epath
 import tensorflow_datasets as tfds
 
-from t2t_jax import paths
-from t2t_jax.data import textfiles, wmt
+from t2t_jax.storage import paths
+from t2t_jax.data import tasks, textfiles, wmt
 from t2t_jax.data.textfiles import (LOCAL_SPLITS, DataError, MissingDataError, SplitFiles,
                                     check_split, discover_splits, iter_pairs)
 # Re-exported: callers catch every data error from this module.
@@ -380,9 +380,9 @@ def _wmt_source(config: Any, split: str, data_dir: Optional[str], process_index:
 
 def _expected_files(config: Any, split: str) -> str:
   """The files a split of a local corpus or treebank consists of, for error messages."""
-  if config.dataset == 'treebank':
-    from t2t_jax.parsing import treebank  # pylint: disable=import-outside-toplevel
-    return treebank.expected_files(config, split)
+  task = tasks.get(config.dataset)
+  if task is not None:
+    return task.expected_files(config, split)
   corpus_dir, src, tgt = local_corpus_location(config)
   return textfiles.expected_paths(corpus_dir, split, src, tgt)
 
@@ -397,9 +397,9 @@ def check_splits(config: Any, keys: Sequence[str]) -> None:
   """
   if config.dataset not in LOCAL_DATASETS:
     return
-  if config.dataset == 'treebank':
-    from t2t_jax.parsing import treebank  # pylint: disable=import-outside-toplevel
-    present = treebank.find_splits(treebank.treebank_dir(config))
+  task = tasks.get(config.dataset)
+  if task is not None:
+    present = task.present_splits(config)
   else:
     present = textfiles.discover_splits(*local_corpus_location(config))
   for key in keys:
@@ -435,10 +435,10 @@ def load_split(config: Any, split: str, data_dir: Optional[str], *, process_inde
   if not data_dir:
     raise DataError('A local corpus needs a data_dir to prepare into '
                     '(see corpora.default_data_dir).')
-  if config.dataset == 'treebank':
-    from t2t_jax.parsing import treebank  # pylint: disable=import-outside-toplevel
-    return treebank.load_split(config, split, data_dir, process_index=process_index,
-                               timeout_s=timeout_s, poll_s=poll_s, per_host=per_host)
+  task = tasks.get(config.dataset)  # a treebank: t2t_jax/parsing/task.py
+  if task is not None:
+    return task.load_split(config, split, data_dir, process_index=process_index,
+                           timeout_s=timeout_s, poll_s=poll_s, per_host=per_host)
   corpus_dir, src, tgt = local_corpus_location(config)
   builder = local_corpus_builder(corpus_dir, src, tgt, data_dir, process_index=process_index,
                                  timeout_s=timeout_s, poll_s=poll_s, per_host=per_host)

@@ -19,7 +19,7 @@ checkpoint valid.
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
-from t2t_jax import paths
+from t2t_jax.storage import paths
 
 _WMT_KEYS = ('tfds_name', 'tfds_config', 'tfds_version')
 
@@ -32,16 +32,16 @@ def compute(config: Any, data_dir: Optional[str]) -> Dict[str, Any]:
   """
   # Here, not at the top: checkpoint.py needs `compare` alone, and eval/decode should not pay
   # for importing TFDS.
-  from t2t_jax.data import corpora, textfiles, wmt  # pylint: disable=import-outside-toplevel
+  from t2t_jax.data import corpora, tasks, textfiles, wmt  # pylint: disable=import-outside-toplevel
   common = {'dataset': config.dataset, 'source_lang': config.source_lang,
             'target_lang': config.target_lang, 'train_split': config.train_split}
   if config.dataset in corpora.WMT_DATASETS:
     builder = wmt.wmt_builder(config.dataset, data_dir)  # the one corpora.py prepares
     return dict(common, tfds_name=builder.name, tfds_version=str(builder.version),
                 tfds_config=builder.builder_config.name if builder.builder_config else '')
-  if config.dataset == 'treebank':
-    from t2t_jax.parsing import treebank  # pylint: disable=import-outside-toplevel
-    folder, _, combined, files = treebank.locate(config)
+  task = tasks.get(config.dataset)  # a treebank: t2t_jax/parsing/task.py
+  if task is not None:
+    folder, _, combined, files = task.locate(config)
     return dict(common, corpus_dir=folder, sha256=combined, files=files)
   corpus_dir, src, tgt = corpora.local_corpus_location(config)
   corpus_dir = paths.absolute(corpus_dir)

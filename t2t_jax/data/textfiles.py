@@ -14,7 +14,7 @@ from typing import Iterator, Optional
 
 from etils import epath
 
-LOCAL_SPLITS = ('train', 'dev', 'test')
+from t2t_jax.config import SPLITS as LOCAL_SPLITS
 
 
 class DataError(ValueError):

@@ -27,7 +27,7 @@ from etils import epath
 import numpy as np
 import sentencepiece as spm
 
-from t2t_jax import paths
+from t2t_jax.storage import paths
 
 PAD_ID = 0
 EOS_ID = 1

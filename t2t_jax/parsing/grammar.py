@@ -31,7 +31,7 @@ import random
 import sys
 from typing import Dict, List, Optional, Sequence
 
-from t2t_jax import textio
+from t2t_jax.storage import textio
 from t2t_jax.parsing.trees import Tree, to_string
 
 LEXICON: Dict[str, Sequence[str]] = {

@@ -10,7 +10,8 @@ the constituent labels of the workdir's vocabulary (its `▁)X` symbols).
 import dataclasses
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from t2t_jax import evalb, multihost
+from t2t_jax.parsing import evalb
+from t2t_jax.runtime import multihost
 from t2t_jax.parsing import linearize, trees
 
 # EVALB's COLLINS.prm, except that it never gives up after MAX_ERROR length mismatches (a

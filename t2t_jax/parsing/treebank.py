@@ -27,7 +27,7 @@ from typing import Any, Iterator, Optional
 from absl import logging
 from etils import epath
 
-from t2t_jax import paths
+from t2t_jax.storage import paths
 from t2t_jax.data import corpora
 from t2t_jax.data.textfiles import DataError, EncodingError, MissingDataError
 from t2t_jax.parsing import linearize, trees

@@ -12,7 +12,7 @@ Adam) is left out: it is memory-bound, and XLA counts it separately.
 
 from typing import Dict
 
-from t2t_jax import model
+from t2t_jax.model import transformer as model
 
 
 def forward_flops_by_part(cfg: model.TransformerConfig, rows: int, src_len: int,

@@ -18,7 +18,10 @@ import jax.numpy as jnp
 import ml_collections
 from jax.sharding import NamedSharding, PartitionSpec as P, SingleDeviceSharding
 
-from t2t_jax import model, optim, parallel, translate
+from t2t_jax.inference import translate
+from t2t_jax.model import transformer as model
+from t2t_jax.runtime import parallel
+from t2t_jax.training import optim
 from t2t_jax.data import pipeline
 from t2t_jax.plan import hlo
 

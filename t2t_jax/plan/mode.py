@@ -7,7 +7,7 @@ from typing import Optional
 import ml_collections
 from etils import epath
 
-from t2t_jax import paths
+from t2t_jax.storage import paths
 from t2t_jax.plan import report, topology
 
 

@@ -11,7 +11,7 @@ import os
 import re
 from typing import List, Tuple
 
-from t2t_jax.cli import native_stderr_to_debug_log
+from t2t_jax.runtime.backends import native_stderr_to_debug_log
 from t2t_jax.plan.chips import CHIPS, Chip
 
 INSTALL_HINT = 'pip install -r requirements-tpu.txt'

@@ -1,0 +1,6 @@
+"""Export a trained run for serving: CTranslate2 models and StableHLO artifacts.
+
+`common` is what the exporters share (the output directory rule, `ExportSource`);
+`ctranslate2_export` (+ `ctranslate2_decoding`) and `stablehlo_export` build on it;
+`formats` dispatches `--mode=export` to them.
+"""

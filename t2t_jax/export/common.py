@@ -1,0 +1,128 @@
+"""What both exporters share: their error, the output directory rule and the model they read.
+The dispatcher over the formats (`formats.py`) sits above the exporters, this module below.
+
+An export writes a new directory: `--output` must not exist, the files are written into a
+hidden temporary directory beside it, and that directory is renamed to `--output` only when
+complete. An object store output (gs://bucket/dir) has no renames: the files are written into
+a local temporary directory, then uploaded when complete. A failed export leaves nothing
+behind and never touches an existing path.
+"""
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import tempfile
+from typing import Any, Iterator, List, Optional
+
+from etils import epath
+
+from t2t_jax.model import transformer as model
+from t2t_jax.storage import paths
+
+
+class ExportError(ValueError):
+  """A model or an export request that cannot be honoured; the message says why."""
+
+
+def _exists(path: str) -> bool:
+  """Whether a local path (a dangling link included) or anything under a URI exists."""
+  if paths.is_local(path):
+    return os.path.lexists(path)
+  paths.forget(path)
+  return epath.Path(path).exists()
+
+
+def check_output(output: str) -> str:
+  """The absolute path (or URI) of a new output directory, after refusing one that exists.
+
+  Raises:
+    FileExistsError: `output` exists (file or directory); nothing is changed.
+    ExportError: no `output` given, or its local parent is not a directory.
+  """
+  if not output:
+    raise ExportError('--output is required for --mode=export: the directory to create')
+  path = paths.absolute(output)
+  if _exists(path):
+    raise FileExistsError(f'--output={output} already exists; choose a new directory or '
+                          'remove it (nothing was written)')
+  parent = os.path.dirname(path)
+  if paths.is_local(path) and not os.path.isdir(parent):  # object stores have no folders
+    raise ExportError(f'--output={output}: the parent directory {parent} does not exist')
+  return path
+
+
+def _appeared(output: str) -> FileExistsError:
+  return FileExistsError(f'{output} appeared during the export; nothing was overwritten')
+
+
+@contextlib.contextmanager
+def new_directory(output: str) -> Iterator[str]:
+  """Yields a local temporary directory that becomes `output` on success and is removed on
+  failure: renamed when `output` is local (it is made beside it), uploaded file by file when
+  `output` is a URI. `output` is checked with `check_output` first."""
+  path = check_output(output)
+  if not paths.is_local(path):
+    with tempfile.TemporaryDirectory(prefix='t2t_jax_export.') as temp:
+      yield temp
+      if _exists(path):  # appeared while we were writing: keep it, upload nothing
+        raise _appeared(output)
+      paths.upload_directory(temp, path)
+    return
+  temp = tempfile.mkdtemp(prefix=f'.{os.path.basename(path)}.', suffix='.tmp',
+                          dir=os.path.dirname(path))
+  umask = os.umask(0)
+  os.umask(umask)
+  os.chmod(temp, 0o777 & ~umask)  # mkdtemp's 0700 would make the export private
+  try:
+    yield temp
+    if os.path.lexists(path):  # appeared while we were writing: keep it, drop ours
+      raise _appeared(output)
+    os.rename(temp, path)
+  except BaseException:
+    shutil.rmtree(temp, ignore_errors=True)
+    raise
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportSource:
+  """A trained model as the exporters read it.
+
+  Attributes:
+    config: the run config (`configs/default.py` keys): the checkpoint's, plus any inference
+      overrides.
+    params: the parameters, a nested dict of float32 arrays.
+    tokenizer_path: the SentencePiece model of the run (`<workdir>/vocab/spm.model`).
+    description: where the parameters came from, e.g. 'averaged steps 2400,2600,2700'.
+  """
+  config: Any
+  params: Any
+  tokenizer_path: str
+  description: str
+
+  @property
+  def model_config(self) -> model.TransformerConfig:
+    return model.TransformerConfig.from_config(self.config)
+
+  def pieces(self) -> List[str]:
+    """The SentencePiece piece of every id, in id order."""
+    from t2t_jax.data import tokenizer
+    tok = tokenizer.load(self.tokenizer_path)
+    return tok.pieces(range(tok.vocab_size))
+
+
+def load_source(workdir: str, checkpoint: Optional[str] = None) -> ExportSource:
+  """The averaged (or `checkpoint`'s) parameters, config and vocabulary of a run.
+
+  Raises:
+    CheckpointError: no readable checkpoint (the message lists what there is).
+    TokenizerError: no SentencePiece model in the workdir.
+  """
+  from t2t_jax.inference import averaging
+  from t2t_jax import config as config_lib
+  from t2t_jax.data import tokenizer
+  path = tokenizer.vocab_path(os.path.abspath(workdir))
+  inference = averaging.load_inference_params(workdir, checkpoint)
+  tokenizer.load(path)  # fails early, in one line, when the vocabulary is missing
+  return ExportSource(config_lib.from_json(inference.config_json), inference.params, path,
+                      inference.description)

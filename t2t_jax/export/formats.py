@@ -1,0 +1,60 @@
+"""`--mode=export`: the formats, the checks of a request, and the dispatch to the exporter
+(`ctranslate2_export`, `stablehlo_export`), each imported only when asked for."""
+# pylint: disable=import-outside-toplevel
+
+from typing import Optional
+
+from t2t_jax.data import tokenizer
+from t2t_jax.export.common import ExportError, ExportSource, check_output
+from t2t_jax.inference import modes
+
+FORMATS = ('ctranslate2', 'stablehlo')
+
+
+def check_request(export_format: Optional[str], output: Optional[str],
+                  quantization: Optional[str]) -> None:
+  """Refuses a bad `--mode=export` request before any checkpoint is read.
+
+  Raises:
+    ExportError: no or an unknown format, a quantization for a format without one, an
+      unknown quantization, a missing optional package.
+    FileExistsError: `output` exists.
+  """
+  if export_format not in FORMATS:
+    raise ExportError(f'--mode=export needs --format={" or --format=".join(FORMATS)}'
+                      + (f', got {export_format!r}' if export_format else ''))
+  check_output(output)
+  if export_format == 'ctranslate2':
+    from t2t_jax.export import ctranslate2_export
+    ctranslate2_export.check_quantization(quantization)
+  else:
+    if quantization:
+      raise ExportError(f'--quantization={quantization} applies to --format=ctranslate2 only; '
+                        'the StableHLO artifact keeps float32 parameters')
+    from t2t_jax.export import stablehlo_export
+    stablehlo_export.check_serialization()
+
+
+def export(export_format: str, source: ExportSource, output: str,
+           quantization: Optional[str] = None) -> str:
+  """Writes `source` in `export_format` ('ctranslate2' or 'stablehlo') into the new directory
+  `output`; returns its absolute path."""
+  check_request(export_format, output, quantization)
+  if export_format == 'ctranslate2':
+    from t2t_jax.export import ctranslate2_export
+    return ctranslate2_export.convert(source, output, quantization)
+  from t2t_jax.export import stablehlo_export
+  return stablehlo_export.write_artifact(source, output)
+
+
+def run(workdir: str, overrides: modes.Overrides, checkpoint: Optional[str],
+        export_format: Optional[str], output: Optional[str],
+        quantization: Optional[str]) -> None:
+  """`--mode=export`: checks the request, then exports the run's parameters (averaged, or
+  `checkpoint`) and vocabulary into the new directory `output` and prints its path."""
+  check_request(export_format, output, quantization)
+  config, inference = modes.load(workdir, checkpoint, overrides)
+  source = ExportSource(config, inference.params, tokenizer.vocab_path(workdir),
+                        inference.description)
+  tokenizer.load(source.tokenizer_path)
+  print(export(export_format, source, output, quantization))

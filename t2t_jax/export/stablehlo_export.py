@@ -1,0 +1,129 @@
+"""Export a trained model as a portable JAX artifact: StableHLO (`jax.export`) of the whole
+batched beam search, one module per source length bucket, plus parameters and vocabulary.
+
+The artifact directory (`--mode=export --format=stablehlo --output=DIR`):
+
+  manifest.json     format, version, decoding settings, buckets, parameter order, origin
+  params.npz        the parameters, float32, named 'encoder/layer_0/...'
+  spm.model         the SentencePiece model
+  decode_<S>x<L>.stablehlo   serialized `jax.export.Exported` of
+                    (params, inputs [rows, S] int32, max_lengths [rows] int32)
+                    -> best hypotheses [rows, L] int32, for every source length S a batch
+                    can be padded to (L = min(S + max_decode_extra, max_len))
+  serve.py          the runtime (`t2t_jax/inference/portable.py`): jax, numpy and sentencepiece only
+
+Each module is `translate.decode_batch`, the function `main.py --mode=decode` jits, lowered
+for CPU, CUDA and TPU; serve.py batches sentences as `translate.Translator` does, so the
+artifact translates exactly as the model it came from.
+"""
+
+import json
+import os
+import shutil
+from typing import Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t2t_jax.inference import portable, translate
+from t2t_jax.model import transformer as model
+from t2t_jax.storage import paths
+from t2t_jax.export.common import (ExportError, ExportSource, check_output, load_source,
+                                   new_directory)
+
+PLATFORMS = ('cpu', 'cuda', 'tpu')
+
+
+def check_serialization() -> None:
+  try:
+    import flatbuffers  # noqa: F401  (jax.export serializes with it)
+  except ImportError:
+    raise ExportError('--format=stablehlo needs the flatbuffers package to serialize: '
+                      'pip install -r requirements-serving.txt') from None
+
+
+def _param_names(params):
+  """('encoder/layer_0/attention_block/norm/bias', ...) in tree-flattening order."""
+  paths, _ = jax.tree_util.tree_flatten_with_path(params)
+  return tuple('/'.join(str(k.key) for k in path) for path, _ in paths)
+
+
+def export_bucket(cfg: model.TransformerConfig, params, *, beam_size: int, alpha: float,
+                  rows: int, src_len: int, max_decode_len: int,
+                  platforms: Sequence[str] = PLATFORMS) -> jax.export.Exported:
+  """`translate.decode_batch` for `[rows, src_len]` inputs, taking the parameters as a flat
+  tuple in `_param_names` order."""
+  leaves, tree = jax.tree_util.tree_flatten(params)
+
+  def decode(flat_params, inputs, max_lengths):
+    return translate.decode_batch(cfg, beam_size, alpha, jax.tree_util.tree_unflatten(
+        tree, list(flat_params)), inputs, max_lengths, max_decode_len)
+
+  shapes = (tuple(jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in leaves),
+            jax.ShapeDtypeStruct((rows, src_len), jnp.int32),
+            jax.ShapeDtypeStruct((rows,), jnp.int32))
+  return jax.export.export(jax.jit(decode), platforms=tuple(platforms))(*shapes)
+
+
+def write_artifact(source: ExportSource, output: str,
+                   platforms: Sequence[str] = PLATFORMS) -> str:
+  """Writes the StableHLO artifact of `source` into the new directory `output`; returns its
+  absolute path. Decoding settings (beam size, alpha, max_decode_extra, rows per batch,
+  buckets) are the config's, so they can be overridden at export like at decode.
+
+  Raises:
+    FileExistsError: `output` exists (nothing is written).
+    ExportError: flatbuffers (needed by jax.export serialization) is missing.
+  """
+  check_serialization()
+  check_output(output)
+  config, cfg = source.config, source.model_config
+  params = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float32), source.params)
+  names = _param_names(params)
+  rows = config.decode_batch_sentences
+  buckets = []
+  with new_directory(output) as temp:
+    for src_len in portable.source_lengths(config.bucket_lengths, cfg.max_len):
+      max_decode_len = min(src_len + config.max_decode_extra, cfg.max_len)
+      exported = export_bucket(cfg, params, beam_size=config.beam_size,
+                               alpha=config.length_penalty_alpha, rows=rows, src_len=src_len,
+                               max_decode_len=max_decode_len, platforms=platforms)
+      name = f'decode_{src_len}x{max_decode_len}.stablehlo'
+      with open(os.path.join(temp, name), 'wb') as f:
+        f.write(exported.serialize())
+      buckets.append({'source_length': src_len, 'max_decode_len': max_decode_len,
+                      'file': name})
+    np.savez(os.path.join(temp, portable.PARAMS),
+             **dict(zip(names, jax.tree_util.tree_leaves(params))))
+    with open(os.path.join(temp, portable.VOCAB), 'wb') as f:  # the workdir may be gs://
+      f.write(paths.read_bytes(source.tokenizer_path))
+    shutil.copyfile(portable.__file__, os.path.join(temp, 'serve.py'))
+    manifest = {
+        'format': portable.ARTIFACT_FORMAT, 'version': portable.ARTIFACT_VERSION,
+        'jax_version': jax.__version__, 'platforms': list(platforms),
+        'beam_size': config.beam_size, 'length_penalty_alpha': config.length_penalty_alpha,
+        'max_decode_extra': config.max_decode_extra, 'max_len': cfg.max_len, 'rows': rows,
+        'bucket_lengths': list(config.bucket_lengths), 'buckets': buckets,
+        'params': list(names), 'eos_id': portable.EOS_ID, 'pad_id': portable.PAD_ID,
+        'checkpoint': source.description}
+    with open(os.path.join(temp, portable.MANIFEST), 'w', encoding='utf-8') as f:
+      json.dump(manifest, f, indent=2)
+      f.write('\n')
+  return paths.absolute(output)
+
+
+def export_stablehlo(workdir: str, output: str, *, checkpoint: Optional[str] = None) -> str:
+  """Exports a run as a StableHLO artifact (see the module docstring) into the new directory
+  `output`, from the averaged parameters (or `checkpoint`) with the run's decoding settings.
+
+  Returns the absolute path of `output`; translate with `python OUTPUT/serve.py < input` or
+  `ExportedTranslator(output)` from `OUTPUT/serve.py`.
+
+  Raises:
+    FileExistsError, ExportError, CheckpointError, TokenizerError: one-line reasons; nothing
+      is written.
+  """
+  check_serialization()
+  check_output(output)
+  return write_artifact(load_source(workdir, checkpoint), output)

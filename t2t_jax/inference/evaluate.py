@@ -1,0 +1,138 @@
+"""Evaluation on a split: teacher-forced loss, perplexity, accuracy, then decoded BLEU (§6.1),
+or for a treebank the EVALB F1 of the decoded trees (§6.3)."""
+
+import json
+import os
+from typing import Any, Dict, Optional, Sequence
+
+import jax
+import ml_collections
+import numpy as np
+from absl import logging
+
+from t2t_jax.data import tasks
+from t2t_jax.inference import bleu, translate
+from t2t_jax.model import transformer as model
+from t2t_jax.runtime import multihost, parallel
+from t2t_jax.storage import textio
+
+
+def summarize(sums: Dict[str, Any]) -> Dict[str, float]:
+  """Per-token loss, nll, perplexity and accuracy from global metric sums."""
+  sums = jax.device_get(sums)
+  weight = max(float(sums['weight']), 1.0)
+  nll = float(sums['nll']) / weight
+  return {'loss': float(sums['loss']) / weight, 'nll': nll,
+          'perplexity': float(np.exp(min(nll, 50.0))),
+          'accuracy': float(sums['correct']) / weight, 'tokens': float(sums['weight'])}
+
+
+def evaluate_batches(eval_step, params, batches, mesh) -> Dict[str, float]:
+  """Teacher-forced metrics over `batches` (summed over all devices and batches)."""
+  total = None
+  for batch in batches:
+    total = parallel.add_metrics(total, eval_step(params, parallel.shard_batch(batch, mesh)))
+  return summarize(total)
+
+
+def decoded_bleu_of(hypotheses: Sequence[str], references: Sequence[str],
+                    target_lang: str) -> Dict[str, Any]:
+  """sacreBLEU (detokenized) and paper-style tokenized BLEU of decoded `hypotheses`."""
+  detok = bleu.corpus_bleu(hypotheses, references)
+  tokenized = bleu.tokenized_bleu(hypotheses, references, lang=target_lang)
+  return {'bleu': detok.score, 'bleu_signature': detok.signature,
+          'tokenized_bleu': tokenized.score, 'tokenized_bleu_signature': tokenized.signature,
+          'hypotheses': list(hypotheses)}
+
+
+def decoded_scores(config: ml_collections.ConfigDict, pairs: Sequence[Dict[str, str]],
+                   hypotheses: Sequence[str], tokenizer: Any) -> Dict[str, Any]:
+  """The scores of decoded `hypotheses` of `pairs`: the task's own (a treebank: the EVALB
+  scores of their trees, `parsing.parse.parse_scores`, 'hypotheses' and 'references' then
+  being trees), otherwise `decoded_bleu_of`."""
+  task = tasks.get(config.dataset)  # a treebank: t2t_jax/parsing/task.py
+  if task is not None:
+    return task.decoded_scores(pairs, hypotheses, tokenizer)
+  return decoded_bleu_of(hypotheses, [p['target'] for p in pairs], config.target_lang)
+
+
+def score_line(result: Dict[str, Any]) -> str:
+  """'F1 93.10 (EVALB ...)' or 'BLEU 24.90 (sacreBLEU ...)', with the secondary figures."""
+  if 'f1' in result:
+    return (f'F1 {result["f1"]:.2f} (EVALB COLLINS.prm: precision {result["precision"]:.2f}, '
+            f'recall {result["recall"]:.2f}, complete match {result["complete_match"]:.2f}, '
+            f'tagging accuracy {result["tagging_accuracy"]:.2f}, '
+            f'{result["error_sentences"]} error sentences)')
+  return (f'BLEU {result["bleu"]:.2f} (sacreBLEU {result["bleu_signature"]}), tokenized BLEU '
+          f'{result["tokenized_bleu"]:.2f}')
+
+
+def examples(pairs: Sequence[Dict[str, str]], hypotheses: Sequence[str],
+             count: int = 3, references: Optional[Sequence[str]] = None) -> list:
+  """The first `count` non-empty pairs as {'source', 'reference', 'hypothesis'} dicts; the
+  reference is the pair's target unless `references` are given."""
+  chosen = [i for i, p in enumerate(pairs) if p['source'].strip()][:count]
+  return [{'source': pairs[i]['source'],
+           'reference': references[i] if references is not None else pairs[i]['target'],
+           'hypothesis': hypotheses[i]} for i in chosen]
+
+
+def write_result(workdir: str, split: str, step: int, result: Dict[str, Any]) -> str:
+  """Writes `eval_<split>_<step>.json` atomically; an existing file is kept (suffix .1, .2...)."""
+  base = os.path.join(workdir, f'eval_{split}_{step}')
+  text = json.dumps(result, indent=2, sort_keys=True) + '\n'
+  for n in range(1000):
+    path = f'{base}.json' if n == 0 else f'{base}.{n}.json'
+    try:
+      textio.write_text_atomic(path, text)
+      return path
+    except FileExistsError:
+      continue
+  raise FileExistsError(f'{base}.json and 999 numbered variants exist')
+
+
+def evaluate(config: ml_collections.ConfigDict, workdir: str, split: str = 'dev',
+             checkpoint: Optional[str] = None, show_progress: bool = True,
+             inference: Any = None) -> Dict[str, Any]:
+  """Teacher-forced metrics and decoded BLEU (a treebank: F1) of the workdir's model on
+  `split`.
+
+  Uses `inference` (`averaging.InferenceParams`) when given, else loads the averaged
+  checkpoint when one exists (or `checkpoint`: a step or a path). Writes
+  `<workdir>/eval_<split>_<step>.json` and returns the same dict. On several processes each
+  evaluates its share of the batches and sentences, every process returns the same result,
+  and process 0 alone writes the file.
+  """
+  from t2t_jax.inference import averaging
+  from t2t_jax.data import corpora, pipeline, tokenizer
+  if inference is None:
+    inference = averaging.load_inference_params(workdir, checkpoint)
+  tok = tokenizer.load(tokenizer.vocab_path(workdir))
+  source = corpora.load_split(config, split, corpora.default_data_dir(config, workdir),
+                             process_index=jax.process_index())
+  cfg = model.TransformerConfig.from_config(config)
+  mesh = parallel.make_mesh()
+  batches = pipeline.make_eval_batches(config, source, tok,
+                                       rows_multiple=jax.local_device_count(),
+                                       process_index=jax.process_index(),
+                                       process_count=jax.process_count())
+  eval_step = parallel.make_eval_step(cfg, mesh, label_smoothing=config.label_smoothing)
+  result: Dict[str, Any] = {'split': split, 'step': inference.step,
+                            'checkpoint': inference.description}
+  result.update(evaluate_batches(eval_step, parallel.replicate(inference.params, mesh),
+                                 batches, mesh))
+  logging.info('%s teacher-forced: loss %.4f perplexity %.2f accuracy %.3f', split,
+               result['loss'], result['perplexity'], result['accuracy'])
+  pairs = [source[i] for i in range(len(source))]
+  hypotheses = multihost.translate_all(
+      translate.from_config(config, inference.params, tok), [p['source'] for p in pairs],
+      progress=translate.print_progress if show_progress else None)
+  scores = decoded_scores(config, pairs, hypotheses, tok)
+  hypotheses, references = scores.pop('hypotheses'), scores.pop('references', None)
+  result.update(scores, sentences=len(pairs), beam_size=config.beam_size,
+                length_penalty_alpha=config.length_penalty_alpha,
+                examples=examples(pairs, hypotheses, references=references))
+  if multihost.is_writer():
+    result['path'] = write_result(workdir, split, inference.step, result)
+  logging.info('%s %s; written to %s', split, score_line(result), result.get('path'))
+  return result

@@ -1,0 +1,25 @@
+"""`--mode=info`: parameter count and shapes of a configuration, without data or compute."""
+
+import jax
+
+from t2t_jax.model import transformer as model
+
+
+def describe(config) -> str:
+  """A human-readable summary: model sizes, total parameters, and every parameter's shape."""
+  cfg = model.TransformerConfig.from_config(config)
+  shapes = model.param_shapes(cfg)
+  lines = [
+      f'd_model={cfg.d_model} d_ff={cfg.d_ff} num_heads={cfg.num_heads} d_k={cfg.d_k} '
+      f'd_v={cfg.d_v} num_layers={cfg.num_layers} vocab_size={cfg.vocab_size} '
+      f'positional={cfg.positional} norm_position={cfg.norm_position} dtype={cfg.dtype.name}',
+  ]
+  for name in ('shared_embedding', 'encoder', 'decoder'):
+    lines.append(f'  {name:<17} {model.count_params(shapes[name]):>13,d}')
+  lines.append(f'  {"total":<17} {model.count_params(shapes):>13,d}')
+  lines.append('shapes:')
+  flat = jax.tree_util.tree_flatten_with_path(shapes)[0]
+  for path, leaf in flat:
+    name = '/'.join(str(getattr(k, 'key', k)) for k in path)
+    lines.append(f'  {name:<60} {tuple(leaf.shape)}')
+  return '\n'.join(lines)

@@ -1,0 +1,385 @@
+"""The Transformer encoder-decoder (§3.1, Figure 1) and its decode-time key/value cache.
+
+Token conventions: padding id 0; on the decoder side EOS id 1 also serves as the start symbol
+(decoder inputs are the targets shifted right by one, beginning with id 1). Nothing here knows
+about data, files or devices.
+
+Packed rows (`config.pack_examples`, training only): several (source, target) pairs share a
+row, told apart by segment ids (`[batch, length]` int, 1, 2, ... per pair, 0 on padding) and
+positioned by their within-pair positions. Attention is then masked to the token's own pair,
+positions restart at 0 for every pair, and every pair's decoder input starts with BOS, so each
+pair's logits are those it would get alone in a row. None everywhere means unpacked: the
+computation is then exactly the unpacked one.
+"""
+
+import dataclasses
+import functools
+import math
+from typing import Any, NamedTuple, Optional, Sequence, Tuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from t2t_jax.model import attention
+from t2t_jax.model.layers import (AddPositions, FeedForward, MultiHeadAttention, Residual,
+                                  SharedEmbedding, head_projection)
+
+Array = jax.Array
+PAD_ID = 0
+EOS_ID = 1
+BOS_ID = EOS_ID
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """Everything the model needs, frozen; modes derive by `dataclasses.replace`.
+
+  Build it from a run configuration with `TransformerConfig.from_config(cfg)`, which validates.
+  """
+  vocab_size: int = 37000
+  d_model: int = 512
+  d_ff: int = 2048
+  num_heads: int = 8
+  d_k: int = 64
+  d_v: int = 64
+  num_layers: int = 6
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.0
+  positional: str = 'sinusoidal'
+  norm_position: str = 'post'
+  max_len: int = 512
+  dtype: Any = jnp.float32
+  deterministic: bool = False
+  decode: bool = False
+  attention_impl: Optional[str] = None
+  # Sow every attention layer's weights into 'intermediates' (see `attention_maps`); off in
+  # training and decoding, whose fused attention path it would replace.
+  capture_attention: bool = False
+  # Rematerialisation of each encoder/decoder layer on the backward pass (`REMAT_POLICIES`);
+  # decode mode (the cache) never remats.
+  remat_policy: str = 'none'
+
+  @classmethod
+  def from_config(cls, config, **overrides) -> 'TransformerConfig':
+    """Validated model config from a run config (`configs/default.py` keys)."""
+    from t2t_jax import config as config_lib  # local import: config imports this module
+    config_lib.validate(config)
+    heads = config.num_heads
+    return cls(
+        vocab_size=config.vocab_size, d_model=config.d_model, d_ff=config.d_ff,
+        num_heads=heads, d_k=config.d_k or config.d_model // heads,
+        d_v=config.d_v or config.d_model // heads, num_layers=config.num_layers,
+        dropout_rate=config.dropout_rate, attention_dropout_rate=config.attention_dropout_rate,
+        positional=config.positional, norm_position=config.norm_position,
+        max_len=config.max_len, dtype=jnp.dtype(config.dtype),
+        attention_impl=config.attention_impl or None, remat_policy=config.remat_policy,
+        **overrides)
+
+  def replace(self, **changes) -> 'TransformerConfig':
+    return dataclasses.replace(self, **changes)
+
+
+def shift_right(targets: Array, bos_id: int = BOS_ID,
+                segmentation: Optional[Array] = None) -> Array:
+  """Decoder inputs from targets: `[batch, length]` -> `[batch, length]`, bos first, last dropped.
+
+  With `segmentation` (packed rows, `[batch, length]` segment ids) the shift is per pair:
+  the first position of every pair gets bos, not the previous pair's last token.
+  """
+  start = jnp.full_like(targets[:, :1], bos_id)
+  shifted = jnp.concatenate([start, targets[:, :-1]], axis=1)
+  if segmentation is None:
+    return shifted
+  first = jnp.concatenate([jnp.ones_like(segmentation[:, :1], jnp.bool_),
+                           segmentation[:, 1:] != segmentation[:, :-1]], axis=1)
+  return jnp.where(first, jnp.asarray(bos_id, targets.dtype), shifted)
+
+
+def _check_packing(segmentation: Optional[Array], positions: Optional[Array], side: str):
+  if (segmentation is None) != (positions is None):
+    raise ValueError(f'packed {side}: give both the segmentation and the positions, or '
+                     'neither')
+
+
+def _residual(cfg: TransformerConfig, name: str) -> Residual:
+  return Residual(cfg.norm_position, cfg.dropout_rate, cfg.dtype, name=name)
+
+
+def _attention(cfg: TransformerConfig, name: str, decode: bool = False) -> MultiHeadAttention:
+  return MultiHeadAttention(cfg.num_heads, cfg.d_k, cfg.d_v, cfg.d_model,
+                            cfg.attention_dropout_rate, cfg.dtype, decode=decode,
+                            attention_impl=cfg.attention_impl,
+                            capture_weights=cfg.capture_attention, name=name)
+
+
+# What a rematerialised layer keeps from its forward pass for the backward pass; everything
+# else is recomputed. 'full': only the layer's inputs (about one more forward pass of FLOPs);
+# the dots policies keep matmul outputs and recompute the cheap elementwise ops between them.
+REMAT_POLICIES = {
+    'full': None,
+    'dots_saveable': jax.checkpoint_policies.dots_saveable,
+    'dots_with_no_batch_dims_saveable': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _remat(layer_cls, policy: str):
+  # Cached: one remat'ed class per (layer, policy), not a new class per layer instance.
+  return nn.remat(layer_cls, policy=REMAT_POLICIES[policy])
+
+
+def _layer_class(cfg: TransformerConfig, layer_cls):
+  """`layer_cls`, or its `nn.remat` twin under `cfg.remat_policy`: same parameter names and
+  values, activations recomputed on the backward pass. Decode mode (one position per call, no
+  backward pass, a mutable cache) always gets the plain layer."""
+  if cfg.remat_policy == 'none' or cfg.decode:
+    return layer_cls
+  if cfg.remat_policy not in REMAT_POLICIES:
+    raise ValueError(f'remat_policy {cfg.remat_policy!r} is not one of '
+                     f"'none', {', '.join(map(repr, REMAT_POLICIES))}")
+  return _remat(layer_cls, cfg.remat_policy)
+
+
+class EncoderLayer(nn.Module):
+  """Self-attention then FFN, each a residual sub-layer (§3.1)."""
+  cfg: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Array) -> Array:
+    cfg, det = self.cfg, self.cfg.deterministic
+    self_attention = _attention(cfg, 'self_attention')
+    x = _residual(cfg, 'attention_block')(
+        x, lambda y: self_attention(y, y, mask, deterministic=det), deterministic=det)
+    ffn = FeedForward(cfg.d_ff, cfg.d_model, cfg.dtype, name='ffn')
+    return _residual(cfg, 'ffn_block')(x, ffn, deterministic=det)
+
+
+class DecoderLayer(nn.Module):
+  """Masked self-attention, encoder-decoder attention, FFN (§3.1)."""
+  cfg: TransformerConfig
+
+  @nn.compact
+  def __call__(self, y: Array, encoded: Optional[Array], self_mask: Optional[Array],
+               cross_mask: Array, cross_kv: Optional[Tuple[Array, Array]] = None) -> Array:
+    cfg, det = self.cfg, self.cfg.deterministic
+    self_attention = _attention(cfg, 'self_attention', decode=cfg.decode)
+    y = _residual(cfg, 'self_attention_block')(
+        y, lambda z: self_attention(z, z, self_mask, deterministic=det), deterministic=det)
+    cross_attention = _attention(cfg, 'cross_attention')
+    y = _residual(cfg, 'cross_attention_block')(
+        y, lambda z: cross_attention(z, encoded, cross_mask, deterministic=det,
+                                     key_value=cross_kv),
+        deterministic=det)
+    ffn = FeedForward(cfg.d_ff, cfg.d_model, cfg.dtype, name='ffn')
+    return _residual(cfg, 'ffn_block')(y, ffn, deterministic=det)
+
+
+class Encoder(nn.Module):
+  """Embeds `[batch, src_len]` ids and runs N encoder layers -> `[batch, src_len, d_model]`.
+
+  Packed rows: `segmentation` and `positions` `[batch, src_len]` (see the module docstring).
+  """
+  cfg: TransformerConfig
+  embed: SharedEmbedding
+
+  @nn.compact
+  def __call__(self, inputs: Array, segmentation: Optional[Array] = None,
+               positions: Optional[Array] = None) -> Array:
+    cfg = self.cfg
+    _check_packing(segmentation, positions, 'inputs')
+    mask = attention.padding_mask(inputs, PAD_ID)
+    if segmentation is not None:
+      mask = attention.combine_masks(mask, attention.segment_mask(segmentation, segmentation))
+    x = AddPositions(cfg.max_len, cfg.positional, name='positions')(self.embed(inputs),
+                                                                    positions)
+    x = nn.Dropout(cfg.dropout_rate)(x, deterministic=cfg.deterministic)
+    for i in range(cfg.num_layers):
+      x = _layer_class(cfg, EncoderLayer)(cfg, name=f'layer_{i}')(x, mask)
+    if cfg.norm_position == 'pre':
+      x = nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, name='final_norm')(x)
+    return x
+
+
+class Decoder(nn.Module):
+  """N decoder layers over shifted targets, then the shared pre-softmax projection (§3.4).
+
+  Teacher forcing: `[batch, tgt_len]` decoder inputs -> `[batch, tgt_len, vocab]` float32 logits.
+  Decode mode: `[rows, 1]` -> `[rows, 1, vocab]`, past positions read from the cache.
+  `cross_kv` (from `cross_key_values`) replaces `encoded` with its per-layer projections; it
+  and `inputs` may hold one row per sentence while the decoder inputs hold `rows = sentences *
+  beam` (sentence-major). `vocab_t`: the embedding transposed, `[d_model, vocab]`.
+  Packed rows (teacher forcing only): `segmentation` and `positions` `[batch, tgt_len]` of the
+  decoder inputs, `inputs_segmentation` `[batch, src_len]` of the source.
+  """
+  cfg: TransformerConfig
+  embed: SharedEmbedding
+
+  @nn.compact
+  def __call__(self, decoder_inputs: Array, encoded: Optional[Array], inputs: Array,
+               cross_kv: Optional[Sequence[Tuple[Array, Array]]] = None,
+               vocab_t: Optional[Array] = None, *, segmentation: Optional[Array] = None,
+               positions: Optional[Array] = None,
+               inputs_segmentation: Optional[Array] = None) -> Array:
+    cfg = self.cfg
+    _check_packing(segmentation, positions, 'targets')
+    if (segmentation is None) != (inputs_segmentation is None):
+      raise ValueError('packed rows need the segmentation of both inputs and targets')
+    if segmentation is not None and cfg.decode:
+      raise ValueError('decode mode never packs: pass no segmentation')
+    cross_mask = attention.padding_mask(inputs, PAD_ID)
+    # In decode mode the causal mask comes from the cache index instead.
+    self_mask = None if cfg.decode else attention.causal_mask(decoder_inputs.shape[1])
+    if segmentation is not None:
+      cross_mask = attention.combine_masks(
+          cross_mask, attention.segment_mask(segmentation, inputs_segmentation))
+      self_mask = attention.combine_masks(
+          self_mask, attention.segment_mask(segmentation, segmentation))
+    y = AddPositions(cfg.max_len, cfg.positional, decode=cfg.decode,
+                     name='positions')(self.embed(decoder_inputs), positions)
+    y = nn.Dropout(cfg.dropout_rate)(y, deterministic=cfg.deterministic)
+    for i in range(cfg.num_layers):
+      y = _layer_class(cfg, DecoderLayer)(cfg, name=f'layer_{i}')(
+          y, encoded, self_mask, cross_mask, None if cross_kv is None else cross_kv[i])
+    if cfg.norm_position == 'pre':
+      y = nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, name='final_norm')(y)
+    return self.embed.attend(y, vocab_t)
+
+
+class Transformer(nn.Module):
+  """The full model; `apply` is a pure function of (params, batch).
+
+  Methods (use with `model.apply(variables, ..., method=...)`):
+    __call__(inputs, targets, [packing]): teacher-forced logits `[batch, tgt_len, vocab]`
+      float32.
+    encode(inputs, [segmentation, positions]): `[batch, src_len, d_model]`.
+    decode(decoder_inputs, encoded, inputs): logits for the given decoder inputs.
+
+  Packing (all `[batch, length]` int, None: unpacked): `inputs_segmentation`,
+  `targets_segmentation`, `inputs_position`, `targets_position`, as the packed pipeline's
+  batch keys of the same names.
+  """
+  cfg: TransformerConfig
+
+  def setup(self):
+    cfg = self.cfg
+    self.shared_embedding = SharedEmbedding(cfg.vocab_size, cfg.d_model, cfg.dtype)
+    self.encoder = Encoder(cfg, self.shared_embedding)
+    self.decoder = Decoder(cfg, self.shared_embedding)
+
+  def encode(self, inputs: Array, segmentation: Optional[Array] = None,
+             positions: Optional[Array] = None) -> Array:
+    return self.encoder(inputs, segmentation, positions)
+
+  def decode(self, decoder_inputs: Array, encoded: Optional[Array], inputs: Array,
+             cross_kv=None, vocab_t: Optional[Array] = None, **packing) -> Array:
+    return self.decoder(decoder_inputs, encoded, inputs, cross_kv, vocab_t, **packing)
+
+  def __call__(self, inputs: Array, targets: Array,
+               inputs_segmentation: Optional[Array] = None,
+               targets_segmentation: Optional[Array] = None,
+               inputs_position: Optional[Array] = None,
+               targets_position: Optional[Array] = None) -> Array:
+    if targets_segmentation is None:
+      if not (inputs_segmentation is None and inputs_position is None and
+              targets_position is None):
+        raise ValueError('packed rows need targets_segmentation too')
+      return self.decode(shift_right(targets), self.encode(inputs), inputs)
+    encoded = self.encode(inputs, inputs_segmentation, inputs_position)
+    return self.decode(shift_right(targets, segmentation=targets_segmentation), encoded,
+                       inputs, segmentation=targets_segmentation, positions=targets_position,
+                       inputs_segmentation=inputs_segmentation)
+
+
+def init_params(cfg: TransformerConfig, rng: Array, batch: int = 1, length: int = 8):
+  """Initial parameters (a nested dict of float32 arrays) for `cfg`."""
+  model = Transformer(cfg.replace(deterministic=True, decode=False))
+  dummy = jnp.ones((batch, length), jnp.int32)
+  return model.init(rng, dummy, dummy)['params']
+
+
+def param_shapes(cfg: TransformerConfig):
+  """Parameter shapes without computing anything: a tree of `jax.ShapeDtypeStruct`."""
+  return jax.eval_shape(lambda rng: init_params(cfg, rng), jax.random.PRNGKey(0))
+
+
+def count_params(tree) -> int:
+  """Total number of scalars in a parameter (or shape) tree."""
+  return sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(tree))
+
+
+def init_cache(cfg: TransformerConfig, batch: int, max_decode_len: int):
+  """A zero decode cache for `batch` rows and up to `max_decode_len` target positions.
+
+  Leaves: per-layer `cached_key` `[batch, heads, max_decode_len, d_k]`, `cached_value`
+  `[batch, heads, max_decode_len, d_v]` (heads-first, see `attention.cached_attention`), and
+  0-d int32 indices (`cache_index`, `position`).
+  """
+  model = Transformer(cfg.replace(deterministic=True, decode=True))
+  src = jnp.ones((batch, 1), jnp.int32)
+  tgt = jnp.ones((batch, max_decode_len), jnp.int32)
+  shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), src, tgt)['cache'])
+  return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+
+def cross_key_values(cfg: TransformerConfig, params, encoded: Array):
+  """Every decoder layer's encoder-decoder keys and values, projected once per sentence.
+
+  Args:
+    cfg: model config.
+    params: model parameters.
+    encoded: `[batch, src_len, d_model]` encoder output.
+
+  Returns:
+    A tuple over layers of (keys `[batch, src_len, heads, d_k]`, values `[..., d_v]`), the
+    same numbers the cross-attention computes from `encoded` (same modules, same dtype).
+  """
+  def project(kernel, features):
+    return head_projection(cfg.num_heads, features, cfg.dtype).apply({'params': kernel}, encoded)
+  layers = [params['decoder'][f'layer_{i}']['cross_attention'] for i in range(cfg.num_layers)]
+  return tuple((project(p['key'], cfg.d_k), project(p['value'], cfg.d_v)) for p in layers)
+
+
+class DecodeContext(NamedTuple):
+  """What every decode step of a batch of sentences reads and never changes.
+
+  One row per sentence, not per beam: close over it in the search's `logits_fn` rather than
+  putting it in the search's cache, which is tiled over beams and reordered at every step.
+  """
+  inputs: Array      # [batch, src_len] int32 source ids, for the encoder-decoder padding mask.
+  cross_kv: Tuple    # per decoder layer: keys [batch, src_len, heads, d_k], values [..., d_v].
+  vocab_t: Array     # [d_model, vocab]: the shared embedding, transposed once for §3.4's
+                     # pre-softmax projection.
+
+
+def decode_context(cfg: TransformerConfig, params, inputs: Array,
+                   encoded: Optional[Array] = None) -> DecodeContext:
+  """Encodes `[batch, src_len]` source ids (unless `encoded` is given) and precomputes what
+  the decode steps share: the encoder-decoder keys/values and the transposed vocabulary."""
+  if encoded is None:
+    encoded = Transformer(cfg.replace(deterministic=True, decode=False)).apply(
+        {'params': params}, inputs, method=Transformer.encode)
+  return DecodeContext(inputs, cross_key_values(cfg, params, encoded),
+                       params['shared_embedding']['embedding'].T)
+
+
+def decode_step(cfg: TransformerConfig, params, cache, tokens: Array, context: DecodeContext):
+  """One incremental decoder step with the key/value cache.
+
+  Args:
+    cfg: model config (decode and deterministic are forced on).
+    params: model parameters.
+    cache: from `init_cache(cfg, rows, max_decode_len)` or a previous step.
+    tokens: `[rows, 1]` int32, the previous output token (BOS at the first step). `rows` is a
+      multiple of the context's batch: row r belongs to sentence r // (rows // batch), as
+      `search.beam_search` lays out beams.
+    context: `decode_context(cfg, params, inputs)` of the batch's sentences.
+
+  Returns:
+    (`[rows, vocab]` float32 logits for the next position, the updated cache).
+  """
+  model = Transformer(cfg.replace(deterministic=True, decode=True))
+  logits, updated = model.apply({'params': params, 'cache': cache}, tokens, None, context.inputs,
+                                context.cross_kv, context.vocab_t, method=Transformer.decode,
+                                mutable=['cache'])
+  return logits[:, 0], updated['cache']

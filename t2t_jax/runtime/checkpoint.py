@@ -1,0 +1,297 @@
+"""Orbax checkpoints of training: state, data-iterator position and config, saved together.
+
+Layout: `<workdir>/checkpoints/<step>/{state,data,config}`. `state` is the `TrainState`
+(step, params, optimizer state); `data` the JSON state of the input iterator; `config` the run
+config as JSON, so a rerun can refuse an incompatible config instead of mixing two models;
+`data_fingerprint` what the training data was (`data/fingerprint.py`), so a rerun on edited
+data is refused too (checkpoints written before it existed have none and are accepted).
+When to save is `save_policy.py`'s decision (every T minutes, §5.2, and/or every N steps); the
+last K checkpoints are kept (orbax deletes only checkpoints it wrote). On resume, a checkpoint
+whose files are damaged (`damage.py`) is moved (never deleted) to
+`<workdir>/checkpoints_unreadable/` once an older one restores; a read that fails for a passing
+reason (I/O error, memory) stops the run and moves nothing. Every process reads each candidate
+and they agree on the outcome (`damage.agree`) before anything is decided; reads go through
+orbax's handlers directly, which (unlike a CheckpointManager's restore) hold no cross-process
+barrier a failed read would miss.
+
+Averaging the last N checkpoints for eval and decode lives in `averaging.py`.
+"""
+
+import os
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+
+import jax
+import ml_collections
+import orbax.checkpoint as ocp
+from absl import logging
+from etils import epath
+
+from t2t_jax import config as config_lib
+from t2t_jax.runtime import damage
+from t2t_jax.storage import paths
+from t2t_jax.data import fingerprint as fingerprint_lib
+from jax.experimental import multihost_utils
+
+FINGERPRINT_ITEM = 'data_fingerprint'
+
+# Keys whose change makes an existing checkpoint unusable for this run: the parameter shapes,
+# or the data order and batch shapes the saved iterator position refers to.
+RESUME_KEYS = config_lib.MODEL_KEYS + (
+    'dataset', 'source_lang', 'target_lang', 'local_corpus_dir', 'treebank_dir', 'train_split',
+    'max_length', 'tokens_per_batch', 'bucket_lengths', 'shuffle_seed', 'pack_examples',
+    'grad_accum_steps')
+
+
+class CheckpointError(RuntimeError):
+  """A checkpoint is missing, unreadable or incompatible with the run's config."""
+
+
+T = TypeVar('T')
+C = TypeVar('C')
+
+
+def first_readable(candidates: Sequence[C], read: Callable[[C], T], name: Callable[[C], str],
+                   warn: bool = True) -> Tuple[Optional[T], Optional[C], List[Tuple[C, str]]]:
+  """The first of `candidates` (newest first) that `read` reads on every process.
+
+  A candidate whose files are damaged on any process (`damage.is_damage`) is skipped, with a
+  one-line warning if `warn`. Every process must call this with the same candidates (one
+  collective per candidate tried).
+
+  Returns:
+    (value, candidate, skipped): `skipped` lists (candidate, reason) of the damaged ones tried
+    first; value and candidate are None when no candidate reads.
+
+  Raises:
+    CheckpointError: a read failed for another reason (I/O error, memory, ...) on some
+      process; nothing is skipped, the caller moves nothing.
+  """
+  damage.quiet_closed_loop_reports()  # a failing read reports as it fails: filter before
+  skipped = []
+  for candidate in candidates:
+    value, error, code = None, None, damage.OK
+    try:
+      value = read(candidate)
+    except Exception as e:  # noqa: BLE001  classified below; orbax/tensorstore raise many
+      error, code = e, damage.outcome(e)
+    combined, codes = damage.agree(code)
+    if combined == damage.OK:
+      return value, candidate, skipped
+    others = [i for i, c in enumerate(codes) if c == combined and i != jax.process_index()]
+    reason = '; '.join(([damage.short_error(error)] if error is not None else []) + (
+        [f'on process(es) {", ".join(map(str, others))}'] if others else []))
+    if combined == damage.FAILED:
+      raise CheckpointError(
+          f'{name(candidate)} could not be read ({reason}), and that does not look like damaged '
+          'files (an I/O error, a full disk, too little memory?), so nothing was skipped or '
+          'moved. Fix the cause and rerun; if its files really are damaged, move it away.'
+      ) from error
+    if warn:
+      logging.warning('%s is damaged (%s); skipping it', name(candidate), reason)
+    skipped.append((candidate, reason))
+  return None, None, skipped
+
+
+def read_json_item(item_dir: str) -> Any:
+  """A JSON item of a checkpoint (e.g. `<step>/config`), read by its handler alone."""
+  handler = ocp.JsonCheckpointHandler()
+  try:
+    return handler.restore(epath.Path(item_dir), args=ocp.args.JsonRestore())
+  finally:
+    handler.close()
+
+
+def read_config_item(item_dir: str) -> Dict[str, Any]:
+  """The saved run config; raises DamagedCheckpointError when it is not a JSON object."""
+  config = read_json_item(item_dir)
+  if not isinstance(config, dict):
+    raise damage.DamagedCheckpointError(
+        f'{item_dir} holds a {type(config).__name__}, not a config object')
+  return config
+
+
+def config_to_json(config: ml_collections.ConfigDict) -> Dict[str, Any]:
+  """The config as plain JSON values (tuples become lists)."""
+  return {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.to_dict().items()}
+
+
+def incompatible_keys(saved: Dict[str, Any], config: ml_collections.ConfigDict,
+                      keys=RESUME_KEYS) -> List[Tuple[str, Any, Any]]:
+  """[(key, saved value, current value)] for every `keys` entry that differs."""
+  current = config_to_json(config)
+  return [(k, saved.get(k), current.get(k)) for k in keys if saved.get(k) != current.get(k)]
+
+
+class Checkpointer:
+  """Saves and restores training checkpoints under `<workdir>/checkpoints`.
+
+  Args:
+    workdir: the run's directory.
+    keep: how many of the latest checkpoints to keep.
+    data_fingerprint: what the training data is (`data.fingerprint.compute`); saved with
+      every checkpoint and compared by `check_compatible`. None: neither.
+  """
+
+  def __init__(self, workdir: str, keep: int = 20,
+               data_fingerprint: Optional[Dict[str, Any]] = None):
+    self.directory = os.path.join(paths.absolute(workdir), 'checkpoints')
+    self.data_fingerprint = data_fingerprint
+    self._damaged: Dict[int, str] = {}  # step -> reason, found (and agreed on) while reading
+    self._manager = ocp.CheckpointManager(
+        self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
+
+  def latest_step(self) -> Optional[int]:
+    return self._manager.latest_step()
+
+  def all_steps(self) -> List[int]:
+    return sorted(self._manager.all_steps())
+
+  def save(self, step: int, state, data_state: Dict[str, Any],
+           config: ml_collections.ConfigDict) -> None:
+    """Writes a checkpoint at `step` (asynchronously; `wait()` blocks until it is on disk)."""
+    if step in self._manager.all_steps():
+      return
+    items = dict(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state),
+                 config=ocp.args.JsonSave(config_to_json(config)))
+    if self.data_fingerprint is not None:
+      items[FINGERPRINT_ITEM] = ocp.args.JsonSave(self.data_fingerprint)
+    self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+    logging.info('checkpoint: saving step %d to %s', step, self.directory)
+
+  def _step_dir(self, step: int) -> str:
+    return os.path.join(self.directory, str(step))
+
+  def _name(self, step: int) -> str:
+    return f'checkpoint {self._step_dir(step)}'
+
+  def saved_config(self, step: Optional[int] = None) -> Dict[str, Any]:
+    step = self.latest_step() if step is None else step
+    return read_config_item(os.path.join(self._step_dir(step), 'config'))
+
+  def saved_fingerprint(self, step: int) -> Optional[Dict[str, Any]]:
+    """The data fingerprint saved with `step`; None for checkpoints written without one."""
+    item = os.path.join(self._step_dir(step), FINGERPRINT_ITEM)
+    return read_json_item(item) if epath.Path(item).is_dir() else None
+
+  def _read_setup(self, step: int) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
+    return self.saved_config(step), self.saved_fingerprint(step)
+
+  def check_compatible(self, config: ml_collections.ConfigDict) -> None:
+    """Refuses to resume from checkpoints of a different model or data setup.
+
+    Compares the config (and the data fingerprint, if both sides have one) saved with the
+    newest checkpoint whose config reads; newer ones with damaged files are noted, to be set
+    aside by `restore_latest_good`.
+
+    Raises:
+      CheckpointError: naming every differing key with saved and current values, or the
+        training data files that changed; or a config that could not be read for a passing
+        reason.
+    """
+    steps = [s for s in reversed(self.all_steps()) if s not in self._damaged]
+    setup, step, skipped = first_readable(steps, self._read_setup, self._name)
+    self._damaged.update(skipped)
+    if setup is None:
+      return  # nothing readable to compare with: restore_latest_good says so
+    refusal = self._refusal(config, step, *setup)
+    # Each process hashed its own copy of the data: all stop if any of them refuses.
+    combined, codes = damage.agree(damage.FAILED if refusal else damage.OK)
+    if combined != damage.OK:
+      others = ', '.join(str(i) for i, c in enumerate(codes) if c != damage.OK)
+      raise CheckpointError(refusal or f'process(es) {others} refused to resume from '
+                            f'{self.directory} (their log says why); nothing was changed.')
+
+  def _refusal(self, config: ml_collections.ConfigDict, step: int, saved_config: Dict[str, Any],
+               saved_fingerprint: Optional[Dict[str, Any]]) -> Optional[str]:
+    """Why this run must not resume from `step` (saved config and fingerprint), or None."""
+    diffs = incompatible_keys(saved_config, config)
+    if diffs:
+      detail = '; '.join(f'{k}: checkpoint has {a!r}, config has {b!r}' for k, a, b in diffs)
+      return (f'{self.directory} holds checkpoints (latest step {step}) of an incompatible '
+              f'config ({detail}). Use another --workdir, or restore those values; nothing was '
+              'changed.')
+    if self.data_fingerprint is None:
+      return None
+    if saved_fingerprint is None:
+      logging.info('checkpoint step %d was written without a data fingerprint; the training '
+                   'data cannot be compared with it', step)
+      return None
+    refusal, notes = fingerprint_lib.compare(saved_fingerprint, self.data_fingerprint)
+    for note in notes:
+      logging.warning('%s (checkpoint step %d)', note, step)
+    if refusal:
+      return (f'{self.directory} holds checkpoints (latest step {step}) trained on other data: '
+              f'{refusal}. Restore those files, or train in another --workdir; nothing was '
+              'changed.')
+    return None
+
+  def restore(self, abstract_state, step: Optional[int] = None):
+    """(state, data_state) from `step` (default: the latest), placed like `abstract_state`.
+
+    `abstract_state` is a tree of `jax.ShapeDtypeStruct` with shardings (see `abstract_like`).
+    Each process reads on its own (no barrier), so a failure on one cannot strand the others.
+    """
+    step = self.latest_step() if step is None else step
+    if step is None:
+      raise CheckpointError(f'no checkpoint in {self.directory}')
+    handler = ocp.StandardCheckpointHandler()
+    try:
+      state = handler.restore(epath.Path(self._step_dir(step)) / 'state',
+                              args=ocp.args.StandardRestore(abstract_state))
+    finally:
+      handler.close()
+    return state, read_json_item(os.path.join(self._step_dir(step), 'data'))
+
+  def _read_step(self, abstract_state, step: int):
+    self._read_setup(step)  # a step is usable only if every item of it reads
+    return self.restore(abstract_state, step)
+
+  def restore_latest_good(self, abstract_state) -> Tuple[Any, Dict[str, Any], int]:
+    """(state, data_state, step) of the newest checkpoint that restores.
+
+    Newer checkpoints with damaged files (see `damage.is_damage`) are logged and moved, not
+    deleted, to `<workdir>/checkpoints_unreadable/<step>-<time>`, so the resumed run saves
+    those steps anew instead of skipping them as already saved.
+
+    Raises:
+      CheckpointError: a read failed for a passing reason (I/O error, memory: nothing is
+        moved, rerun later); or no checkpoint restores (nothing is moved either).
+    """
+    steps = [s for s in reversed(self.all_steps()) if s not in self._damaged]
+    restored, step, skipped = first_readable(
+        steps, lambda s: self._read_step(abstract_state, s), self._name)
+    self._damaged.update(skipped)
+    if restored is None:
+      raise CheckpointError(
+          f'no checkpoint in {self.directory} restores (nothing was moved; move them away or '
+          'use another --workdir to start afresh): ' + '; '.join(
+              f'step {s}: {reason}' for s, reason in sorted(self._damaged.items())))
+    newer = sorted(s for s in self._damaged if s > step)
+    if newer:
+      self._set_aside(newer)
+    return restored[0], restored[1], step
+
+  def _set_aside(self, steps: List[int]) -> None:
+    aside = os.path.join(os.path.dirname(self.directory), 'checkpoints_unreadable')
+    if jax.process_index() == 0:
+      for step in steps:
+        target = os.path.join(aside, f'{step}-{int(time.time())}')
+        paths.move(os.path.join(self.directory, str(step)), target)
+        logging.warning('checkpoint: moved unreadable step %d to %s', step, target)
+    multihost_utils.sync_global_devices('t2t_jax_checkpoint_set_aside')  # all see the move
+    for step in steps:
+      self._damaged.pop(step, None)
+    self._manager.reload()
+
+  def wait(self) -> None:
+    self._manager.wait_until_finished()
+
+  def close(self) -> None:
+    self._manager.wait_until_finished()
+    self._manager.close()
+
+
+def abstract_like(tree) -> Any:
+  """Shape/dtype/sharding skeleton of a tree of arrays, for restoring into the same layout."""
+  return jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, tree)

@@ -1,0 +1,106 @@
+"""The run directory: writability check and an exclusive lock held by the live run.
+
+Local workdir: an `flock` on `<workdir>/.t2t_jax.lock`: the kernel releases it when the
+holding process dies (even by SIGKILL), so a crashed run never leaves a stale lock behind,
+while a second live run on the same workdir is refused with the holder's pid, host and start
+time.
+
+Remote workdir (gs://...; object stores have no locks): a heartbeat lease file
+`<workdir>/.t2t_jax.lease` (`lease.py`). A crashed run's lease goes stale after
+`lease.Lease.stale_s` (3 minutes by default) and is then taken over with a warning; until
+then a restart is refused with the old owner named.
+"""
+
+import datetime
+import fcntl
+import os
+import socket
+from typing import Any
+
+from etils import epath
+
+from t2t_jax.storage import lease as lease_lib
+from t2t_jax.storage import paths
+
+
+class WorkdirError(RuntimeError):
+  """The workdir cannot be used: not writable, or locked by another live run."""
+
+
+LOCK_NAME = '.t2t_jax.lock'
+LEASE_NAME = '.t2t_jax.lease'
+
+
+def check_writable(workdir: str) -> str:
+  """Creates `workdir` if needed and proves it is writable; returns its absolute path."""
+  workdir = paths.absolute(workdir)
+  try:
+    paths.makedirs(workdir)
+    probe = epath.Path(workdir) / f'.write_test.{socket.gethostname()}.{os.getpid()}'
+    probe.write_text('ok')
+    probe.unlink()
+  except OSError as e:
+    raise WorkdirError(f'workdir {workdir} is not writable: {e.strerror or e}') from e
+  return workdir
+
+
+class _Flock:
+  """The local lock (see the module doc)."""
+
+  def __init__(self, path: str):
+    self.path = path
+    self._fd = None
+
+  def acquire(self) -> None:
+    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      holder = os.read(fd, 4096).decode('utf-8', 'replace').strip() or 'unknown process'
+      os.close(fd)
+      raise WorkdirError(f'{os.path.dirname(self.path)} is in use by another live run '
+                         f'({holder}; lock file {self.path}). Wait for it to finish or use '
+                         'another --workdir.') from None
+    started = datetime.datetime.now().isoformat(timespec='seconds')
+    os.ftruncate(fd, 0)
+    os.write(fd, f'pid {os.getpid()} on {socket.gethostname()} since {started}\n'.encode())
+    self._fd = fd
+
+  def release(self) -> None:
+    if self._fd is not None:
+      fcntl.flock(self._fd, fcntl.LOCK_UN)
+      os.close(self._fd)
+      self._fd = None
+
+
+class WorkdirLock:
+  """Exclusive lock on a workdir for the duration of a run (use as a context manager).
+
+  `lease_options` (heartbeat_s, stale_s, settle_s) tune the lease of a remote workdir.
+  """
+
+  def __init__(self, workdir: str, **lease_options: Any):
+    workdir = paths.absolute(workdir)
+    if paths.is_local(workdir):
+      self.path = os.path.join(workdir, LOCK_NAME)
+      self._impl = _Flock(self.path)
+    else:
+      self.path = os.path.join(workdir, LEASE_NAME)
+      self._impl = lease_lib.Lease(self.path, **lease_options)
+
+  def acquire(self) -> 'WorkdirLock':
+    try:
+      self._impl.acquire()
+    except lease_lib.LeaseError as e:
+      raise WorkdirError(f'{os.path.dirname(self.path)}: {e}. Wait for it to finish or use '
+                         'another --workdir.') from None
+    return self
+
+  def release(self) -> None:
+    self._impl.release()
+
+  def __enter__(self) -> 'WorkdirLock':
+    return self.acquire()
+
+  def __exit__(self, *exc) -> None:
+    self.release()

@@ -1,0 +1,108 @@
+"""Metrics sinks: `<workdir>/metrics.jsonl` and TensorBoard event files (via tensorboardX).
+
+Only one process writes (process 0 in multi-host runs); the others get a writer that drops
+everything, so callers need no `if process_index == 0`.
+
+The workdir may be remote (`paths`): object stores cannot append, so metrics.jsonl is then
+rewritten whole at each write, and event files are kept in memory and written whole at each
+tensorboardX flush (every 2 minutes and at the end) through epath, by a record writer
+registered with tensorboardX for the workdir's scheme (its own gs:// writer needs
+google-cloud-storage and uploads again, at interpreter exit, from `__del__`).
+"""
+
+import io
+import json
+import math
+import os
+from typing import Dict, Optional
+
+from absl import logging
+
+from t2t_jax.storage import paths
+
+
+class _WholeObjectWriter:
+  """A tensorboardX record writer for object stores: the event file in memory, written in
+  one piece (`paths.write_atomic`) at each flush."""
+
+  def __init__(self, path: str):
+    self.path = path
+    self._buffer = io.BytesIO()
+    self._unwritten = True
+
+  def write(self, data: bytes) -> None:
+    self._buffer.write(data)
+    self._unwritten = True
+
+  def flush(self) -> None:
+    if self._unwritten:
+      paths.write_atomic(self.path, self._buffer.getvalue(), overwrite=True)
+      self._unwritten = False
+
+  def close(self) -> None:
+    self.flush()
+
+
+class _WholeObjectWriterFactory:
+  """The factory interface of `tensorboardX.record_writer.register_writer_factory`."""
+
+  def open(self, path: str) -> _WholeObjectWriter:
+    return _WholeObjectWriter(path)
+
+  def directory_check(self, path: str) -> None:
+    del path  # object stores have no folders to create
+
+
+def _tensorboard(logdir: str):
+  """A tensorboardX SummaryWriter on `logdir` (local or remote), or None with a warning."""
+  try:
+    from tensorboardX import SummaryWriter, record_writer
+  except ImportError:  # optional for library users; requirements.txt installs it
+    logging.warning('tensorboardX is not installed: no TensorBoard event files')
+    return None
+  if not paths.is_local(logdir):
+    record_writer.register_writer_factory(logdir.split('://', 1)[0],
+                                          _WholeObjectWriterFactory())
+  return SummaryWriter(logdir)
+
+
+def _is_record(line: str) -> bool:
+  """Whether a line of metrics.jsonl is a whole record (a JSON object)."""
+  try:
+    return isinstance(json.loads(line), dict)
+  except ValueError:
+    return False
+
+
+class MetricsWriter:
+  """Appends one JSON object per call to metrics.jsonl and scalars to TensorBoard."""
+
+  def __init__(self, workdir: str, enabled: bool = True):
+    self.enabled = enabled
+    self._tb = None
+    self._jsonl = None
+    if not enabled:
+      return
+    self._jsonl = paths.AppendFile(os.path.join(workdir, 'metrics.jsonl'), _is_record)
+    if self._jsonl.torn is not None:  # a killed run's partial record: new ones start clean
+      logging.warning('%s: dropped a torn last line (a run killed while writing it): %s',
+                      self._jsonl.path, self._jsonl.torn[:200])
+    self._tb = _tensorboard(os.path.join(workdir, 'tensorboard'))
+
+  def write(self, step: int, scalars: Dict[str, float], prefix: Optional[str] = None) -> None:
+    if not self.enabled:
+      return
+    record = {'step': int(step)}
+    for key, value in scalars.items():
+      name = f'{prefix}/{key}' if prefix else key
+      value = float(value)
+      record[name] = value if math.isfinite(value) else str(value)
+      if self._tb is not None:
+        self._tb.add_scalar(name, value, int(step))
+    self._jsonl.write(json.dumps(record) + '\n')
+
+  def close(self) -> None:
+    if self._jsonl is not None:
+      self._jsonl.close()
+    if self._tb is not None:
+      self._tb.close()

@@ -1,0 +1,326 @@
+"""The training loop (§5): data, model, optimizer, checkpoints and logging.
+
+`train(config, workdir)` builds the mesh, the vocabulary and the input iterator, restores the
+latest checkpoint of the workdir if there is one (same config required), then runs
+`parallel.train_step` until `config.num_train_steps`. After every step, in this order:
+
+1. `_LogWindow`: every `log_every_steps` (and at the end or a stop), one metrics line;
+2. `dev_eval.DevEvaluator`: every `eval_every_steps`, dev loss (and dev BLEU);
+3. `save_policy.SavePolicy`: a checkpoint every N steps / T minutes, at the end and on a stop,
+   decided identically on every process;
+4. `preemption.PreemptionHandler`: on SIGTERM/SIGINT (any process), stop at the same step
+   everywhere, after that step's checkpoint.
+"""
+
+import itertools
+import os
+import time
+from typing import Dict
+
+import jax
+import ml_collections
+from absl import logging
+
+from t2t_jax import config as config_lib
+from t2t_jax.data import corpora, fingerprint, pipeline, tasks, tokenizer
+from t2t_jax.inference.evaluate import summarize
+from t2t_jax.model import transformer as model
+from t2t_jax.runtime import checkpoint, parallel
+from t2t_jax.storage import paths
+from t2t_jax.storage import workdir as workdir_lib
+from t2t_jax.training import dev_eval, metrics, optim, preemption, save_policy
+
+
+class TrainError(RuntimeError):
+  """Training cannot go on (e.g. too many consecutive non-finite steps)."""
+
+
+class Data:
+  """Vocabulary, training iterator and dev batches of a run."""
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str, *, with_eval: bool):
+    pi, pc = jax.process_index(), jax.process_count()
+    data_dir = corpora.default_data_dir(config, workdir)
+    per_host = corpora.prepared_per_host(config, workdir)
+    train_source = corpora.load_split(config, config.train_split, data_dir, process_index=pi,
+                                      per_host=per_host)
+    self.tokenizer = tokenizer.load_or_train(
+        config, workdir,
+        lambda: tokenizer.sample_sentences(train_source, config.vocab_sample_sentences), pi, pc,
+        symbols_fn=vocabulary_symbols(config, train_source))
+    rows = jax.local_device_count()
+    self.train = pipeline.make_train_iterator(
+        config, train_source, self.tokenizer, rows_multiple=rows, process_index=pi,
+        process_count=pc, cache_dir=os.path.join(workdir, 'data_cache'))
+    self.eval_batches = None
+    self.bleu_pairs = []
+    if with_eval:
+      dev_source = corpora.load_split(config, config.eval_split, data_dir, process_index=pi,
+                                      per_host=per_host)
+      self.eval_batches = pipeline.make_eval_batches(
+          config, dev_source, self.tokenizer, rows_multiple=rows, process_index=pi,
+          process_count=pc)
+      if config.eval_batches:
+        self.eval_batches = self.eval_batches[:config.eval_batches]
+      n = min(config.eval_bleu_sentences, len(dev_source))
+      self.bleu_pairs = [dev_source[i] for i in range(n)]
+
+
+def vocabulary_symbols(config: ml_collections.ConfigDict, train_source):
+  """The vocabulary's unsplittable symbols, as a function for `tokenizer.load_or_train`: those
+  of the training targets that the task keeps whole (a treebank: every tree token), none for
+  translation."""
+  task = tasks.get(config.dataset)  # a treebank: t2t_jax/parsing/task.py
+  if task is None:
+    return None
+  every_text = lambda: tokenizer.sample_sentences(train_source, len(train_source))  # noqa: E731
+  # Source and target of each pair in turn: the targets are every second text.
+  return lambda: task.vocabulary_symbols(itertools.islice(every_text(), 1, None, 2))
+
+
+def _format(step: int, total: int, m: Dict[str, float]) -> str:
+  eta = m.get('eta_s', 0.0)
+  return (f'step {step}/{total} loss {m["loss"]:.4f} nll {m["nll"]:.4f} '
+          f'acc {m["accuracy"]:.3f} lr {m["learning_rate"]:.3e} '
+          f'{m["tokens_per_s"]:,.0f} tok/s ETA {int(eta // 3600)}h{int(eta % 3600 // 60):02d}m'
+          f'{int(eta % 60):02d}s')
+
+
+class _Steps:
+  """The jitted update, with or without gradient accumulation."""
+
+  def __init__(self, cfg, optimizer, mesh, config):
+    self.accum, self.mesh = config.grad_accum_steps, mesh
+    kwargs = dict(label_smoothing=config.label_smoothing, seed=config.seed,
+                  debug_nonfinite_steps=tuple(config.debug_nonfinite_steps),
+                  shard_optimizer_state=config.shard_optimizer_state)
+    if self.accum == 1:
+      self.step = parallel.make_train_step(cfg, optimizer, mesh, **kwargs)
+    else:
+      self.grad_step, self.apply_step = parallel.make_accumulating_steps(
+          cfg, optimizer, mesh, **kwargs)
+    self.shapes = set()
+    self.padded_tokens = 0  # target slots (rows x length, all processes) since the last read
+
+  def __call__(self, state, iterator):
+    """One update from `accum` batches of `iterator`; returns (state, metric sums)."""
+    if self.accum == 1:
+      batch = next(iterator)
+      self._note_shape(batch)
+      return self.step(state, parallel.shard_batch(batch, self.mesh))
+    grads = sums = None
+    for micro in range(self.accum):
+      batch = next(iterator)
+      self._note_shape(batch)
+      g, m = self.grad_step(state.params, parallel.shard_batch(batch, self.mesh), state.step,
+                            micro)
+      grads = g if grads is None else jax.tree_util.tree_map(jax.numpy.add, grads, g)
+      sums = parallel.add_metrics(sums, m)
+    return self.apply_step(state, grads, sums)
+
+  def _note_shape(self, batch):
+    shape = batch['targets'].shape
+    self.padded_tokens += shape[0] * shape[1] * jax.process_count()
+    if shape not in self.shapes:
+      self.shapes.add(shape)
+      logging.info('compiling the train step for local batch shape %s (%d shapes so far)',
+                   shape, len(self.shapes))
+
+
+class _NonfiniteWatch:
+  """Counts consecutive skipped (non-finite) steps, reading each step's flag one step late.
+
+  Reading the flag of the previous step while the current one is already dispatched keeps
+  the device busy: no per-step host-device sync stalls the pipeline.
+  """
+
+  def __init__(self, limit: int):
+    self.limit, self.run, self.total, self.first = limit, 0, 0, None
+    self._pending = None
+
+  def push(self, step: int, flag) -> None:
+    """Records the (device) flag of `step`; checks the one pushed before it."""
+    pending, self._pending = self._pending, (step, flag)
+    if pending is not None:
+      self._check(*pending)
+
+  def flush(self) -> None:
+    if self._pending is not None:
+      self._check(*self._pending)
+      self._pending = None
+
+  def _check(self, step: int, flag) -> None:
+    if float(flag) > 0:
+      self.total += 1
+      self.run += 1
+      self.first = step if self.run == 1 else self.first
+      logging.warning('step %d: non-finite loss or gradients; update skipped (%d in a row)',
+                      step, self.run)
+    else:
+      self.run = 0
+    if self.run >= self.limit:
+      raise TrainError(f'{self.run} consecutive steps ({self.first}-{step}) had a non-finite '
+                       'loss or gradients, so training stopped (config.max_consecutive_'
+                       'nonfinite). The checkpoints already written are intact; lower the '
+                       'learning rate or check the data.')
+
+
+class _LogWindow:
+  """Metric sums and timing since the last metrics line."""
+
+  def __init__(self, total: int, schedule, run_start: float):
+    self.total, self.schedule, self.run_start = total, schedule, run_start
+    self.sums, self.start, self.steps = None, time.monotonic(), 0
+
+  def add(self, step_sums) -> None:
+    self.sums = parallel.add_metrics(self.sums, step_sums)
+    self.steps += 1
+
+  def close(self, step: int, padded_tokens: int) -> Dict[str, float]:
+    """The window's metrics (reads the device sums: the loop's one regular sync); resets."""
+    m = summarize(self.sums)
+    elapsed = time.monotonic() - self.start
+    m.update(learning_rate=float(self.schedule(step - 1)),
+             tokens_per_s=m['tokens'] / max(elapsed, 1e-9),
+             padding_efficiency=m['tokens'] / max(padded_tokens, 1),
+             steps_per_s=self.steps / max(elapsed, 1e-9),
+             eta_s=(self.total - step) * elapsed / self.steps,
+             elapsed_s=time.monotonic() - self.run_start,
+             nonfinite_steps=float(jax.device_get(self.sums['nonfinite'])))
+    self.sums, self.start, self.steps = None, time.monotonic(), 0
+    return m
+
+
+def _test_step_delay() -> float:
+  """Seconds to sleep after each step: a test hook that slows one process of a pod run
+  (`T2T_TEST_STEP_DELAY_S`), so tests can show its checkpoint decisions still agree."""
+  return float(os.environ.get('T2T_TEST_STEP_DELAY_S', '0') or 0)
+
+
+def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
+  """Trains until `config.num_train_steps`; returns the last logged metrics.
+
+  Resumes from the workdir's latest checkpoint; SIGTERM/SIGINT stop after the current step
+  with a checkpoint (see `preemption`); then the result has `stopped_at`.
+  """
+  config_lib.validate(config)
+  # Every split the run will read, before any work: a missing test split would otherwise
+  # show only after training, at the final evaluation.
+  corpora.check_splits(config, ['train_split', 'final_eval_split']
+                       + (['eval_split'] if config.eval_every_steps else []))
+  is_chief = jax.process_index() == 0
+  workdir = workdir_lib.check_writable(workdir) if is_chief else paths.absolute(workdir)
+  lock = workdir_lib.WorkdirLock(workdir).acquire() if is_chief else None
+  try:
+    with preemption.PreemptionHandler() as handler:
+      return _Run(config, workdir).loop(handler)
+  finally:
+    if lock is not None:
+      lock.release()
+
+
+class _Run:
+  """One training run: what it is built from (`__init__`) and what each step does after it."""
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str):
+    self.config, self.workdir = config, workdir
+    self.is_chief = jax.process_index() == 0
+    self.start_time = time.monotonic()
+    self.checkpointer = checkpoint.Checkpointer(
+        workdir, config.keep_checkpoints,
+        data_fingerprint=fingerprint.compute(config, corpora.default_data_dir(config, workdir)))
+    self.checkpointer.check_compatible(config)  # config and data, before any expensive work
+    self.policy = save_policy.SavePolicy(config.checkpoint_every_steps,
+                                         config.checkpoint_every_minutes,
+                                         check_every=config.log_every_steps)
+    self.mesh = parallel.make_mesh()
+    logging.info('mesh: %d devices over %d processes', self.mesh.size, jax.process_count())
+    self.data = Data(config, workdir, with_eval=config.eval_every_steps > 0)
+    cfg = model.TransformerConfig.from_config(config)
+    optimizer = optim.make_optimizer(config)
+    # Restored into the layout of this run (`abstract_like` keeps the shardings), whether
+    # the checkpoint was written with the optimizer state sharded or replicated.
+    self.state = self._restore(parallel.create_train_state(
+        cfg, optimizer, config.seed, self.mesh,
+        shard_optimizer_state=config.shard_optimizer_state))
+    self.step = int(jax.device_get(self.state.step))
+    self.writer = metrics.MetricsWriter(workdir, enabled=self.is_chief)
+    self.evaluator = (dev_eval.DevEvaluator(config, cfg, self.mesh, self.data, self.writer,
+                                            workdir, self.start_time)
+                      if self.data.eval_batches is not None else None)
+    self.steps = _Steps(cfg, optimizer, self.mesh, config)
+    self.watch = _NonfiniteWatch(config.max_consecutive_nonfinite)
+    self.window = _LogWindow(config.num_train_steps, optim.learning_rate_schedule(
+        config.d_model, config.warmup_steps, config.learning_rate_scale), self.start_time)
+    self.last: Dict[str, float] = {}
+
+  def _restore(self, state):
+    if self.checkpointer.latest_step() is None:
+      return state
+    state, data_state, start = self.checkpointer.restore_latest_good(
+        checkpoint.abstract_like(state))
+    self.data.train.set_state(data_state)
+    logging.info('resumed from step %d of %s', start, self.checkpointer.directory)
+    return state
+
+  def loop(self, handler: preemption.PreemptionHandler) -> Dict[str, float]:
+    """Steps until the end or a stop request; returns the last metrics."""
+    total, delay = self.config.num_train_steps, _test_step_delay()
+    try:
+      if self.evaluator is not None and self.step == 0:
+        self._evaluate()
+      while self.step < total:
+        self.state, step_sums = self.steps(self.state, self.data.train)
+        self.step += 1
+        self.window.add(step_sums)
+        self.watch.push(self.step, step_sums['nonfinite'])
+        if delay:
+          time.sleep(delay)
+        stopping = handler.stop_requested(self.step)
+        final = stopping or self.step == total
+        if self.step % self.config.log_every_steps == 0 or final:
+          self._log()
+        if (self.evaluator is not None and self.step % self.config.eval_every_steps == 0
+            and not stopping):
+          self._evaluate()
+        if self.policy.should_save(self.step, final=final):
+          self._save()
+        if stopping:
+          self._stop(handler)
+          break
+      self.watch.flush()
+    finally:
+      self.checkpointer.close()
+      self.writer.close()
+      self.data.train.close()
+    logging.info('training done at step %d; compiled %d train-step shapes', self.step,
+                 len(self.steps.shapes))
+    return self.last
+
+  def _log(self) -> None:
+    self.watch.flush()
+    m = self.window.close(self.step, self.steps.padded_tokens)
+    self.steps.padded_tokens = 0
+    if self.is_chief:
+      logging.info(_format(self.step, self.config.num_train_steps, m))
+    self.writer.write(self.step, m)
+    self.last.update(m)
+
+  def _evaluate(self) -> None:
+    result = self.evaluator(self.step, self.state.params)
+    self.last.update({f'eval_{k}': v for k, v in result.items()})
+
+  def _save(self) -> None:
+    self.watch.flush()  # never checkpoint past a run of failures that should stop training
+    self.checkpointer.save(self.step, self.state, self.data.train.get_state(), self.config)
+    self.policy.saved()
+
+  def _stop(self, handler: preemption.PreemptionHandler) -> None:
+    self.checkpointer.wait()
+    cause = handler.signal_name or 'a preemption notice (SIGTERM to one of the processes)'
+    since = (f' in {time.monotonic() - handler.received_at:.1f} s'
+             if handler.received_at is not None else '')
+    logging.warning('stopped by %s at step %d: checkpoint written to %s/%d%s; rerun the same '
+                    'command to resume', cause, self.step, self.checkpointer.directory,
+                    self.step, since)
+    self.last['stopped_at'] = self.step

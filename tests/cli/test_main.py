@@ -1,0 +1,84 @@
+"""The command line: `--mode=info`, `--help` and bad-input handling, as a user runs it."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
+
+
+def run_main(*args, timeout=300, env=None):
+  env = dict(os.environ, JAX_PLATFORMS='cpu') if env is None else env
+  return subprocess.run([sys.executable, os.path.join(ROOT, 'main.py'), *args], cwd=ROOT,
+                        env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_info_prints_base_parameter_count():
+  # JAX_PLATFORMS unset, as users run it: jax tries the TPU backend first and logs its
+  # failure at INFO, which stays off the console.
+  env = {k: v for k, v in os.environ.items() if k != 'JAX_PLATFORMS'}
+  result = run_main('--mode=info', '--config=configs/wmt_base.py', env=env)
+  assert result.returncode == 0, result.stderr
+  assert 'Unable to initialize backend' not in result.stderr
+  assert 'total                63,045,632' in result.stdout
+  assert 'shared_embedding/embedding' in result.stdout and '(37000, 512)' in result.stdout
+
+
+def test_info_for_a_table3_row_with_override():
+  result = run_main('--mode=info', '--config=configs/table3.py:A1', '--config.vocab_size=1000')
+  assert result.returncode == 0, result.stderr
+  assert 'num_heads=1 d_k=512 d_v=512' in result.stdout
+  assert '(1000, 512)' in result.stdout
+
+
+def test_unknown_key_and_bad_value_fail_before_computation():
+  result = run_main('--mode=info', '--config.d_modle=3')
+  assert result.returncode != 0
+  assert "unknown config key 'd_modle'; did you mean d_model" in result.stderr
+  result = run_main('--mode=info', '--config=configs/wmt_base.py', '--config.num_heads=7')
+  assert result.returncode != 0
+  assert "config key 'd_model': expected a multiple of num_heads=7" in result.stderr
+
+
+_ROWS = 'base, A1, A2, A3, A4, B1, B2, C1, C2, C3, C4, C5, C6, C7, D1, D2, D3, D4, E, big'
+
+
+@pytest.mark.parametrize('args,message', [
+    (['--config=missing.py'], "--config=missing.py: no such file 'missing.py'; expected a "
+     'Python config file such as configs/wmt_base.py or configs/table3.py:B1'),
+    (['--config=configs/table3.py:b1'], "--config=configs/table3.py:b1: unknown Table 3 row "
+     f"'b1' (rows are case-sensitive: did you mean 'B1'?); valid rows: {_ROWS}"),
+    (['--config=configs/table3.py:C9'],
+     f"--config=configs/table3.py:C9: unknown Table 3 row 'C9'; valid rows: {_ROWS}"),
+    (['--config.num_layers.x=3'], "config key 'num_layers.x': 'num_layers' holds a single "
+     'int and has no sub-keys; write --config.num_layers=VALUE'),
+    (['--mode=decode', '--input={tmp}'],
+     '--input={tmp} is a directory; expected a UTF-8 text file with one sentence per line'),
+    (['--workdir={tmp}/file'],
+     '--workdir={tmp}/file is a file; expected a directory (one that does not exist yet is '
+     'created)'),
+    (['--mode=eval', '--split=bogus'], 'flag --split=bogus: value should be one of '
+     '<train|dev|test>'),
+], ids=['missing-config', 'lower-case-row', 'unknown-row', 'nested-key', 'input-folder',
+        'workdir-file', 'bad-split'])
+def test_user_mistakes_fail_in_one_line_and_touch_nothing(tmp_path, args, message):
+  blocker = tmp_path / 'file'
+  blocker.write_text('keep me\n')
+  args = [arg.format(tmp=tmp_path) for arg in args]
+  if not any(arg.startswith('--workdir=') for arg in args):
+    args.append(f'--workdir={tmp_path}/run')
+  result = run_main(*args)
+  assert result.returncode == 1
+  assert result.stderr == f'error: {message.format(tmp=tmp_path)}\n'
+  assert os.listdir(tmp_path) == ['file'] and blocker.read_text() == 'keep me\n'
+
+
+@pytest.mark.parametrize('flag', ['--help', '-h'])
+def test_help_says_how_to_override_config_keys_and_exits_0(flag):
+  result = run_main(flag)
+  assert result.returncode == 0, result.stderr
+  assert 'Override any config key after --config with\n--config.KEY=VALUE' in result.stdout
+  assert 'in configs/default.py' in result.stdout
+  assert '--split: <train|dev|test>: eval: the split to evaluate' in result.stdout
