@@ -73,6 +73,7 @@ def _cell_after(notebook, heading):
   return next(c for c in cells[start:] if c.cell_type == 'code')
 
 
+@pytest.mark.slow
 def test_notebook_runs_top_to_bottom(corpus, tmp_path, monkeypatch):
   nbclient = pytest.importorskip('nbclient')
   workdir = str(tmp_path / 'run')

@@ -117,6 +117,7 @@ def test_pack_is_first_fit_over_the_open_rows():
 
 @pytest.mark.parametrize('positional,norm_position', [('sinusoidal', 'post'),
                                                       ('learned', 'pre')])
+@pytest.mark.slow
 def test_packed_rows_give_the_unpacked_losses_and_gradients(positional, norm_position):
   cfg = CFG.replace(positional=positional, norm_position=norm_position)
   params = model.init_params(cfg, jax.random.PRNGKey(0))
@@ -314,6 +315,7 @@ def test_two_packed_processes_split_the_one_process_epoch(source, tok):
   assert c0 and c1 and c0 + c1 == collections.Counter(_tokenized(source, tok, config.max_length))
 
 
+@pytest.mark.slow
 def test_training_with_packed_examples_from_the_command_line(corpus, tmp_path):
   # TINY, with rows of 128 tokens: its small vocabulary makes most verses 40-60 tokens long.
   longer = ('--config.max_length=', '--config.max_len=', '--config.bucket_lengths=')

@@ -162,6 +162,7 @@ def test_fr_en_prepared_offline_with_gzip_files_in_a_tar(tmp_path, monkeypatch):
       sorted(zip(test_en, test_fr)))
 
 
+@pytest.mark.slow
 def test_wmt_base_command_trains_and_decodes_offline(de_en, tmp_path):
   """`main.py --config=configs/wmt_base.py` with a tiny model: 2 steps, the final test
   evaluation (newstest2014 from SGML), then decoding a file; no network."""

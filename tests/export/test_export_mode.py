@@ -52,6 +52,7 @@ def _ours(workdir, **overrides):
   return config, inference.params, tok
 
 
+@pytest.mark.slow
 def test_ctranslate2_export_scores_and_translates_like_ours(workdir, tmp_path):
   output = str(tmp_path / 'ct2')
   result = run_main('--mode=export', '--format=ctranslate2', f'--workdir={workdir}',
@@ -83,6 +84,7 @@ def test_ctranslate2_export_scores_and_translates_like_ours(workdir, tmp_path):
     np.testing.assert_allclose(result.log_probs, ours_row, atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow
 def test_stablehlo_artifact_reproduces_translator_without_flax(workdir, tmp_path):
   # The trained tiny model says ',,,,' to everything; random weights of two layers translate
   # each of the sentences below differently (and run on to their maximum lengths).

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import pytest
 from t2t_jax.inference import translate
 from t2t_jax.model import transformer as model, search
 
@@ -70,6 +71,7 @@ def test_cached_beam_search_equals_full_recomputation():
   assert len(set(map(tuple, np.asarray(seq_a[0])))) > 1  # the beams are distinct hypotheses
 
 
+@pytest.mark.slow
 def test_translate_keeps_order_line_count_and_empty_lines():
   translator = translate.Translator(CFG, _params(1), CharTokenizer(), beam_size=4,
                                     max_decode_extra=5, batch_sentences=4,

@@ -43,6 +43,7 @@ def _not_blank(path, min_size):
   assert len(np.unique(pixels)) > 20 and (pixels < 128).mean() > 0.002, path  # ink, shades
 
 
+@pytest.mark.slow
 def test_attention_mode_writes_maps_page_and_arrays(workdir, tmp_path):
   source = tmp_path / 'input.en'
   source.write_text('\n'.join(SOURCES) + '\n', encoding='utf-8')

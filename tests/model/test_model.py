@@ -86,6 +86,7 @@ def test_future_target_token_changes_no_earlier_logit():
   assert not np.allclose(before[:, 4:], after[:, 4:])
 
 
+@pytest.mark.slow
 def test_one_embedding_matrix_used_three_times():
   params = model.init_params(TINY, jax.random.PRNGKey(0))
   vocab_leaves = [x for x in jax.tree_util.tree_leaves(params) if TINY.vocab_size in x.shape]
@@ -214,6 +215,7 @@ def _loss_and_grads(remat_policy):
   return (params,) + jax.jit(jax.value_and_grad(loss))(params)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('policy', sorted(model.REMAT_POLICIES))
 def test_remat_keeps_parameters_loss_and_gradients(policy):
   """Rematerialised layers: the same parameter tree (checkpoints stay compatible), and the same

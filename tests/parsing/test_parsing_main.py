@@ -4,6 +4,7 @@
 import json
 import os
 
+import pytest
 from tests.conftest import read_metrics, run_main
 from t2t_jax.parsing import grammar, trees
 
@@ -18,6 +19,7 @@ TINY_PARSER = ['--config=configs/parsing_synthetic.py', '--config.vocab_size=200
                '--config.beam_size=2', '--config.max_decode_extra=24']
 
 
+@pytest.mark.slow
 def test_train_then_eval_reports_f1_and_decode_writes_trees(tmp_path):
   bank = str(tmp_path / 'treebank')
   grammar.write_treebank(bank, {'train': 300, 'dev': 8, 'test': 12}, seed=5)

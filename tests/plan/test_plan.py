@@ -210,6 +210,7 @@ def test_missing_libtpu_names_the_requirements_file(monkeypatch):
     topology.check_compiler()
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_plan_mode_prints_writes_json_and_keeps_libtpu_quiet(tmp_path):
   out = tmp_path / 'plan.json'

@@ -96,6 +96,7 @@ def _env(devices: int):
   return env
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one_process_with_eight_devices(corpus, tmp_path):
   common = [f'--config.local_corpus_dir={corpus}', *TINY, '--config.eval_every_steps=0',
             '--config.num_train_steps=8', '--config.checkpoint_every_steps=0']
@@ -175,6 +176,7 @@ def pod_run(corpus, tmp_path_factory):
   return workdir, results
 
 
+@pytest.mark.slow
 def test_time_based_checkpoints_agree_when_one_process_is_slowed(pod_run):
   workdir, results = pod_run
   steps = averaging.training_steps(workdir)
@@ -188,6 +190,7 @@ def test_time_based_checkpoints_agree_when_one_process_is_slowed(pod_run):
   assert 'eval at step 16: BLEU' in results[0][2]
 
 
+@pytest.mark.slow
 def test_eval_decode_and_average_on_two_processes_write_what_one_process_writes(
     pod_run, corpus, tmp_path):
   trained, _ = pod_run

@@ -80,6 +80,7 @@ def test_eight_devices_equal_one_device():
   assert max(jax.tree_util.tree_leaves(moved)) > 1e-4
 
 
+@pytest.mark.slow
 def test_train_step_equals_plain_reference():
   """Sharded step == jax.grad of (loss sum / token count) on one device, then Adam."""
   batch = _batch(seed=3)
@@ -162,6 +163,7 @@ def test_zero_dim_is_the_largest_dimension_the_devices_divide():
   assert parallel.zero_spec((512, 8, 64), 8) == P('data', None, None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('accum', [1, 2])
 def test_zero_gives_the_replicated_update(accum):
   """Sharded optimizer state and gradients (ZeRO) are the same update as replicated Adam:
@@ -199,6 +201,7 @@ def _collectives(shard: bool):
   return found
 
 
+@pytest.mark.slow
 def test_zero_compiles_to_reduce_scatter_and_all_gather():
   replicated, zero = _collectives(False), _collectives(True)
   assert 'f32[48,32]' in replicated['all-reduce'] and 'reduce-scatter' not in replicated
@@ -208,6 +211,7 @@ def test_zero_compiles_to_reduce_scatter_and_all_gather():
   assert zero['all-reduce'] and all(s.endswith('[]') for s in zero['all-reduce'])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('saved_sharded', [False, True])
 def test_checkpoint_restores_across_zero_and_replicated(tmp_path, saved_sharded):
   """A checkpoint written by a replicated run restores into a ZeRO run, and vice versa: the

@@ -6,6 +6,7 @@ tensorstore's gcs driver, everything else through etils.epath and gcsfs)."""
 import json
 import os
 
+import pytest
 from etils import epath
 
 from conftest import TINY, run_main
@@ -74,6 +75,7 @@ def test_metrics_plots_and_eval_files_on_gcs(gcs_dir):
   assert np.array_equal(cached[0], lengths[0]) and lengths[0].tolist() == [2, 3]
 
 
+@pytest.mark.slow
 def test_train_resume_average_decode_on_gcs(gcs, gcs_dir, corpus, tmp_path):
   env = dict(os.environ, **client_env(gcs), T2T_DATA_CACHE_DIR=str(tmp_path / 'tfds'))
   corpus_dir, workdir = f'{gcs_dir}/corpus', f'{gcs_dir}/run'

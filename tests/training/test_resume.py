@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 
+import pytest
 import jax
 import numpy as np
 
@@ -51,6 +52,7 @@ def test_sigterm_writes_a_checkpoint_and_exits_zero(corpus, tmp_path):
   assert f'stopped by SIGTERM at step {steps[0]}' in stderr
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_is_bitwise_exact(corpus, tmp_path):
   common = [f'--config.local_corpus_dir={corpus}', *TINY, NO_EVAL,
             '--config.dropout_rate=0.1', '--config.num_train_steps=40',
@@ -92,6 +94,7 @@ def test_truncated_latest_checkpoint_is_skipped(corpus, tmp_path):
   assert len(moved) == 1 and moved[0].startswith('20-')  # kept for inspection, not deleted
 
 
+@pytest.mark.slow
 def test_nonfinite_steps_are_skipped_counted_and_stop_training(corpus, tmp_path):
   workdir = str(tmp_path / 'run')
   common = [f'--config.local_corpus_dir={corpus}', *TINY, NO_EVAL,

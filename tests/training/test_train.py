@@ -11,6 +11,7 @@ import pytest
 from conftest import TINY, read_metrics as _metrics, run_main
 
 
+@pytest.mark.slow
 def test_train_checkpoint_resume_and_learn(corpus, tmp_path):
   workdir = str(tmp_path / 'run')
   first = run_main(f'--workdir={workdir}', f'--config.local_corpus_dir={corpus}',
@@ -86,6 +87,7 @@ def umask_002():
   os.umask(old)
 
 
+@pytest.mark.slow
 def test_average_decode_and_eval_from_the_command_line(corpus, tmp_path, umask_002):
   workdir = str(tmp_path / 'run')
   result = run_main(f'--workdir={workdir}', f'--config.local_corpus_dir={corpus}',
