@@ -30,7 +30,6 @@ import dataclasses
 import fcntl
 import functools
 import hashlib
-import io
 import os
 import re
 import time
@@ -42,6 +41,7 @@ import tensorflow_datasets as tfds
 
 from t2t_jax.storage import paths
 from t2t_jax.data import tasks, textfiles, wmt
+from t2t_jax.data.tfds_prepare import download_and_prepare
 from t2t_jax.data.textfiles import (LOCAL_SPLITS, DataError, MissingDataError, SplitFiles,
                                     check_split, discover_splits, iter_pairs)
 # Re-exported: callers catch every data error from this module.
@@ -56,7 +56,7 @@ WMT_DATASETS = {
 }
 # Prepared from the user's own files into <workdir>/tfds (treebank: t2t_jax/parsing).
 LOCAL_DATASETS = ('local', 'treebank')
-_SPLIT_ALIASES = {'validation': 'dev'}  # local corpora call it dev
+SPLIT_ALIASES = {'validation': 'dev'}  # local corpora call it dev
 _WMT_SPLITS = {'dev': 'validation'}     # WMT calls it validation
 
 
@@ -244,37 +244,6 @@ def prepare_once(make_builder: Callable[[Optional[dict]], Any], sha: str,
   return builder
 
 
-class _LogLines(io.TextIOBase):
-  """A text stream that logs each line written to it at INFO (the console log, stderr)."""
-
-  def __init__(self):
-    super().__init__()
-    self._pending = ''
-
-  def write(self, text: str) -> int:
-    *lines, self._pending = (self._pending + text).split('\n')
-    for line in lines:
-      if line.strip():
-        logging.info('%s', line.strip())
-    return len(text)
-
-  def close(self) -> None:
-    self.write('\n')
-    super().close()
-
-
-def download_and_prepare(builder: Any) -> None:
-  """`builder.download_and_prepare` (array_record), with what TFDS prints on stdout
-  ("Downloading and preparing dataset ...") sent to the log: stdout carries only what the
-  user asked for, such as the translations of `--mode=decode`."""
-  stream = _LogLines()
-  try:
-    with contextlib.redirect_stdout(stream):
-      builder.download_and_prepare(file_format='array_record')
-  finally:
-    stream.close()
-
-
 def _to_str(value: Any) -> str:
   return value.decode('utf-8') if isinstance(value, bytes) else str(value)
 
@@ -378,37 +347,6 @@ def _wmt_source(config: Any, split: str, data_dir: Optional[str], process_index:
                                  f'{config.target_lang}')
 
 
-def _expected_files(config: Any, split: str) -> str:
-  """The files a split of a local corpus or treebank consists of, for error messages."""
-  task = tasks.get(config.dataset)
-  if task is not None:
-    return task.expected_files(config, split)
-  corpus_dir, src, tgt = local_corpus_location(config)
-  return textfiles.expected_paths(corpus_dir, split, src, tgt)
-
-
-def check_splits(config: Any, keys: Sequence[str]) -> None:
-  """Refuses, before any data is prepared, a split named by the config `keys` (such as
-  'final_eval_split') that a local corpus or treebank lacks; an empty value names none. WMT
-  has every split.
-
-  Raises:
-    MissingDataError: one line naming the key, its value and the files expected.
-  """
-  if config.dataset not in LOCAL_DATASETS:
-    return
-  task = tasks.get(config.dataset)
-  if task is not None:
-    present = task.present_splits(config)
-  else:
-    present = textfiles.discover_splits(*local_corpus_location(config))
-  for key in keys:
-    split = _SPLIT_ALIASES.get(config[key], config[key])
-    if split and split not in present:
-      raise MissingDataError(f'config key {key!r} is {config[key]!r}, but there is no '
-                             f'{split!r} split: expected {_expected_files(config, split)}.')
-
-
 def load_split(config: Any, split: str, data_dir: Optional[str], *, process_index: int = 0,
                timeout_s: float = 3600.0, poll_s: float = 1.0,
                per_host: bool = False) -> ParallelTextSource:
@@ -442,7 +380,7 @@ def load_split(config: Any, split: str, data_dir: Optional[str], *, process_inde
   corpus_dir, src, tgt = local_corpus_location(config)
   builder = local_corpus_builder(corpus_dir, src, tgt, data_dir, process_index=process_index,
                                  timeout_s=timeout_s, poll_s=poll_s, per_host=per_host)
-  local_split = _SPLIT_ALIASES.get(split, split)
+  local_split = SPLIT_ALIASES.get(split, split)
   if local_split not in builder.info.splits:
     raise MissingDataError(f'No {local_split!r} split: expected '
                            f'{textfiles.expected_paths(corpus_dir, local_split, src, tgt)}.')

@@ -22,7 +22,7 @@ import ml_collections
 from absl import logging
 
 from t2t_jax import config as config_lib
-from t2t_jax.data import corpora, fingerprint, pipeline, tasks, tokenizer
+from t2t_jax.data import corpora, fingerprint, pipeline, split_check, tasks, tokenizer
 from t2t_jax.inference.evaluate import summarize
 from t2t_jax.model import transformer as model
 from t2t_jax.runtime import checkpoint, parallel
@@ -206,7 +206,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
   config_lib.validate(config)
   # Every split the run will read, before any work: a missing test split would otherwise
   # show only after training, at the final evaluation.
-  corpora.check_splits(config, ['train_split', 'final_eval_split']
+  split_check.check_splits(config, ['train_split', 'final_eval_split']
                        + (['eval_split'] if config.eval_every_steps else []))
   is_chief = jax.process_index() == 0
   workdir = workdir_lib.check_writable(workdir) if is_chief else paths.absolute(workdir)

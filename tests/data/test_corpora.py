@@ -9,7 +9,7 @@ import time
 import pytest
 
 from configs import default
-from t2t_jax.data import corpora
+from t2t_jax.data import corpora, split_check
 
 
 def _config(corpus_dir='', source_lang='en', target_lang='de', dataset='local'):
@@ -236,24 +236,24 @@ def test_splits_the_run_needs_are_checked_before_anything_is_prepared(tmp_path):
   corpus = _two_pair_corpus(tmp_path)  # train only
   config = _config(corpus)
   config.final_eval_split, config.eval_split = 'test', 'validation'
-  corpora.check_splits(config, ['train_split'])
+  split_check.check_splits(config, ['train_split'])
   with pytest.raises(corpora.MissingDataError) as raised:
-    corpora.check_splits(config, ['train_split', 'final_eval_split', 'eval_split'])
+    split_check.check_splits(config, ['train_split', 'final_eval_split', 'eval_split'])
   assert str(raised.value) == (
       f"config key 'final_eval_split' is 'test', but there is no 'test' split: expected "
       f'{corpus}/test.en[.gz] and {corpus}/test.de[.gz], or {corpus}/test.tsv[.gz].')
   with pytest.raises(corpora.MissingDataError, match=r"^config key 'eval_split' is "
                      r"'validation', but there is no 'dev' split: expected .*/dev\.en"):
-    corpora.check_splits(config, ['eval_split'])
+    split_check.check_splits(config, ['eval_split'])
   config.final_eval_split = ''  # no final evaluation: nothing to check
-  corpora.check_splits(config, ['final_eval_split'])
+  split_check.check_splits(config, ['final_eval_split'])
   _write(corpus / 'test.tsv', ['drei\tthree'])
   config.final_eval_split = 'test'
-  corpora.check_splits(config, ['train_split', 'final_eval_split'])
+  split_check.check_splits(config, ['train_split', 'final_eval_split'])
   assert not (tmp_path / 'tfds').exists()
   wmt = _config(dataset='wmt14_translate/de-en')
   wmt.final_eval_split = 'test'
-  corpora.check_splits(wmt, ['final_eval_split'])  # WMT has every split: nothing to read
+  split_check.check_splits(wmt, ['final_eval_split'])  # WMT has every split: nothing to read
 
 
 def test_other_processes_wait_for_process_zero(tmp_path):

@@ -7,7 +7,7 @@ from etils import epath
 import pytest
 
 from configs import default
-from t2t_jax.data import corpora, fingerprint
+from t2t_jax.data import corpora, fingerprint, split_check
 from t2t_jax.parsing import linearize, treebank, trees
 from gcs_emulator import gcs, gcs_dir  # noqa: F401  (fixtures)
 
@@ -60,9 +60,9 @@ def test_a_missing_split_the_run_needs_names_its_key_before_preparing(tmp_path):
   _write(tmp_path / 'tb', {'train.trees': TRAIN, 'dev.trees': DEV})
   config = _config(tmp_path / 'tb')
   config.final_eval_split = 'test'
-  corpora.check_splits(config, ['train_split', 'eval_split'])
+  split_check.check_splits(config, ['train_split', 'eval_split'])
   with pytest.raises(corpora.MissingDataError) as e:
-    corpora.check_splits(config, ['train_split', 'eval_split', 'final_eval_split'])
+    split_check.check_splits(config, ['train_split', 'eval_split', 'final_eval_split'])
   assert str(e.value) == ("config key 'final_eval_split' is 'test', but there is no 'test' "
                           f'split: expected {tmp_path}/tb/test.trees.')
   assert sorted(os.listdir(tmp_path)) == ['tb']  # nothing prepared

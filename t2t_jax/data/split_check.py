@@ -1,0 +1,37 @@
+"""The splits a run will need, checked before any data is prepared or any step is taken: a
+missing `final_eval_split` fails in milliseconds, not after training."""
+
+from typing import Any, Sequence
+
+from t2t_jax.data import corpora, tasks, textfiles
+
+
+def _expected_files(config: Any, split: str) -> str:
+  """The files a split of a local corpus or treebank consists of, for error messages."""
+  task = tasks.get(config.dataset)
+  if task is not None:
+    return task.expected_files(config, split)
+  corpus_dir, src, tgt = corpora.local_corpus_location(config)
+  return textfiles.expected_paths(corpus_dir, split, src, tgt)
+
+
+def check_splits(config: Any, keys: Sequence[str]) -> None:
+  """Refuses, before any data is prepared, a split named by the config `keys` (such as
+  'final_eval_split') that a local corpus or treebank lacks; an empty value names none. WMT
+  has every split.
+
+  Raises:
+    MissingDataError: one line naming the key, its value and the files expected.
+  """
+  if config.dataset not in corpora.LOCAL_DATASETS:
+    return
+  task = tasks.get(config.dataset)
+  if task is not None:
+    present = task.present_splits(config)
+  else:
+    present = textfiles.discover_splits(*corpora.local_corpus_location(config))
+  for key in keys:
+    split = corpora.SPLIT_ALIASES.get(config[key], config[key])
+    if split and split not in present:
+      raise textfiles.MissingDataError(f'config key {key!r} is {config[key]!r}, but there is no '
+                             f'{split!r} split: expected {_expected_files(config, split)}.')
