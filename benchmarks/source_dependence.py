@@ -37,12 +37,12 @@ class _Rotated:
 def source_dependence(workdir: str, checkpoint=None, split: str = 'dev') -> dict:
   import jax
   from t2t_jax import config as config_lib
-  from t2t_jax.inference import averaging
+  from t2t_jax.inference import checkpoint_choice
   from t2t_jax.model import transformer as model
   from t2t_jax.runtime import parallel
   from t2t_jax.data import corpora, pipeline, tokenizer
   from t2t_jax.inference.evaluate import evaluate_batches
-  inference = averaging.load_inference_params(workdir, checkpoint)
+  inference = checkpoint_choice.load_inference_params(workdir, checkpoint)
   config = config_lib.from_json(inference.config_json)
   tok = tokenizer.load(tokenizer.vocab_path(workdir))
   source = corpora.load_split(config, split, corpora.default_data_dir(config, workdir))
