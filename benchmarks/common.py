@@ -1,18 +1,14 @@
-"""Shared pieces of the benchmarks: model sizes, the FLOP formula, timing, JSON-lines output.
+"""What the benchmarks share about the models: sizes, FLOP formulas, known accelerator peaks,
+compilation counts, the peer's thread count and the common arguments.
 
-Every benchmark writes one JSON object per line to stdout and (with --out) appends it to a file.
-Each line carries `name`, `config`, `shapes`, `device`, library versions, the machine load and
-the numbers, so a results file is self-describing.
+Timing, interleaving, the machine description and the JSON-lines records are
+`benchmarks/harness.py`'s.
 """
 
-import datetime
-import json
 import os
-import platform
-import statistics
-import sys
-import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Optional
+
+from benchmarks import harness
 
 # Model sizes. tiny: a small model that trains in minutes on a laptop CPU; base and big: the
 # paper's Table 3 models with the EN-DE vocabulary (37000).
@@ -55,105 +51,17 @@ def train_flops(size, batch, src_len, tgt_len) -> int:
   return 3 * forward_flops(size, batch, src_len, tgt_len)['total']
 
 
-def load_average() -> Optional[List[float]]:
-  try:
-    return [round(x, 2) for x in os.getloadavg()]
-  except OSError:
-    return None
-
-
-def versions() -> Dict[str, str]:
-  out = {'python': platform.python_version()}
-  for mod in ('jax', 'jaxlib', 'flax', 'optax', 'numpy', 'torch'):
-    m = sys.modules.get(mod)
-    if m is not None:
-      out[mod] = getattr(m, '__version__', '?')
-  return out
-
-
-def jax_device_info() -> Dict[str, Any]:
-  import jax
-  dev = jax.devices()[0]
-  return {'platform': dev.platform, 'kind': dev.device_kind, 'count': jax.device_count(),
-          'cpu_count': os.cpu_count(), 'machine': platform.machine(),
-          'processor': _cpu_model()}
-
-
-def _cpu_model() -> str:
-  try:
-    with open('/proc/cpuinfo') as f:
-      for line in f:
-        if line.startswith('model name'):
-          return line.split(':', 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor()
-
-
 def known_peak(device_kind: str) -> Optional[float]:
+  """The KNOWN_PEAKS entry whose key is in `device_kind` (case-insensitive), else None."""
   for key, value in KNOWN_PEAKS.items():
     if key.lower() in device_kind.lower():
       return value
   return None
 
 
-def median_time(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> Dict[str, float]:
-  """Runs `fn` (which must block until its work is done) warmup + repeats times."""
-  for _ in range(warmup):
-    fn()
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-  return summarize(times)
-
-
-def summarize(times: List[float]) -> Dict[str, float]:
-  return {'median_s': statistics.median(times), 'min_s': min(times), 'max_s': max(times),
-          'n': len(times)}
-
-
-class Emitter:
-  """Prints JSON lines and appends them to `path` (if given), adding the common fields."""
-
-  def __init__(self, path: Optional[str]):
-    self.path = path
-    if path:
-      os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-
-  def __call__(self, record: Dict[str, Any]) -> Dict[str, Any]:
-    record = dict(record)
-    record.setdefault('date', datetime.datetime.now().astimezone().isoformat(timespec='seconds'))
-    record.setdefault('versions', versions())
-    record.setdefault('load_average', load_average())
-    env = {k: os.environ[k] for k in ('XLA_FLAGS', 'OMP_NUM_THREADS', 'JAX_PLATFORMS')
-           if k in os.environ}
-    if env:
-      record.setdefault('env', env)
-    line = json.dumps(record, sort_keys=False, default=_json_default)
-    print(line, flush=True)
-    if self.path:
-      with open(self.path, 'a') as f:
-        f.write(line + '\n')
-    return record
-
-
-def _json_default(x):
-  try:
-    return float(x)
-  except (TypeError, ValueError):
-    return str(x)
-
-
-def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
-  if a is None or b is None or b == 0:
-    return None
-  return a / b
-
-
 def add_common_args(parser):
-  parser.add_argument('--out', default=None, help='append JSON lines to this file')
+  """--out (the harness's Emitter) and --no-peer, which the benchmarks with a peer take."""
+  harness.add_out_argument(parser)
   parser.add_argument('--no-peer', action='store_true', help='skip the PyTorch peer')
   return parser
 
@@ -208,9 +116,7 @@ def pick_torch_threads(run: Callable[[], Any], setting: str) -> Dict[str, Any]:
   timings = {}
   for n in sorted({cores, 1}, reverse=True):
     torch.set_num_threads(n)
-    t0 = time.perf_counter()
-    run()
-    timings[n] = time.perf_counter() - t0
+    _, timings[n] = harness.time_call(run)
   best = min(timings, key=timings.get)
   torch.set_num_threads(best)
   return {'threads': best, 'choice': 'auto', 'calibration_s': {str(k): v for k, v in timings.items()}}

@@ -6,7 +6,10 @@ ours (`parallel.make_train_step`) first, then the peer (benchmarks/torch_peer.py
 --torch-threads threads), for the same budget: --minutes of training time (the clock stops
 during evaluation; our train step is compiled for every batch shape before it starts,
 reported as compile_s) or --steps updates. Both wait for each step to finish, so the clock
-counts finished work. At the start, every --eval-every-seconds of training time
+(a `harness.Stopwatch`) counts finished work. The sides are not interleaved as in the
+throughput benchmarks: what is compared is the time to a BLEU over minutes of training,
+which each side should get as it would alone, and the peer's steps beside ours slow ours
+down through the machine's memory system (docs/performance.md). At the start, every --eval-every-seconds of training time
 (--eval-every-steps with --steps) and at the end, each side reports
   * dev NLL per target token: teacher-forced, the whole dev split, no dropout or smoothing;
   * dev BLEU (sacreBLEU, t2t_jax.inference.bleu.corpus_bleu) of the first --bleu-sentences dev
@@ -47,7 +50,6 @@ import contextlib
 import hashlib
 import os
 import sys
-import time
 import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -55,7 +57,7 @@ sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
 
 SMOKE = dict(vocab_size=400, vocab_sample_sentences=5000, d_model=32, d_ff=64, num_heads=2,
              num_layers=1, warmup_steps=10, tokens_per_batch=512)
@@ -94,22 +96,21 @@ def make_config(overrides, smoke):
 def run_phase(side, train_step, evaluate, data, start, args, emit, digests):
   """Trains one side within the budget from data state `start`; returns its eval records."""
   data.train.set_state(start)  # the peer replays exactly the batches ours saw, in order
-  points, clock, steps, tokens, mismatches = [], 0.0, 0, 0, 0
+  points, steps, tokens, mismatches = [], 0, 0, 0
+  clock = harness.Stopwatch()  # runs only while training: stopped during evaluations
 
   def eval_point():
-    t0 = time.perf_counter()
-    nll, bleu = evaluate(steps)
+    (nll, bleu), seconds = harness.time_call(evaluate, steps)
     points.append(emit({'name': 'convergence', 'kind': 'eval', 'side': side, 'steps': steps,
-                        'train_seconds': clock, 'target_tokens': tokens, 'dev_nll': nll,
-                        'dev_bleu': bleu, 'eval_seconds': time.perf_counter() - t0}))
+                        'train_seconds': clock.seconds, 'target_tokens': tokens,
+                        'dev_nll': nll, 'dev_bleu': bleu, 'eval_seconds': seconds}))
 
   eval_point()
   next_eval = args.eval_every_seconds
-  while (steps < args.steps) if args.steps else (clock < args.minutes * 60):
-    t0 = time.perf_counter()
-    batch = next(data.train)  # reading is part of training, alike for both sides
-    train_step(batch)
-    clock += time.perf_counter() - t0
+  while (steps < args.steps) if args.steps else (clock.seconds < args.minutes * 60):
+    with clock:
+      batch = next(data.train)  # reading is part of training, alike for both sides
+      train_step(batch)
     steps += 1
     tokens += int(np.count_nonzero(batch['targets']))
     digest = hashlib.blake2b(repr(batch['inputs'].shape).encode() + batch['inputs'].tobytes()
@@ -120,9 +121,9 @@ def run_phase(side, train_step, evaluate, data, start, args, emit, digests):
       mismatches += digests[steps - 1] != digest
     if args.steps and steps % args.eval_every_steps == 0 and steps < args.steps:
       eval_point()
-    elif not args.steps and next_eval <= clock < args.minutes * 60:
+    elif not args.steps and next_eval <= clock.seconds < args.minutes * 60:
       eval_point()
-      next_eval = (clock // args.eval_every_seconds + 1) * args.eval_every_seconds
+      next_eval = (clock.seconds // args.eval_every_seconds + 1) * args.eval_every_seconds
   eval_point()
   return points, {'batches_compared': min(steps, len(digests)), 'batch_mismatches': mismatches}
 
@@ -142,14 +143,13 @@ def ours_side(config, data, mesh, bleu_pairs, counter):
   init = jax.device_get(state.params)  # numpy, before the step donates the buffers
   step = parallel.make_train_step(cfg, optimizer, mesh, label_smoothing=config.label_smoothing,
                                   seed=config.seed)
-  t0 = time.perf_counter()
-  with counter.window() as compiles:
+  with harness.timed() as compiling, counter.window() as compiles:
     for length, rows in zip(*pipeline.bucket_rows(config, jax.local_device_count())):
       # An all-padding batch on a throwaway copy: compiles the shape, changes nothing.
       dummy = {k: np.zeros((rows, length), np.int32) for k in ('inputs', 'targets')}
       copy = parallel.replicate(jax.device_get(state), mesh)  # new buffers, same sharding
       jax.block_until_ready(step(copy, parallel.shard_batch(dummy, mesh)))
-  info = {'compile_s': time.perf_counter() - t0,
+  info = {'compile_s': compiling.seconds,
           'warmup_compilations': compiles['functions'].count('jit(step)')}
   eval_step = parallel.make_eval_step(cfg, mesh, label_smoothing=0.0)
   translator = translate.from_config(config, None, data.tokenizer)
@@ -287,7 +287,8 @@ def plot(path, curves, target):
   fig.savefig(path)
 
 
-def main(argv=None):
+def _parse_args(argv):
+  """The command line, its defaults filled in, and the config it asks for: (args, config)."""
   parser = common.add_common_args(argparse.ArgumentParser(
       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
   budget = parser.add_mutually_exclusive_group()
@@ -316,13 +317,18 @@ def main(argv=None):
     config = make_config(args.config_override, args.smoke)
   except ValueError as e:  # ConfigError included
     parser.error(str(e))
+  return args, config
+
+
+def main(argv=None):
+  args, config = _parse_args(argv)
   warnings.filterwarnings('ignore', message='.*nested tensors.*')
   import jax  # noqa: F401  (imported before the first line, so its version is recorded)
   from t2t_jax.runtime import parallel
   from t2t_jax.training import train
   if not args.no_peer:
     import torch  # noqa: F401
-  emit = common.Emitter(args.out)
+  emit = harness.Emitter(args.out)
   os.makedirs(args.workdir, exist_ok=True)
   config.eval_batches = 0  # the whole dev split
   config.eval_bleu_sentences = args.bleu_sentences  # Data keeps the first N dev pairs
@@ -330,8 +336,7 @@ def main(argv=None):
     data = train.Data(config, args.workdir, with_eval=True)
   mesh, start = parallel.make_mesh(), data.train.get_state()
   dev_tokens = sum(int(np.count_nonzero(b['targets'])) for b in data.eval_batches)
-  emit({'name': 'convergence', 'kind': 'setup', 'config': config.to_dict(),
-        'device': common.jax_device_info(), 'budget': {
+  emit({'name': 'convergence', 'kind': 'setup', 'config': config.to_dict(), 'budget': {
             k: getattr(args, k) for k in ('minutes', 'steps', 'eval_every_seconds',
                                           'eval_every_steps', 'torch_threads')},
         'data': {'train_pairs_used': data.train.info.num_used, 'dev_target_tokens': dev_tokens,
@@ -370,7 +375,7 @@ def main(argv=None):
     bleu_diff, n_bleu = at_equal_tokens(curves['ours'], curves['peer'], 'dev_bleu')
     emit({'name': 'convergence', 'kind': 'comparison', 'target_bleu': target,
           'target_bleu_source': source, 'minutes_to_target_bleu': minutes,
-          'ratio_minutes_ours_over_peer': common.ratio(minutes['ours'], minutes['peer']),
+          'ratio_minutes_ours_over_peer': harness.ratio(minutes['ours'], minutes['peer']),
           'dev_nll_ours_minus_peer_at_equal_tokens': nll_diff, 'nll_points': n_nll,
           'dev_bleu_ours_minus_peer_at_equal_tokens': bleu_diff, 'bleu_points': n_bleu,
           'start_dev_nll_diff': curves['ours'][0]['dev_nll'] - curves['peer'][0]['dev_nll']})

@@ -16,13 +16,12 @@ Measures, for the float32 export against our model:
 import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from benchmarks import common, serving_common  # noqa: E402
+from benchmarks import harness, serving_common  # noqa: E402
 
 
 def _teacher_forced(run, sources, targets, rows=32):
@@ -47,11 +46,6 @@ def _teacher_forced(run, sources, targets, rows=32):
   return out
 
 
-def ct2_version() -> str:
-  import ctranslate2
-  return ctranslate2.__version__
-
-
 def _gnmt(log_prob: float, tokens: int, alpha: float) -> float:
   return log_prob / ((5.0 + tokens + 1) / 6.0) ** alpha
 
@@ -59,7 +53,7 @@ def _gnmt(log_prob: float, tokens: int, alpha: float) -> float:
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   args = serving_common.add_args(parser).parse_args(argv)
-  emit = common.Emitter(args.out)
+  emit = harness.Emitter(args.out)
   from t2t_jax.export import ctranslate2_decoding as decoding
   run, sources, targets = serving_common.load(args)
   c = run.config
@@ -70,8 +64,7 @@ def main(argv=None):
   record = {'name': 'ctranslate2_parity', 'checkpoint': run.description,
             'config': {'d_model': c.d_model, 'num_layers': c.num_layers,
                        'vocab_size': c.vocab_size, 'max_len': c.max_len},
-            'sentences': len(sources), 'ctranslate2_threads': args.threads,
-            'ctranslate2_version': ct2_version()}
+            'sentences': len(sources), 'ctranslate2_threads': args.threads}
 
   ours_greedy = ids(run.translator(1, 0.0).translate_ids(sources))
   theirs = decoding.translate(ct2, pieces, beam_size=1, max_decode_extra=c.max_decode_extra,
@@ -86,9 +79,10 @@ def main(argv=None):
   record['log_prob_mean_abs_diff'] = float(diffs.mean())
   record['log_prob_tokens'] = int(diffs.size)
 
-  t0 = time.perf_counter()
-  ours_beam = ids(run.translator(c.beam_size, c.length_penalty_alpha).translate_ids(sources))
-  record['ours_beam_seconds'] = time.perf_counter() - t0
+  # One pass, compilation included: for scale only (benchmarks/serve.py times serving).
+  ours_beam, record['ours_beam_seconds'] = harness.time_call(
+      run.translator(c.beam_size, c.length_penalty_alpha).translate_ids, sources)
+  ours_beam = ids(ours_beam)
   alpha = c.length_penalty_alpha
   for patience in (1.0, 2.0):
     theirs = decoding.translate(ct2, pieces, beam_size=c.beam_size, alpha=alpha,

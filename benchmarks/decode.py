@@ -14,19 +14,21 @@ Parameters are random (speed does not depend on them) with the EOS embedding row
 hypotheses run to `max_decode_len` like long sentences; sources are random ids of one length,
 no padding.
 
+Timing: a first (compiling) call and a warmup of each side, then `--rounds` rounds of one
+decode of each side, alternating (`harness.interleave`); medians are reported.
+
   python -m benchmarks.decode --sizes tiny,base --batch 32 --src-len 32 --max-len 40 --out FILE
 """
 
 import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
 
 
 def _make_ours(cfg, batch, beam, max_len, alpha):
@@ -57,10 +59,10 @@ def _lengths(best: np.ndarray) -> np.ndarray:
   return np.where(nonzero.any(1), nonzero.shape[1] - np.argmax(nonzero[:, ::-1], 1), 0)
 
 
-def bench(size_name, batch, src_len, max_len, beam, args, emit, counter):
+def _setup_ours(size, batch, src_len, max_len, beam, alpha):
+  """Random parameters (EOS row zeroed), a random source batch and the jitted decode."""
   import jax
   from t2t_jax.model import transformer as model
-  size = common.SIZES[size_name]
   cfg = model.TransformerConfig(
       vocab_size=size['vocab_size'], d_model=size['d_model'], d_ff=size['d_ff'],
       num_heads=size['num_heads'], d_k=size['d_model'] // size['num_heads'],
@@ -74,55 +76,61 @@ def bench(size_name, batch, src_len, max_len, beam, args, emit, counter):
   params = dict(params, shared_embedding={'embedding': emb.at[model.EOS_ID].set(0.0)})
   src_np = np.random.default_rng(0).integers(2, size['vocab_size'], (batch, src_len),
                                              dtype=np.int32)
+  return params, src_np, _make_ours(cfg, batch, beam, max_len, alpha)
+
+
+def _setup_peer(size, params, src_np, beam, max_len, args):
+  """The peer decoder on our weights: (its blocking run() -> (best [B, L], steps), device)."""
+  import jax
+  import torch
+  from benchmarks import torch_peer
+  device = 'cuda' if jax.default_backend() != 'cpu' and torch.cuda.is_available() else 'cpu'
+  pmodel = torch_peer.PeerTransformer(size)
+  torch_peer.load_jax_params(pmodel, jax.device_get(params))
+  dec = torch_peer.PeerDecoder(pmodel.to(device))
+  psrc = torch.from_numpy(src_np).long().to(device)
+
+  def peer_run():  # .cpu() waits for the device
+    if beam > 1:
+      s, _, n = dec.beam_search(psrc, beam_size=beam, alpha=args.alpha, max_decode_len=max_len)
+      return s[:, 0].cpu().numpy(), n
+    s, n = dec.greedy(psrc, max_decode_len=max_len)
+    return s.cpu().numpy(), n
+
+  torch.set_num_threads(os.cpu_count())
+  return peer_run, device
+
+
+def bench(size_name, batch, src_len, max_len, beam, args, emit, counter):
+  import jax
+  size = common.SIZES[size_name]
+  params, src_np, fn = _setup_ours(size, batch, src_len, max_len, beam, args.alpha)
   src = jax.device_put(src_np)
-  fn = _make_ours(cfg, batch, beam, max_len, args.alpha)
+  ours_run = lambda: jax.block_until_ready(fn(params, src))  # noqa: E731
   with counter.window() as compiles:
-    t0 = time.perf_counter()
-    out = jax.block_until_ready(fn(params, src))
-    first_call_s = time.perf_counter() - t0
-    out = jax.block_until_ready(fn(params, src))  # warmup
+    out, first_call_s = harness.time_call(ours_run)
+    ours_run()  # warmup
   seqs, _, steps = jax.device_get(out)
   ours = {'first_call_s': first_call_s, 'compile_s': compiles['seconds'],
-          'steps': int(steps), 'generated_tokens': int(_lengths(seqs).sum()), 'times': []}
-
+          'steps': int(steps), 'generated_tokens': int(_lengths(seqs).sum())}
+  systems = {'ours': ours_run}
   peer = None
   if not args.no_peer:
-    import torch
-    from benchmarks import torch_peer
-    device = 'cuda' if jax.default_backend() != 'cpu' and torch.cuda.is_available() else 'cpu'
-    pmodel = torch_peer.PeerTransformer(size)
-    torch_peer.load_jax_params(pmodel, jax.device_get(params))
-    dec = torch_peer.PeerDecoder(pmodel.to(device))
-    psrc = torch.from_numpy(src_np).long().to(device)
-
-    def peer_run():  # .cpu() waits for the device
-      if beam > 1:
-        s, _, n = dec.beam_search(psrc, beam_size=beam, alpha=args.alpha, max_decode_len=max_len)
-        return s[:, 0].cpu().numpy(), n
-      s, n = dec.greedy(psrc, max_decode_len=max_len)
-      return s.cpu().numpy(), n
-
-    torch.set_num_threads(os.cpu_count())
+    peer_run, device = _setup_peer(size, params, src_np, beam, max_len, args)
     pseqs, psteps = peer_run()  # warmup
     threads = (common.pick_torch_threads(peer_run, args.torch_threads) if device == 'cpu'
                else {'device': device})
-    peer = {'steps': int(psteps), 'generated_tokens': int(_lengths(pseqs).sum()), 'times': [],
-            'torch_threads': threads}
+    peer = {'impl': 'torch.nn.Transformer weights + cached incremental decoder',
+            'device': device, 'steps': int(psteps),
+            'generated_tokens': int(_lengths(pseqs).sum()), 'torch_threads': threads}
     ours['same_best_hypothesis_fraction'] = float(np.mean(np.all(pseqs == seqs, axis=1)))
-
+    systems['peer'] = peer_run
   with counter.window() as loop_compiles:
-    for _ in range(args.rounds):
-      t0 = time.perf_counter()
-      jax.block_until_ready(fn(params, src))
-      ours['times'].append(time.perf_counter() - t0)
-      if peer is not None:
-        t0 = time.perf_counter()
-        peer_run()
-        peer['times'].append(time.perf_counter() - t0)
+    times = harness.interleave(systems, args.rounds, warmup=0)  # both warmed up above
   ours['compilations'] = compiles['count'] + loop_compiles['count']
 
-  def finish(entry):
-    t = common.summarize(entry.pop('times'))
+  def finish(entry, name):
+    t = harness.summarize(times[name])
     entry['time'] = t
     entry['sentences_per_s'] = batch / t['median_s']
     entry['generated_tokens_per_s'] = entry['generated_tokens'] / t['median_s']
@@ -134,15 +142,13 @@ def bench(size_name, batch, src_len, max_len, beam, args, emit, counter):
                                        beam_size=beam, alpha=args.alpha if beam > 1 else 0.0,
                                        **size),
       'shapes': {'batch': batch, 'src_len': src_len, 'max_decode_len': max_len},
-      'device': common.jax_device_info(), 'ours': finish(ours)}
+      'ours': finish(ours, 'ours')}
   if peer is not None:
-    record['peer'] = dict(impl='torch.nn.Transformer weights + cached incremental decoder',
-                          device=device,
-                          **finish(peer))
+    record['peer'] = finish(peer, 'peer')
     record['ratio_ours_over_peer'] = {
-        'sentences_per_s': common.ratio(ours['sentences_per_s'], peer['sentences_per_s']),
-        'generated_tokens_per_s': common.ratio(ours['generated_tokens_per_s'],
-                                               peer['generated_tokens_per_s'])}
+        'sentences_per_s': harness.ratio(ours['sentences_per_s'], peer['sentences_per_s']),
+        'generated_tokens_per_s': harness.ratio(ours['generated_tokens_per_s'],
+                                                peer['generated_tokens_per_s'])}
   return emit(record)
 
 
@@ -155,11 +161,12 @@ def main(argv=None):
   parser.add_argument('--src-len', type=int, default=32)
   parser.add_argument('--max-len', type=int, default=40, help='max_decode_len (steps)')
   parser.add_argument('--alpha', type=float, default=0.6)
-  parser.add_argument('--rounds', type=int, default=3)
+  parser.add_argument('--rounds', type=int, default=3,
+                      help='interleaved rounds (one timed decode of each side a round)')
   parser.add_argument('--torch-threads', default='auto',
                       help="'auto' (faster of 1 and the core count), or a number (0 = cores)")
   args = parser.parse_args(argv)
-  emit = common.Emitter(args.out)
+  emit = harness.Emitter(args.out)
   counter = common.CompileCounter()
   for size_name in args.sizes.split(','):
     for beam in [int(b) for b in args.beams.split(',')]:

@@ -7,9 +7,10 @@ lines must equal `EvalbResult.report()` and `.errors` character for character; w
 up (MAX_ERROR), `score_lines` must raise EvalbError at the same tree. Fetches nothing.
 
   python -m benchmarks.evalb_differential PATH/evalb.c [--runs 400] [--trees 20] [--seed 0]
+      [--out FILE]
 
-One JSON line: runs, sentence pairs, runs where EVALB gave up, and the mismatches (0 means
-every figure equal).
+One JSON line (benchmarks/harness.py's Emitter): runs, sentence pairs, runs where EVALB gave
+up, and the mismatches (0 means every figure equal; the exit status is then 0, else 1).
 """
 
 import argparse
@@ -26,6 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
+from benchmarks import harness  # noqa: E402
 from t2t_jax.parsing import evalb  # noqa: E402
 
 _LABELS = ['S', 'S', 'NP', 'NP', 'NP', 'VP', 'VP', 'PP', 'SBAR', 'ADJP', 'ADVP', 'PRT', 'QP',
@@ -276,9 +278,10 @@ def main() -> None:
   parser.add_argument('--runs', type=int, default=400)
   parser.add_argument('--trees', type=int, default=20)
   parser.add_argument('--seed', type=int, default=0)
+  harness.add_out_argument(parser)
   args = parser.parse_args()
   result = differential(args.evalb_c, args.runs, args.trees, args.seed)
-  print(json.dumps(result))
+  harness.Emitter(args.out)(result)
   sys.exit(1 if result['mismatches'] else 0)
 
 

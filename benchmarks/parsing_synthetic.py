@@ -16,17 +16,15 @@ finished one and only scores it again).
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
-import time
 from typing import Any, Dict, List, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-from benchmarks import common  # noqa: E402
+from benchmarks import harness  # noqa: E402
 from t2t_jax.parsing import evalb  # noqa: E402
 from t2t_jax.parsing import grammar, parse, trees  # noqa: E402
 
@@ -36,11 +34,9 @@ CONFIG = 'configs/parsing_synthetic.py'
 def _main_py(*args: str) -> tuple[float, float]:
   """Runs `python main.py ARGS` (output to the console); returns its wall time and CPU time
   (user + system: on a shared machine the wall time depends on the other jobs)."""
-  start, before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
-  subprocess.run([sys.executable, os.path.join(ROOT, 'main.py'), *args], cwd=ROOT, check=True)
-  after = resource.getrusage(resource.RUSAGE_CHILDREN)
-  cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-  return time.monotonic() - start, cpu
+  with harness.timed() as t:
+    subprocess.run([sys.executable, os.path.join(ROOT, 'main.py'), *args], cwd=ROOT, check=True)
+  return t.seconds, t.children_cpu_seconds
 
 
 def _read(path: str) -> List[str]:
@@ -54,7 +50,7 @@ def main() -> None:
   parser.add_argument('--train', type=int, default=20000, help='training trees')
   parser.add_argument('--test', type=int, default=500, help='test (and dev) trees')
   parser.add_argument('--seed', type=int, default=0, help='the grammar\'s seed')
-  parser.add_argument('--out', help='append the JSON line to this file')
+  harness.add_out_argument(parser)
   args, overrides = parser.parse_known_args()
   bad = [o for o in overrides if not o.startswith('--config.')]
   if bad:
@@ -69,7 +65,7 @@ def main() -> None:
   if not os.path.exists(sentences):
     with open(sentences, 'w', encoding='utf-8') as f:
       f.write(''.join(' '.join(t.words()) + '\n' for t in gold))
-  parsed = os.path.join(args.root, f'test.parsed.{int(time.time())}')
+  parsed = os.path.join(args.root, f'test.parsed.{harness.timestamp(compact=True)}')
   common_args = [f'--config={CONFIG}', f'--workdir={run}']
   train_s, train_cpu_s = _main_py(*common_args, f'--config.treebank_dir={bank}',
                      '--config.final_eval_split=', *overrides)
@@ -92,8 +88,8 @@ def main() -> None:
       'f1': result.f1, 'precision': result.precision, 'recall': result.recall,
       'complete_match': result.complete_match, 'tagging_accuracy': result.tagging_accuracy,
       'error_sentences': result.error_sentences,
-      'device': {'cpu_count': os.cpu_count()}, 'parsed': parsed}
-  common.Emitter(args.out)(record)
+      'parsed': parsed}
+  harness.Emitter(args.out)(record)
 
 
 if __name__ == '__main__':

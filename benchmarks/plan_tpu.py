@@ -21,13 +21,12 @@ import importlib
 import json
 import os
 import sys
-import time
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
   sys.path.insert(0, _ROOT)
 
-from benchmarks import common  # noqa: E402
+from benchmarks import harness  # noqa: E402
 
 # §6.1 / Table 3: base 100k steps in 12 hours, big 300k steps in 3.5 days, on 8 P100 GPUs.
 PAPER_HOURS = {'wmt_base': 12.0, 'wmt_big': 84.0}
@@ -66,29 +65,30 @@ def main(argv=None):
                       help='also find the largest tokens_per_batch that fits (slow)')
   parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                       help='config override, e.g. shard_optimizer_state=True')
-  parser.add_argument('--out', default=None)
+  harness.add_out_argument(parser)
   args = parser.parse_args(argv)
   import jax  # pylint: disable=import-outside-toplevel
   jax.config.update('jax_platforms', 'cpu')
   # pylint: disable=import-outside-toplevel
   from t2t_jax.plan import PlanError, make_plan
   from t2t_jax.plan.topology import parse
-  emit, done = common.Emitter(args.out), _done(args.out)
+  emit, done = harness.Emitter(args.out), _done(args.out)
   for name in args.configs.split(','):
     for dtype in args.dtypes.split(','):
       for topology in args.topologies.split(','):
         if _key(name, dtype, topology, args.set) in done:
           continue
-        start, config = time.monotonic(), _config(name, dtype, args.set)
-        chips = parse(topology).chips
-        if chips > 8:
-          config.tokens_per_batch = config.tokens_per_batch * chips // 8
-        try:
-          plan = make_plan(config, topology, search_batch=args.search)
-        except PlanError as e:
-          plan = {'topology': topology, 'dtype': dtype, 'error': str(e)}
+        with harness.timed() as wall:
+          config = _config(name, dtype, args.set)
+          chips = parse(topology).chips
+          if chips > 8:
+            config.tokens_per_batch = config.tokens_per_batch * chips // 8
+          try:
+            plan = make_plan(config, topology, search_batch=args.search)
+          except PlanError as e:
+            plan = {'topology': topology, 'dtype': dtype, 'error': str(e)}
         plan.update(name='plan_tpu', config_name=name, overrides=args.set,
-                    wall_s=round(time.monotonic() - start, 1),
+                    wall_s=round(wall.seconds, 1),
                     paper_hours_8_p100=PAPER_HOURS.get(name))
         emit(plan)
         jax.clear_caches()  # compiled executables of every plan would otherwise pile up (GBs)

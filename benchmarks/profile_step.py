@@ -20,13 +20,10 @@ import os
 import re
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
-
-from benchmarks import common  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
 
 
 def _hlo_index(hlo_text: str):
@@ -143,11 +140,10 @@ def profile_jax(fn, args, calls: int, compiled_text: str, top: int = 25):
   import jax
   index = _hlo_index(compiled_text)
   logdir = tempfile.mkdtemp(prefix='t2t_prof_')
-  t0 = time.perf_counter()
-  with jax.profiler.trace(logdir, create_perfetto_trace=True):
+  with harness.timed() as t, jax.profiler.trace(logdir, create_perfetto_trace=True):
     for _ in range(calls):
       args = fn(*args)
-  wall = (time.perf_counter() - t0) / calls
+  wall = t.seconds / calls
   path = glob.glob(os.path.join(logdir, '**', 'perfetto_trace.json.gz'), recursive=True)[0]
   with gzip.open(path) as f:
     data = json.load(f)
@@ -170,11 +166,10 @@ def profile_jax(fn, args, calls: int, compiled_text: str, top: int = 25):
 
 def profile_torch(fn, calls: int, top: int = 25):
   from torch.profiler import profile
-  t0 = time.perf_counter()
-  with profile() as p:
+  with harness.timed() as t, profile() as p:
     for _ in range(calls):
       fn()
-  wall = (time.perf_counter() - t0) / calls
+  wall = t.seconds / calls
   rows = sorted(p.key_averages(), key=lambda e: -e.self_cpu_time_total)
   total = sum(e.self_cpu_time_total for e in rows) / 1e6 / calls
   return {'wall_s_per_call': wall, 'self_cpu_s_per_call': total,
@@ -198,6 +193,70 @@ def _print(title, prof):
       print(f'   {v:8.3f} s  x{count:<5d} {name}', file=sys.stderr)
 
 
+def _train_profiles(args, record):
+  """Profiles of our train step and (unless --no-peer) the peer's: (ours, peer or None)."""
+  import jax
+  from benchmarks import train_step
+  jx = train_step._jax_setup(args.size, 'float32', args.rows, args.length)
+  state, batch, step = jx['state'], jx['batch'], jx['step']
+  state, metrics = step(state, batch)
+  jax.block_until_ready(metrics)
+  text = step.lower(state, batch).compile().as_text()
+
+  def call(state, batch):
+    state, metrics = step(state, batch)
+    jax.block_until_ready(metrics)
+    return state, batch
+  ours = profile_jax(call, (state, batch), args.calls, text)
+  record['shapes'] = {'rows': args.rows, 'length': args.length}
+  if args.no_peer:
+    return ours, None
+  import torch
+  from benchmarks import torch_peer
+  size = common.SIZES[args.size]
+  model = torch_peer.PeerTransformer(size).train()
+  opt, sched, _ = torch_peer.make_optimizer(model, size['d_model'])
+  src = torch.from_numpy(jx['host']['inputs']).long()
+  tgt = torch.from_numpy(jx['host']['targets']).long()
+  run = lambda: torch_peer.train_step(model, model, opt, sched, src, tgt)  # noqa: E731
+  run()
+  record['peer_threads'] = common.pick_torch_threads(run, args.torch_threads)
+  return ours, profile_torch(run, args.calls)
+
+
+def _decode_profiles(args, record):
+  """Profiles of our beam or greedy decode and (unless --no-peer) the peer's."""
+  import jax
+  from benchmarks import decode
+  size = common.SIZES[args.size]
+  beam = 4 if args.what == 'beam' else 1
+  params, src_np, fn = decode._setup_ours(size, args.batch, args.src_len, args.max_len, beam,
+                                          0.6)
+  jax.block_until_ready(fn(params, src_np))
+  text = fn.lower(params, src_np).compile().as_text()
+
+  def call(params, src):
+    jax.block_until_ready(fn(params, src))
+    return params, src
+  ours = profile_jax(call, (params, src_np), args.calls, text)
+  record['shapes'] = {'batch': args.batch, 'src_len': args.src_len, 'max_len': args.max_len}
+  if args.no_peer:
+    return ours, None
+  import torch
+  from benchmarks import torch_peer
+  pm = torch_peer.PeerTransformer(size)
+  torch_peer.load_jax_params(pm, jax.device_get(params))
+  dec = torch_peer.PeerDecoder(pm)
+  psrc = torch.from_numpy(src_np).long()
+  if beam > 1:
+    run = lambda: dec.beam_search(psrc, 4, 0.6, args.max_len)  # noqa: E731
+  else:
+    run = lambda: dec.greedy(psrc, args.max_len)  # noqa: E731
+  run()
+  record['peer_threads'] = common.pick_torch_threads(run, args.torch_threads)
+  return ours, profile_torch(run, args.calls)
+
+
 def main(argv=None):
   parser = common.add_common_args(argparse.ArgumentParser(
       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
@@ -211,78 +270,14 @@ def main(argv=None):
   parser.add_argument('--calls', type=int, default=2)
   parser.add_argument('--torch-threads', default='auto')
   args = parser.parse_args(argv)
-  import jax
-  emit = common.Emitter(args.out)
+  emit = harness.Emitter(args.out)
   record = {'name': f'profile_{args.what}', 'config': dict(size=args.size,
-                                                           **common.SIZES[args.size]),
-            'device': common.jax_device_info()}
-  if args.what == 'train':
-    from benchmarks import train_step
-    jx = train_step._jax_setup(args.size, 'float32', args.rows, args.length)
-    state, batch, step = jx['state'], jx['batch'], jx['step']
-    state, metrics = step(state, batch)
-    jax.block_until_ready(metrics)
-    text = step.lower(state, batch).compile().as_text()
-
-    def call(state, batch):
-      state, metrics = step(state, batch)
-      jax.block_until_ready(metrics)
-      return state, batch
-    ours = profile_jax(call, (state, batch), args.calls, text)
-    record['shapes'] = {'rows': args.rows, 'length': args.length}
-    if not args.no_peer:
-      import torch
-      from benchmarks import torch_peer
-      size = common.SIZES[args.size]
-      model = torch_peer.PeerTransformer(size).train()
-      opt, sched, _ = torch_peer.make_optimizer(model, size['d_model'])
-      src = torch.from_numpy(jx['host']['inputs']).long()
-      tgt = torch.from_numpy(jx['host']['targets']).long()
-      run = lambda: torch_peer.train_step(model, model, opt, sched, src, tgt)  # noqa: E731
-      run()
-      record['peer_threads'] = common.pick_torch_threads(run, args.torch_threads)
-      peer = profile_torch(run, args.calls)
-  else:
-    from benchmarks import decode
-    from t2t_jax.model import transformer as model
-    size = common.SIZES[args.size]
-    beam = 4 if args.what == 'beam' else 1
-    cfg = model.TransformerConfig(
-        vocab_size=size['vocab_size'], d_model=size['d_model'], d_ff=size['d_ff'],
-        num_heads=size['num_heads'], d_k=size['d_model'] // size['num_heads'],
-        d_v=size['d_model'] // size['num_heads'], num_layers=size['num_layers'],
-        deterministic=True)
-    params = jax.jit(lambda r: model.init_params(cfg, r))(jax.random.PRNGKey(0))
-    emb = params['shared_embedding']['embedding']
-    params = dict(params, shared_embedding={'embedding': emb.at[model.EOS_ID].set(0.0)})
-    src_np = np.random.default_rng(0).integers(2, size['vocab_size'],
-                                               (args.batch, args.src_len), dtype=np.int32)
-    fn = decode._make_ours(cfg, args.batch, beam, args.max_len, 0.6)
-    jax.block_until_ready(fn(params, src_np))
-    text = fn.lower(params, src_np).compile().as_text()
-
-    def call(params, src):
-      jax.block_until_ready(fn(params, src))
-      return params, src
-    ours = profile_jax(call, (params, src_np), args.calls, text)
-    record['shapes'] = {'batch': args.batch, 'src_len': args.src_len, 'max_len': args.max_len}
-    if not args.no_peer:
-      import torch
-      from benchmarks import torch_peer
-      pm = torch_peer.PeerTransformer(size)
-      torch_peer.load_jax_params(pm, jax.device_get(params))
-      dec = torch_peer.PeerDecoder(pm)
-      psrc = torch.from_numpy(src_np).long()
-      if beam > 1:
-        run = lambda: dec.beam_search(psrc, 4, 0.6, args.max_len)  # noqa: E731
-      else:
-        run = lambda: dec.greedy(psrc, args.max_len)  # noqa: E731
-      run()
-      record['peer_threads'] = common.pick_torch_threads(run, args.torch_threads)
-      peer = profile_torch(run, args.calls)
+                                                           **common.SIZES[args.size])}
+  profiles = _train_profiles if args.what == 'train' else _decode_profiles
+  ours, peer = profiles(args, record)
   _print(f'ours ({args.what}, {args.size})', ours)
   record['ours'] = ours
-  if not args.no_peer:
+  if peer is not None:
     _print(f'peer ({args.what}, {args.size})', peer)
     record['peer'] = peer
   emit(record)

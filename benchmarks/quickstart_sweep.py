@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-from benchmarks import common  # noqa: E402
+from benchmarks import harness  # noqa: E402
 
 SWEEP_EVAL = ['--config.eval_every_steps=500', '--config.eval_bleu_sentences=150',
               '--config.log_every_steps=100', '--config.checkpoint_every_steps=500',
@@ -89,7 +89,7 @@ def main() -> None:
   parser.add_argument('--variants', default=','.join(VARIANTS), help='comma-separated names')
   parser.add_argument('--cores', default='', help='e.g. "0,1": one variant per core at a time')
   parser.add_argument('--collect', action='store_true', help='only summarise finished runs')
-  parser.add_argument('--out', help='append the JSON lines to this file')
+  harness.add_out_argument(parser)
   args = parser.parse_args()
   names = [n for n in args.variants.split(',') if n]
   unknown = [n for n in names if n not in VARIANTS]
@@ -105,7 +105,7 @@ def main() -> None:
           running[core] = _launch(pending.pop(0), args.root, core)
       time.sleep(5)
       running = {c: p for c, p in running.items() if p.poll() is None}
-  emit = common.Emitter(args.out)
+  emit = harness.Emitter(args.out)
   for name in names:
     workdir = os.path.join(args.root, name)
     if os.path.isfile(os.path.join(workdir, 'metrics.jsonl')):

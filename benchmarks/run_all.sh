@@ -16,8 +16,9 @@ OUT=${OUT:-benchmarks/results/cpu.jsonl}
 mkdir -p "$(dirname "$OUT")"
 : > "$OUT"
 export PYTHONWARNINGS=ignore
-start=$(date +%s)
-echo "# $(date -Is) $(uname -m) $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+# The machine and its load before and after, as benchmarks/harness.py describes it (every
+# record carries the same description, its date and the load when it was written).
+"$PYTHON" -m benchmarks.harness >&2
 
 "$PYTHON" -m benchmarks.matmul_peak --out "$OUT"
 if [[ "${GPU:-0}" == 1 ]]; then
@@ -43,5 +44,5 @@ else
       --rounds 2 --out "$OUT"
 fi
 "$PYTHON" -m benchmarks.matmul_peak --out "$OUT"
-echo "# done in $(( $(date +%s) - start )) s; load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+"$PYTHON" -m benchmarks.harness >&2
 "$PYTHON" -m benchmarks.summarize "$OUT"

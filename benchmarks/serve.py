@@ -11,22 +11,22 @@ decode_batch_sentences (64):
   ct2_*       `ctranslate2.Translator(intra_threads=THREADS, inter_threads=1)`, one
               `translate_batch` call (max_batch_size 64, the longest source's length limit,
               4 hypotheses re-ranked by GNMT: `ctranslate2_decoding.translate`).
-One untimed pass per system first (our compilations, CTranslate2's first allocations), then
-`--repeats` timed passes, systems interleaved so a change of machine load hits all of them;
-the median pass is reported. Target tokens are the output pieces, EOS excluded.
+One untimed pass per system first (our compilations, CTranslate2's first allocations; its
+outputs are the ones scored), then `--repeats` timed passes, the systems interleaved so a
+change of machine load hits all of them (`harness.interleave`: the order rotates by one each
+round); the median pass is reported. Target tokens are the output pieces, EOS excluded.
 
   python -m benchmarks.serve --workdir RUN --scratch /tmp/serve --out benchmarks/results/serve.jsonl
 """
 
 import argparse
+import functools
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import common, serving_common  # noqa: E402
+from benchmarks import harness, serving_common  # noqa: E402
 
 
 def _systems(run, scratch, threads):
@@ -55,50 +55,45 @@ def _systems(run, scratch, threads):
   return systems
 
 
+THREADS = {'ours': 'XLA CPU thread pool, one per core', 'stablehlo': 'as ours',
+           'ct2_float32': 'intra_threads={}, inter_threads=1',
+           'ct2_int8': 'intra_threads={}, inter_threads=1'}
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--repeats', type=int, default=2)
+  parser.add_argument('--repeats', type=int, default=2, help='timed passes of each system')
   args = serving_common.add_args(parser).parse_args(argv)
-  emit = common.Emitter(args.out)
-  import ctranslate2
+  emit = harness.Emitter(args.out)
   import sentencepiece
   from t2t_jax.inference import bleu
   run, sources, references = serving_common.load(args)
   systems = _systems(run, args.scratch, args.threads)
   sp = sentencepiece.SentencePieceProcessor(model_file=run.tokenizer.path)
-  load_before = common.load_average()
-  outputs, times = {}, {name: [] for name in systems}
-  for name, translate in systems.items():
-    outputs[name] = translate(sources)  # untimed: compilation, first allocations
-  for _ in range(args.repeats):
-    for name, translate in systems.items():
-      start = time.perf_counter()
-      translate(sources)
-      times[name].append(time.perf_counter() - start)
-  device = {'cpu_count': os.cpu_count(), 'processor': common._cpu_model()}
-  threads = {'ours': 'XLA CPU thread pool, one per core', 'stablehlo': 'as ours',
-             'ct2_float32': f'intra_threads={args.threads}, inter_threads=1',
-             'ct2_int8': f'intra_threads={args.threads}, inter_threads=1'}
+  load_before = harness.load_average()
+  # The untimed first pass (compilation, first allocations) gives the outputs that are scored.
+  outputs = {name: translate(sources) for name, translate in systems.items()}
+  times = harness.interleave({name: functools.partial(translate, sources)
+                              for name, translate in systems.items()}, args.repeats, warmup=0)
   results = {}
-  for name in systems:
-    seconds = statistics.median(times[name])
+  for name, passes in times.items():
+    seconds = harness.summarize(passes)['median_s']
     tokens = sum(len(row) for row in outputs[name])
     text = [sp.decode(row) for row in outputs[name]]
     results[name] = {
-        'seconds': seconds, 'passes_s': times[name], 'sentences_per_s': len(sources) / seconds,
+        'seconds': seconds, 'passes_s': passes, 'sentences_per_s': len(sources) / seconds,
         'target_tokens_per_s': tokens / seconds, 'target_tokens': tokens,
         'bleu': bleu.corpus_bleu(text, references).score,
         'identical_to_ours': sum(a == b for a, b in zip(outputs[name], outputs['ours'])),
-        'threads': threads[name]}
+        'threads': THREADS[name].format(args.threads)}
   c = run.config
-  emit({'name': 'serve', 'checkpoint': run.description, 'device': device,
+  emit({'name': 'serve', 'checkpoint': run.description,
         'config': {'d_model': c.d_model, 'num_layers': c.num_layers, 'vocab_size': c.vocab_size,
                    'beam_size': c.beam_size, 'alpha': c.length_penalty_alpha,
                    'rows': c.decode_batch_sentences},
         'sentences': len(sources), 'repeats': args.repeats, 'results': results,
-        'speedup_over_ours': {n: results['ours']['seconds'] / r['seconds']
-                              for n, r in results.items()},
-        'ctranslate2_version': ctranslate2.__version__, 'load_average_before': load_before})
+        'speedup_over_ours': harness.speedups(times, 'ours'),
+        'load_average_before': load_before})
 
 
 if __name__ == '__main__':

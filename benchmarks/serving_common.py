@@ -58,9 +58,9 @@ def load(args) -> Tuple[Run, List[str], List[str]]:
 
 def load_run(workdir: str) -> Run:
   from t2t_jax import config as config_lib
-  from t2t_jax.inference import averaging
+  from t2t_jax.inference import checkpoint_choice
   from t2t_jax.data import tokenizer
-  inference = averaging.load_inference_params(workdir)
+  inference = checkpoint_choice.load_inference_params(workdir)
   return Run(workdir, config_lib.from_json(inference.config_json), inference.params,
              tokenizer.load(tokenizer.vocab_path(workdir)), inference.description)
 

@@ -19,6 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
+from benchmarks import harness  # noqa: E402
+
 
 class _Rotated:
   """A split whose pair i has the source of pair (i + 1) mod n and its own target."""
@@ -37,12 +39,12 @@ class _Rotated:
 def source_dependence(workdir: str, checkpoint=None, split: str = 'dev') -> dict:
   import jax
   from t2t_jax import config as config_lib
-  from t2t_jax.inference import averaging
+  from t2t_jax.inference import checkpoint_choice
   from t2t_jax.model import transformer as model
   from t2t_jax.runtime import parallel
   from t2t_jax.data import corpora, pipeline, tokenizer
   from t2t_jax.inference.evaluate import evaluate_batches
-  inference = averaging.load_inference_params(workdir, checkpoint)
+  inference = checkpoint_choice.load_inference_params(workdir, checkpoint)
   config = config_lib.from_json(inference.config_json)
   tok = tokenizer.load(tokenizer.vocab_path(workdir))
   source = corpora.load_split(config, split, corpora.default_data_dir(config, workdir))
@@ -65,11 +67,10 @@ def main() -> None:
   parser.add_argument('--workdir', required=True)
   parser.add_argument('--checkpoint', default=None)
   parser.add_argument('--split', default='dev')
-  parser.add_argument('--out', help='append the JSON line to this file')
+  harness.add_out_argument(parser)
   args = parser.parse_args()
-  from benchmarks import common
-  common.Emitter(args.out)({'name': 'source_dependence',
-                            **source_dependence(args.workdir, args.checkpoint, args.split)})
+  harness.Emitter(args.out)({'name': 'source_dependence',
+                             **source_dependence(args.workdir, args.checkpoint, args.split)})
 
 
 if __name__ == '__main__':

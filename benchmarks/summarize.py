@@ -1,6 +1,10 @@
 """Prints a results file (JSON lines from the benchmarks) as Markdown tables.
 
   python -m benchmarks.summarize benchmarks/results/cpu.jsonl
+
+The tables read only fields that records have had from the start (`date`, `load_average`
+and each benchmark's numbers), so the records written before benchmarks/harness.py (with
+`versions` and `device` where newer ones have `machine`) print alike.
 """
 
 import json
@@ -97,7 +101,7 @@ def main(argv=None):
       records += [json.loads(line) for line in f if line.strip()]
   tables = []
   for name, (columns, row) in TABLES.items():
-    rows = [row(r) for r in records if r['name'] == name]
+    rows = [row(r) for r in records if r.get('name') == name]
     if rows:
       tables.append('\n'.join(['| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)] +
                               ['| ' + ' | '.join(str(c) for c in cells) + ' |' for cells in rows]))

@@ -4,7 +4,9 @@ Ours: `make_train_step` (label smoothing 0.1, dropout as the size says, Adam 0.9
 with the paper's schedule) on a mesh of one device on CPU, all devices on GPU. The peer
 (`benchmarks/torch_peer.py`): torch.nn.Transformer with the same sizes, loss, optimizer and
 batch, eager and (where it works) torch.compile'd, in a child process on CPU, interleaved with
-ours round by round so machine load hits both alike.
+ours round by round so machine load hits both alike (`harness.interleave`: each round the
+matmul peak on CPU, `--steps` of ours, of the peer eager and compiled, the order rotated by
+one each round; the peer's steps are timed in its process).
 
 Batches are `rows x length` random token ids in [2, vocab) for both sources and targets (no
 padding), so "target tokens" = rows * length.
@@ -23,13 +25,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from benchmarks import common, matmul_peak  # noqa: E402
+from benchmarks import common, harness, matmul_peak  # noqa: E402
 
 
 def _jax_setup(size_name, dtype, rows, length, seed=0, attention_impl=''):
@@ -63,7 +64,8 @@ def _host_batch(vocab_size, rows, length, seed):
 
 
 class _PeerRunner:
-  """The peer's model, optimizer and batch, warmed up; `steps(mode, n)` times n steps."""
+  """The peer's model, optimizer and batch, warmed up; `system(mode)` is one step of 'eager'
+  or 'compiled' for `harness.interleave`, `steps(mode, n)` the times of n steps."""
 
   def __init__(self, size_name, host, dtype, device, warmup, torch_compile, torch_threads):
     import torch
@@ -84,19 +86,18 @@ class _PeerRunner:
 
     self.step, self.fwd = step, {'eager': model}
     self.info = {'eager': {'optimizer': opt_impl, 'device': device}}
-    t0 = time.perf_counter()
-    for _ in range(warmup):
-      step(model)
-    self.info['eager']['warmup_s'] = time.perf_counter() - t0
+    with harness.timed() as t:
+      for _ in range(warmup):
+        step(model)
+    self.info['eager']['warmup_s'] = t.seconds
     if device == 'cpu':
       self.info['eager']['torch_threads'] = common.pick_torch_threads(lambda: step(model),
                                                                       torch_threads)
     if torch_compile:
       try:
         compiled = torch.compile(model)
-        t0 = time.perf_counter()
-        step(compiled)
-        self.info['compiled'] = {'first_call_s': time.perf_counter() - t0}
+        _, first_call_s = harness.time_call(step, compiled)
+        self.info['compiled'] = {'first_call_s': first_call_s}
         for _ in range(warmup):
           step(compiled)
         self.fwd['compiled'] = compiled
@@ -107,13 +108,11 @@ class _PeerRunner:
     if device == 'cuda':
       torch.cuda.reset_peak_memory_stats()
 
+  def system(self, mode):
+    return lambda: self.step(self.fwd[mode])
+
   def steps(self, mode, n):
-    times = []
-    for _ in range(n):
-      t0 = time.perf_counter()
-      self.step(self.fwd[mode])
-      times.append(time.perf_counter() - t0)
-    return times
+    return [harness.time_call(self.system(mode))[1] for _ in range(n)]
 
   def peak_memory(self):
     import torch
@@ -146,6 +145,10 @@ class _PeerProcess:
 
   def steps(self, mode, n):
     return self._call({'steps': n, 'mode': mode})
+
+  def system(self, mode):
+    """One step timed in the child (the pipe's round trip does not count)."""
+    return lambda: harness.Measured(self.steps(mode, 1)[0])
 
   def peak_memory(self):
     return None
@@ -191,12 +194,82 @@ def _check_same_function(size_name, jx, params, peer_cls, load, torch, device):
   return {'ours_nll': ours, 'peer_nll': float(loss), 'abs_diff': abs(ours - float(loss))}
 
 
+def _ours_first_calls(jx, warmup, counter):
+  """Our step's first (compiling) call and `warmup` more: (state, its info)."""
+  import jax
+  batch, step = jx['batch'], jx['step']
+
+  def call(state):
+    state, metrics = step(state, batch)
+    jax.block_until_ready(metrics)
+    return state
+
+  with counter.window() as compiles:
+    state, first_call_s = harness.time_call(call, jx['state'])
+    for _ in range(warmup):
+      state = call(state)
+  ours = {'first_call_s': first_call_s, 'compile_s': compiles['seconds'],
+          'functions': compiles['functions']}
+  try:
+    mem = step.lower(state, batch).compile().memory_analysis()
+    ours['xla_memory_analysis'] = {
+        k: getattr(mem, k) for k in ('argument_size_in_bytes', 'output_size_in_bytes',
+                                     'temp_size_in_bytes', 'generated_code_size_in_bytes')
+        if hasattr(mem, k)}
+  except Exception as e:  # noqa: BLE001 - informational only
+    ours['xla_memory_analysis'] = f'unavailable: {e!r}'
+  return state, ours
+
+
+def _start_peer(size_name, rows, length, jx, args, on_cpu):
+  """The peer, on the same device kind, same batch: a child process on CPU (see
+  _PeerProcess), in this process on GPU (two processes would split the device's memory)."""
+  compile_peer = size_name in args.torch_compile.split(',')
+  if on_cpu:
+    return _PeerProcess({'size': size_name, 'rows': rows, 'length': length, 'seed': 0,
+                         'dtype': args.dtype, 'warmup': args.warmup,
+                         'torch_compile': compile_peer, 'torch_threads': args.torch_threads})
+  import torch
+  return _PeerRunner(size_name, jx['host'], args.dtype,
+                     'cuda' if torch.cuda.is_available() else 'cpu', args.warmup,
+                     compile_peer, args.torch_threads)
+
+
+def _timed_rounds(jx, state, runner, args, on_cpu):
+  """Interleaved rounds of the matmul peak (CPU), our steps and the peer's (eager, compiled):
+  (times {system: [s]}, peak samples [FLOP/s], final state, last metrics)."""
+  import jax
+  holder, peaks = {'state': state}, []
+
+  def ours():
+    holder['state'], holder['metrics'] = jx['step'](holder['state'], jx['batch'])
+    jax.block_until_ready(holder['metrics'])
+
+  systems = {}
+  if on_cpu:
+    systems['matmul_peak'] = lambda: peaks.append(
+        matmul_peak.jax_matmul_peak(repeats=args.peak_repeats)['flops_per_s'])
+  systems['ours'] = ours
+  for mode in ('eager', 'compiled'):
+    if runner is not None and mode in runner.info:
+      systems[f'peer_{mode}'] = runner.system(mode)
+  repeats = {name: 1 if name == 'matmul_peak' else args.steps for name in systems}
+  times = harness.interleave(systems, args.rounds, warmup=0, repeats=repeats)
+  return times, peaks, holder['state'], holder['metrics']
+
+
+def _finish(entry, times, tokens, flops, peak):
+  entry['step_time'] = t = harness.summarize(times)
+  entry['target_tokens_per_s'] = tokens / t['median_s']
+  entry['model_flops_per_s'] = flops / t['median_s']
+  entry['fraction_of_peak'] = harness.ratio(entry['model_flops_per_s'], peak)
+  return entry
+
+
 def bench(size_name, rows, length, args, emit, counter):
   import jax
-  t_setup = time.perf_counter()
-  with counter.window() as setup_compiles:
+  with counter.window() as setup_compiles, harness.timed() as setup:
     jx = _jax_setup(size_name, args.dtype, rows, length, attention_impl=args.attention_impl)
-  setup_s = time.perf_counter() - t_setup
   size = common.SIZES[size_name]
   on_cpu = jax.default_backend() == 'cpu'
   flops = common.train_flops(size, rows, length, length)
@@ -206,85 +279,22 @@ def bench(size_name, rows, length, args, emit, counter):
                                            attention_impl=args.attention_impl or 'default', **size),
       'shapes': {'rows': rows, 'src_len': length, 'tgt_len': length, 'target_tokens': tokens,
                  'devices': len(jx['devices'])},
-      'device': common.jax_device_info(),
       'model_flops_per_step': flops,
       'flops_breakdown_forward': common.forward_flops(size, rows, length, length),
   }
-
-  # Ours: the first call compiles; then warmup.
-  state, batch, step = jx['state'], jx['batch'], jx['step']
-  with counter.window() as compiles:
-    t0 = time.perf_counter()
-    state, metrics = step(state, batch)
-    jax.block_until_ready(metrics)
-    first_call_s = time.perf_counter() - t0
-    for _ in range(args.warmup):
-      state, metrics = step(state, batch)
-      jax.block_until_ready(metrics)
-  ours = {'first_call_s': first_call_s, 'compile_s': compiles['seconds'],
-          'setup_s': setup_s, 'setup_compilations': setup_compiles['count'], 'times': []}
-  try:
-    mem = step.lower(state, batch).compile().memory_analysis()
-    ours['xla_memory_analysis'] = {
-        k: getattr(mem, k) for k in ('argument_size_in_bytes', 'output_size_in_bytes',
-                                     'temp_size_in_bytes', 'generated_code_size_in_bytes')
-        if hasattr(mem, k)}
-  except Exception as e:  # noqa: BLE001 - informational only
-    ours['xla_memory_analysis'] = f'unavailable: {e!r}'
-
-  # The peer, on the same device kind, same batch: a child process on CPU (see _PeerProcess),
-  # in this process on GPU (two processes would split the device's memory).
-  peer = runner = None
-  if not args.no_peer:
-    compile_peer = size_name in args.torch_compile.split(',')
-    if on_cpu:
-      runner = _PeerProcess({'size': size_name, 'rows': rows, 'length': length, 'seed': 0,
-                             'dtype': args.dtype, 'warmup': args.warmup,
-                             'torch_compile': compile_peer, 'torch_threads': args.torch_threads})
-    else:
-      import torch
-      runner = _PeerRunner(size_name, jx['host'], args.dtype,
-                           'cuda' if torch.cuda.is_available() else 'cpu', args.warmup,
-                           compile_peer, args.torch_threads)
-    peer = {mode: dict(runner.info[mode], times=[]) for mode in ('eager', 'compiled')
-            if mode in runner.info}
-    if 'compiled_error' in runner.info:
-      peer['compiled_error'] = runner.info['compiled_error']
-
-  # Interleaved rounds: matmul peak, ours, peer eager, peer compiled.
-  peaks = []
+  state, ours = _ours_first_calls(jx, args.warmup, counter)
+  ours.update(setup_s=setup.seconds, setup_compilations=setup_compiles['count'])
+  runner = None if args.no_peer else _start_peer(size_name, rows, length, jx, args, on_cpu)
   with counter.window() as loop_compiles:
-    for _ in range(args.rounds):
-      if on_cpu:
-        peaks.append(matmul_peak.jax_matmul_peak(repeats=args.peak_repeats)['flops_per_s'])
-      for _ in range(args.steps):
-        t0 = time.perf_counter()
-        state, metrics = step(state, batch)
-        jax.block_until_ready(metrics)
-        ours['times'].append(time.perf_counter() - t0)
-      if peer is not None:
-        for mode in ('eager', 'compiled'):
-          if mode in peer:
-            peer[mode]['times'].extend(runner.steps(mode, args.steps))
+    times, peaks, state, metrics = _timed_rounds(jx, state, runner, args, on_cpu)
   # Compilations of the train step itself (1 expected: one shape); other functions compiled
   # meanwhile (e.g. by the matmul-peak measurement) are listed apart.
-  step_fns = [f for f in compiles['functions'] + loop_compiles['functions'] if f == 'jit(step)']
-  ours['compilations'] = len(step_fns)
-  ours['other_compiled_functions'] = sorted(
-      set(compiles['functions'] + loop_compiles['functions']) - {'jit(step)'})
+  functions = ours.pop('functions') + loop_compiles['functions']
+  ours['compilations'] = functions.count('jit(step)')
+  ours['other_compiled_functions'] = sorted(set(functions) - {'jit(step)'})
   ours['loss_finite'] = bool(np.isfinite(float(metrics['loss'])))
   stats = jx['devices'][0].memory_stats() if hasattr(jx['devices'][0], 'memory_stats') else None
   ours['peak_device_memory_bytes'] = (stats or {}).get('peak_bytes_in_use')
-  if peer is not None:
-    peer['eager']['peak_device_memory_bytes'] = runner.peak_memory()
-    if isinstance(runner, _PeerProcess):
-      runner.close()
-    # After the timing: the check loads a second copy of the model into this process.
-    import torch
-    from benchmarks import torch_peer
-    record['same_function_check'] = _check_same_function(
-        size_name, jx, state.params, torch_peer.PeerTransformer, torch_peer.load_jax_params,
-        torch, peer['eager']['device'])
 
   peak = float(np.median(peaks)) if peaks else common.known_peak(jx['devices'][0].device_kind)
   peak = peak * len(jx['devices']) if (peak and not on_cpu) else peak
@@ -292,27 +302,34 @@ def bench(size_name, rows, length, args, emit, counter):
                     'source': 'same-run jitted f32 matmul (median)' if on_cpu else
                               'known bf16 dense peak x devices',
                     'samples_gflops': [p / 1e9 for p in peaks]}
-
-  def finish(entry):
-    t = common.summarize(entry.pop('times'))
-    entry['step_time'] = t
-    entry['target_tokens_per_s'] = tokens / t['median_s']
-    entry['model_flops_per_s'] = flops / t['median_s']
-    entry['fraction_of_peak'] = common.ratio(entry['model_flops_per_s'], peak)
-    return entry
-
-  record['ours'] = finish(ours)
-  if peer is not None:
-    record['peer'] = {'impl': 'torch.nn.Transformer'}
+  record['ours'] = _finish(ours, times['ours'], tokens, flops, peak)
+  if runner is not None:
+    record['peer'] = _peer_record(runner, times, tokens, flops, peak)
     for mode in ('eager', 'compiled'):
-      if mode in peer:
-        record['peer'][mode] = finish(peer[mode])
-        record[f'ratio_ours_over_peer_{mode}'] = {
-            'tokens_per_s': common.ratio(ours['target_tokens_per_s'],
-                                         peer[mode]['target_tokens_per_s'])}
-    if 'compiled_error' in peer:
-      record['peer']['compiled_error'] = peer['compiled_error']
+      if mode in record['peer']:
+        record[f'ratio_ours_over_peer_{mode}'] = {'tokens_per_s': harness.ratio(
+            ours['target_tokens_per_s'], record['peer'][mode]['target_tokens_per_s'])}
+    # After the timing: the check loads a second copy of the model into this process.
+    import torch
+    from benchmarks import torch_peer
+    record['same_function_check'] = _check_same_function(
+        size_name, jx, state.params, torch_peer.PeerTransformer, torch_peer.load_jax_params,
+        torch, record['peer']['eager']['device'])
   return emit(record)
+
+
+def _peer_record(runner, times, tokens, flops, peak):
+  """The peer's part of the record (closes its child process, if any)."""
+  peer = {'impl': 'torch.nn.Transformer'}
+  for mode in ('eager', 'compiled'):
+    if mode in runner.info:
+      peer[mode] = _finish(dict(runner.info[mode]), times[f'peer_{mode}'], tokens, flops, peak)
+  peer['eager']['peak_device_memory_bytes'] = runner.peak_memory()
+  if 'compiled_error' in runner.info:
+    peer['compiled_error'] = runner.info['compiled_error']
+  if isinstance(runner, _PeerProcess):
+    runner.close()
+  return peer
 
 
 def main(argv=None):
@@ -343,7 +360,7 @@ def main(argv=None):
   if args.dtype is None:
     args.dtype = 'float32' if jax.default_backend() == 'cpu' else 'bfloat16'
   overrides = dict(item.split(':') for item in args.size_tokens.split(';') if item)
-  emit = common.Emitter(args.out)
+  emit = harness.Emitter(args.out)
   counter = common.CompileCounter()
   for size_name in args.sizes.split(','):
     token_list = overrides.get(size_name, args.tokens)

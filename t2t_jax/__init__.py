@@ -19,7 +19,8 @@ from t2t_jax.model.transformer import (BOS_ID, EOS_ID, PAD_ID, Transformer, Tran
 from t2t_jax.training.optim import learning_rate_schedule, make_optimizer
 from t2t_jax.model.search import beam_search, greedy_search, length_penalty
 from t2t_jax.inference.bleu import corpus_bleu, tokenized_bleu
-from t2t_jax.inference.averaging import average_checkpoints, load_inference_params
+from t2t_jax.inference.averaging import average_checkpoints
+from t2t_jax.inference.checkpoint_choice import load_inference_params
 from t2t_jax.runtime.checkpoint import Checkpointer
 from t2t_jax.runtime.parallel import (TrainState, create_train_state, initialize_distributed,
                                       make_mesh, make_eval_step, make_train_step, shard_batch,

@@ -118,11 +118,11 @@ def load_source(workdir: str, checkpoint: Optional[str] = None) -> ExportSource:
     CheckpointError: no readable checkpoint (the message lists what there is).
     TokenizerError: no SentencePiece model in the workdir.
   """
-  from t2t_jax.inference import averaging
+  from t2t_jax.inference import checkpoint_choice
   from t2t_jax import config as config_lib
   from t2t_jax.data import tokenizer
   path = tokenizer.vocab_path(os.path.abspath(workdir))
-  inference = averaging.load_inference_params(workdir, checkpoint)
+  inference = checkpoint_choice.load_inference_params(workdir, checkpoint)
   tokenizer.load(path)  # fails early, in one line, when the vocabulary is missing
   return ExportSource(config_lib.from_json(inference.config_json), inference.params, path,
                       inference.description)

@@ -97,16 +97,16 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str, split: str = 'dev'
   """Teacher-forced metrics and decoded BLEU (a treebank: F1) of the workdir's model on
   `split`.
 
-  Uses `inference` (`averaging.InferenceParams`) when given, else loads the averaged
+  Uses `inference` (`checkpoint_choice.InferenceParams`) when given, else loads the averaged
   checkpoint when one exists (or `checkpoint`: a step or a path). Writes
   `<workdir>/eval_<split>_<step>.json` and returns the same dict. On several processes each
   evaluates its share of the batches and sentences, every process returns the same result,
   and process 0 alone writes the file.
   """
-  from t2t_jax.inference import averaging
+  from t2t_jax.inference import checkpoint_choice
   from t2t_jax.data import corpora, pipeline, tokenizer
   if inference is None:
-    inference = averaging.load_inference_params(workdir, checkpoint)
+    inference = checkpoint_choice.load_inference_params(workdir, checkpoint)
   tok = tokenizer.load(tokenizer.vocab_path(workdir))
   source = corpora.load_split(config, split, corpora.default_data_dir(config, workdir),
                              process_index=jax.process_index())

@@ -12,7 +12,7 @@ from etils import epath
 
 from t2t_jax import config as config_lib
 from t2t_jax.data import tasks, tokenizer
-from t2t_jax.inference import averaging, evaluate, translate
+from t2t_jax.inference import averaging, checkpoint_choice, evaluate, translate
 from t2t_jax.runtime import multihost
 from t2t_jax.storage import textio
 
@@ -27,9 +27,9 @@ class Overrides:
 
 def load(workdir: str, checkpoint: Optional[str],
          overrides: Overrides) -> Tuple[ml_collections.ConfigDict, Any]:
-  """(config, `averaging.InferenceParams`) for eval/decode/attention/export: the checkpoint's
+  """(config, `checkpoint_choice.InferenceParams`) for eval/decode/attention/export: the checkpoint's
   own config plus command-line overrides of inference and data keys."""
-  inference = averaging.load_inference_params(workdir, checkpoint)
+  inference = checkpoint_choice.load_inference_params(workdir, checkpoint)
   logging.info('using %s', inference.description)
   config = config_lib.apply_overrides(config_lib.from_json(inference.config_json),
                                       overrides.config, overrides.keys)
@@ -38,7 +38,7 @@ def load(workdir: str, checkpoint: Optional[str],
 
 def average(workdir: str, overrides: Overrides) -> None:
   """Averages the last `average_last` training checkpoints (a collective save)."""
-  saved = averaging.latest_training_config(workdir)
+  saved = checkpoint_choice.latest_training_config(workdir)
   config = config_lib.apply_overrides(config_lib.from_json(saved), overrides.config,
                                       overrides.keys)
   result = averaging.average_checkpoints(workdir, config.average_last)  # a collective save

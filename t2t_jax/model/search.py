@@ -118,11 +118,22 @@ def _search(
     max_lengths = jnp.full((b,), length, jnp.int32)
   # Forced EOS needs max_length >= 1, and nothing may outgrow the arrays.
   max_lengths = jnp.clip(jnp.asarray(max_lengths, jnp.int32), 1, length)
-  positions = jnp.arange(length, dtype=jnp.int32)
 
-  # Only beam 0 starts alive, so step 0 does not yield K copies of each token.
+  def cond(s: _State) -> jax.Array:
+    return (s.step < length) & ~jnp.all(s.done)
+
+  def body(s: _State) -> _State:
+    return _step(logits_fn, s, max_lengths=max_lengths, alpha=alpha, eos_id=eos_id)
+
+  s = jax.lax.while_loop(cond, body, _initial_state(cache, b, k, length, bos_id))
+  return _result(s, alpha)
+
+
+def _initial_state(cache: Cache, b: int, k: int, length: int, bos_id: int) -> _State:
+  """Step 0: BOS in every slot, but only beam 0 alive, so step 0 does not yield K copies of
+  each token; nothing finished; the cache tiled to [B * K, ...]."""
   first_beam = jnp.arange(k) == 0
-  init = _State(
+  return _State(
       step=jnp.array(0, jnp.int32),
       live_tok=jnp.full((b, k), bos_id, jnp.int32),
       live_seqs=jnp.zeros((b, k, length), jnp.int32),
@@ -135,69 +146,101 @@ def _search(
       done=jnp.zeros((b,), bool),
       cache=_tile_beams(cache, k))
 
-  def cond(s: _State) -> jax.Array:
-    return (s.step < length) & ~jnp.all(s.done)
 
-  def body(s: _State) -> _State:
-    i = s.step
-    logits, new_cache = logits_fn(s.live_tok.reshape(b * k, 1), s.cache)
-    vocab = logits.shape[-1]
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    logp = jnp.maximum(logp.reshape(b, k, vocab), MIN_LOG_PROB)
+def _step(logits_fn: LogitsFn, s: _State, *, max_lengths: jax.Array, alpha: ArrayLike,
+          eos_id: int) -> _State:
+  """One decoding step: the 2K best extensions, then the finished and the live sets."""
+  b, k, length = s.live_seqs.shape
+  i = s.step
+  logits, new_cache = logits_fn(s.live_tok.reshape(b * k, 1), s.cache)
+  top_lp, top_ok, parent, token, top_seqs = _top_candidates(
+      logits, s, max_lengths=max_lengths, eos_id=eos_id)
+  is_eos = token == eos_id
 
-    # At the last allowed position only EOS may follow (per sentence).
-    forced = i >= max_lengths - 1                                   # [B]
-    token_ok = ~forced[:, None] | (jnp.arange(vocab) == eos_id)     # [B, V]
-    ok = (s.live_ok[:, :, None] & token_ok[:, None, :]).reshape(b, k * vocab)
-    cand_lp = jnp.where(
-        ok, (s.live_lp[:, :, None] + logp).reshape(b, k * vocab), NEG_INF)
+  # Finished: EOS candidates inside the beam proper (rank < K).
+  new_fin = top_ok & is_eos & (jnp.arange(2 * k) < k)
+  new_scores = jnp.where(new_fin, top_lp / length_penalty(i + 1, alpha), NEG_INF)
+  # Old entries come first, so ties keep the earlier (shorter) hypothesis.
+  fin_scores, fin_seqs, fin_ok = _top_k_gather(
+      jnp.concatenate([s.fin_scores, new_scores], axis=1), k,
+      jnp.concatenate([s.fin_seqs, top_seqs], axis=1),
+      jnp.concatenate([s.fin_ok, new_fin], axis=1))
 
-    # At most K candidates are EOS (one per parent), so the top 2K hold both
-    # the top K overall and the top K non-EOS.
-    top_lp, top_index = jax.lax.top_k(cand_lp, 2 * k)               # [B, 2K]
-    top_ok = jnp.take_along_axis(ok, top_index, axis=1)
-    parent, token = top_index // vocab, top_index % vocab
-    is_eos = token == eos_id
-    top_seqs = jnp.take_along_axis(s.live_seqs, parent[:, :, None], axis=1)
-    top_seqs = jnp.where(positions == i, token[:, :, None], top_seqs)
+  # Live: the K best non-EOS candidates.
+  live = top_ok & ~is_eos
+  live_lp, live_ok, live_seqs, live_tok, live_parent = _top_k_gather(
+      jnp.where(live, top_lp, NEG_INF), k, live, top_seqs, token, parent)
+  if k > 1:  # with one beam the parent is always the row itself
+    flat_parent = (jnp.arange(b)[:, None] * k + live_parent).reshape(b * k)
+    new_cache = _gather_beams(new_cache, flat_parent)
 
-    # Finished: EOS candidates inside the beam proper (rank < K).
-    new_fin = top_ok & is_eos & (jnp.arange(2 * k) < k)
-    new_scores = jnp.where(new_fin, top_lp / length_penalty(i + 1, alpha),
-                           NEG_INF)
-    # Old entries come first, so ties keep the earlier (shorter) hypothesis.
-    fin_scores, fin_seqs, fin_ok = _top_k_gather(
-        jnp.concatenate([s.fin_scores, new_scores], axis=1), k,
-        jnp.concatenate([s.fin_seqs, top_seqs], axis=1),
-        jnp.concatenate([s.fin_ok, new_fin], axis=1))
+  n = i + 1
+  done = s.done | _finished_sentences(n, live_lp, live_ok, fin_scores, fin_ok,
+                                      max_lengths=max_lengths, alpha=alpha)
+  # Freeze done sentences. The bound already says no live hypothesis can
+  # enter the finished set; freezing also rules out float rounding in it, so
+  # a sentence's result never depends on how long its batch mates decode.
+  live_ok = live_ok & ~done[:, None]
+  live_lp = jnp.where(live_ok, live_lp, NEG_INF)
+  return _State(n, live_tok, live_seqs, live_lp, live_ok, fin_seqs,
+                fin_scores, fin_ok, done, new_cache)
 
-    # Live: the K best non-EOS candidates.
-    live = top_ok & ~is_eos
-    live_lp, live_ok, live_seqs, live_tok, live_parent = _top_k_gather(
-        jnp.where(live, top_lp, NEG_INF), k, live, top_seqs, token, parent)
-    if k > 1:  # with one beam the parent is always the row itself
-      flat_parent = (jnp.arange(b)[:, None] * k + live_parent).reshape(b * k)
-      new_cache = _gather_beams(new_cache, flat_parent)
 
-    # Early termination (T2T style). Log probs only decrease, so a live
-    # hypothesis's final score is at most live_lp / (largest penalty among the
-    # lengths it can still reach), which is at max_lengths for alpha >= 0.
-    n = i + 1
-    best_penalty = jnp.maximum(length_penalty(n + 1, alpha),
-                               length_penalty(max_lengths, alpha))
-    bound = live_lp[:, 0] / best_penalty
-    hopeless = fin_ok[:, k - 1] & (bound < fin_scores[:, k - 1])
-    done = s.done | (n >= max_lengths) | ~live_ok[:, 0] | hopeless
-    # Freeze done sentences. The bound already says no live hypothesis can
-    # enter the finished set; freezing also rules out float rounding in it, so
-    # a sentence's result never depends on how long its batch mates decode.
-    live_ok = live_ok & ~done[:, None]
-    live_lp = jnp.where(live_ok, live_lp, NEG_INF)
-    return _State(n, live_tok, live_seqs, live_lp, live_ok, fin_seqs,
-                  fin_scores, fin_ok, done, new_cache)
+def _top_candidates(logits: jax.Array, s: _State, *, max_lengths: jax.Array, eos_id: int
+                    ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
+  """The 2K best one-token extensions of the live hypotheses, per sentence.
 
-  s = jax.lax.while_loop(cond, body, init)
+  Args:
+    logits: [B * K, 1, V] (any float dtype) for the next token of each live slot.
 
+  Returns:
+    log probs [B, 2K] float32 (sorted descending), possible [B, 2K] bool, parent slot and
+    token [B, 2K] int32, and the extended sequences [B, 2K, L] int32.
+  """
+  b, k, length = s.live_seqs.shape
+  i = s.step
+  vocab = logits.shape[-1]
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  logp = jnp.maximum(logp.reshape(b, k, vocab), MIN_LOG_PROB)
+
+  # At the last allowed position only EOS may follow (per sentence).
+  forced = i >= max_lengths - 1                                   # [B]
+  token_ok = ~forced[:, None] | (jnp.arange(vocab) == eos_id)     # [B, V]
+  ok = (s.live_ok[:, :, None] & token_ok[:, None, :]).reshape(b, k * vocab)
+  cand_lp = jnp.where(
+      ok, (s.live_lp[:, :, None] + logp).reshape(b, k * vocab), NEG_INF)
+
+  # At most K candidates are EOS (one per parent), so the top 2K hold both
+  # the top K overall and the top K non-EOS.
+  top_lp, top_index = jax.lax.top_k(cand_lp, 2 * k)               # [B, 2K]
+  top_ok = jnp.take_along_axis(ok, top_index, axis=1)
+  parent, token = top_index // vocab, top_index % vocab
+  positions = jnp.arange(length, dtype=jnp.int32)
+  top_seqs = jnp.take_along_axis(s.live_seqs, parent[:, :, None], axis=1)
+  top_seqs = jnp.where(positions == i, token[:, :, None], top_seqs)
+  return top_lp, top_ok, parent, token, top_seqs
+
+
+def _finished_sentences(n: jax.Array, live_lp: jax.Array, live_ok: jax.Array,
+                        fin_scores: jax.Array, fin_ok: jax.Array, *, max_lengths: jax.Array,
+                        alpha: ArrayLike) -> jax.Array:
+  """[B] bool: sentences that stop after `n` tokens (length limit, no live hypothesis, or
+  none can still beat the K-th finished one).
+
+  Early termination (T2T style). Log probs only decrease, so a live
+  hypothesis's final score is at most live_lp / (largest penalty among the
+  lengths it can still reach), which is at max_lengths for alpha >= 0.
+  """
+  k = live_lp.shape[1]
+  best_penalty = jnp.maximum(length_penalty(n + 1, alpha),
+                             length_penalty(max_lengths, alpha))
+  bound = live_lp[:, 0] / best_penalty
+  hopeless = fin_ok[:, k - 1] & (bound < fin_scores[:, k - 1])
+  return (n >= max_lengths) | ~live_ok[:, 0] | hopeless
+
+
+def _result(s: _State, alpha: ArrayLike) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Sequences [B, K, L], scores [B, K] and the steps taken, from the final loop state."""
   # Should not trigger (forced EOS always finishes a hypothesis), but a
   # sentence without any finished hypothesis returns its live ones.
   any_fin = jnp.any(s.fin_ok, axis=1, keepdims=True)                # [B, 1]

@@ -115,32 +115,39 @@ def make_plan(config: ml_collections.ConfigDict, topology_name: str, *,
     plan.update(fits=False, hbm_bytes_per_chip=train.needed_bytes,
                 compiler_message=str(train))
     return plan
+  plan.update(_fitted(config, run, train, rows, length, plan['memory']['optimizer_state'],
+                      plan['steps'], chip, chips))
+  plan['memory']['temporaries'] = max(s.temp_bytes for s in train)
+  return plan
+
+
+def _fitted(config: ml_collections.ConfigDict, run: 'compile_lib.Run', train: List[Any],
+            rows: int, length: int, beside: int, steps: Dict[str, Any], chip: Any,
+            chips: int) -> Dict[str, Any]:
+  """The plan's numbers for a train step that compiled: eval and decode compiled too (and
+  added to `steps`), HBM per chip and whether it fits, FLOPs, collectives and the roofline."""
   accum = config.grad_accum_steps
   flops = sum(s.flops * (accum if s.name == 'train_gradients' else 1) for s in train)
   traffic = sum(s.bytes_accessed * (accum if s.name == 'train_gradients' else 1)
                 for s in train)
   collectives = [c for s in train for c in s.collectives]
   evaluated, decoded = run.compile_eval(rows, length), run.compile_decode()
-  others = [evaluated, decoded]
-  for s in train + others:
-    plan['steps'][s.name] = _step_dict(s)
-  # Training's dev evaluations run beside the optimizer state it keeps in HBM; a decode job
-  # (--mode=decode) holds the parameters alone.
-  beside = plan['memory']['optimizer_state']
+  for s in train + [evaluated, decoded]:
+    steps[s.name] = _step_dict(s)
+  # Training's dev evaluations run beside the optimizer state it keeps in HBM (`beside`); a
+  # decode job (--mode=decode) holds the parameters alone.
   hbm = max(_peak(train), decoded.hbm_bytes,
             evaluated.hbm_bytes + beside if config.eval_every_steps else 0,
             decoded.hbm_bytes + beside if config.eval_every_steps and
             config.eval_bleu_sentences else 0)
-  plan['memory']['temporaries'] = max(s.temp_bytes for s in train)
   times = roofline.step_seconds(flops, traffic, collectives, chips, chip)
-  plan.update(
+  return dict(
       hbm_bytes_per_chip=hbm, fits=hbm <= chip.hbm_bytes,
       flops_per_step=flops * chips,
       analytic_flops_per_step=accum * analytic.train_flops(run.cfg, rows, length, length),
       collectives=collectives, roofline=times, step_time_s=times['step_s'],
       tokens_per_s=accum * rows * length / times['step_s'],
       train_hours=config.num_train_steps * times['step_s'] / 3600)
-  return plan
 
 
 def _gib(n: Optional[float]) -> str:

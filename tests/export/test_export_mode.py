@@ -21,7 +21,7 @@ pytest.importorskip('flatbuffers')
 
 from t2t_jax import config as config_lib  # noqa: E402
 from t2t_jax.export import ctranslate2_decoding  # noqa: E402
-from t2t_jax.inference import averaging  # noqa: E402
+from t2t_jax.inference import checkpoint_choice  # noqa: E402
 from t2t_jax.export import common, formats  # noqa: E402
 from t2t_jax.inference import translate  # noqa: E402
 from t2t_jax.model import transformer as model  # noqa: E402
@@ -44,7 +44,7 @@ def _test_lines(lang, count):
 
 
 def _ours(workdir, **overrides):
-  inference = averaging.load_inference_params(workdir)
+  inference = checkpoint_choice.load_inference_params(workdir)
   config = config_lib.from_json(inference.config_json)
   for key, value in overrides.items():
     config[key] = value

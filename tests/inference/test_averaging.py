@@ -10,7 +10,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from t2t_jax.inference import averaging
+from t2t_jax.inference import averaging, checkpoint_choice
 from t2t_jax.runtime.checkpoint import CheckpointError
 from checkpoint_helpers import four, leaves, save, snapshot, tree  # noqa: F401  (four: a fixture)
 
@@ -35,7 +35,7 @@ def warnings(caplog):
 def test_eval_falls_back_past_a_damaged_training_checkpoint(four, caplog):
   damage_arrays(os.path.join(four, 'checkpoints', '4'))
   before = snapshot(four)
-  loaded = averaging.load_inference_params(four)
+  loaded = checkpoint_choice.load_inference_params(four)
   assert (loaded.description, loaded.step) == ('training checkpoint step 3', 3)
   np.testing.assert_array_equal(leaves(loaded.params)[0], 2.0)
   [warning] = warnings(caplog)
@@ -48,21 +48,21 @@ def test_eval_falls_back_past_a_damaged_training_checkpoint(four, caplog):
 def test_a_damaged_checkpoint_asked_for_is_refused_in_one_line(four, caplog):
   damage_file(os.path.join(four, 'checkpoints', '4', 'config', 'metadata'))
   with pytest.raises(CheckpointError) as raised:
-    averaging.load_inference_params(four, '4')
+    checkpoint_choice.load_inference_params(four, '4')
   assert str(raised.value) == (
       f'checkpoint {four}/checkpoints/4 is damaged (JSONDecodeError: Expecting property name '
       'enclosed in double quotes: line 1 column 15 (char 14)); choose another with '
       '--checkpoint=STEP (training steps: 1, 2, 3, 4) or leave --checkpoint out to use the '
       'newest readable one')
   assert warnings(caplog) == []
-  assert averaging.load_inference_params(four, '3').step == 3
+  assert checkpoint_choice.load_inference_params(four, '3').step == 3
 
 
 def test_a_damaged_average_falls_back_to_the_next_one(four, caplog):
   averaging.average_checkpoints(four, 2)
   newest = averaging.average_checkpoints(four, 3)  # same last step, larger N: preferred
   damage_arrays(newest.path)
-  loaded = averaging.load_inference_params(four)
+  loaded = checkpoint_choice.load_inference_params(four)
   assert loaded.description == 'averaged steps 3,4'
   np.testing.assert_array_equal(leaves(loaded.params)[0], 4.0)
   assert [w.split(' (')[0] for w in warnings(caplog)] == [
@@ -71,17 +71,17 @@ def test_a_damaged_average_falls_back_to_the_next_one(four, caplog):
 
 def test_an_average_older_than_training_is_named_with_the_refresh_command(four, caplog):
   averaging.average_checkpoints(four, 2)
-  assert averaging.load_inference_params(four).description == 'averaged steps 3,4'
+  assert checkpoint_choice.load_inference_params(four).description == 'averaged steps 3,4'
   assert warnings(caplog) == []
   save(four, {5: tree(9.0)})
-  stale = averaging.load_inference_params(four)
+  stale = checkpoint_choice.load_inference_params(four)
   assert stale.description == 'averaged steps 3,4'
   assert warnings(caplog) == [
       'using averaged/step_4_last_2 (averaged steps 3,4), but training checkpoints up to step 5 '
       f'are newer; refresh the average with: python main.py --mode=average --workdir={four} '
       '(or pick one with --checkpoint=5)']
   caplog.clear()
-  averaging.load_inference_params(four, 'averaged/step_4_last_2')  # asked for: no warning
+  checkpoint_choice.load_inference_params(four, 'averaged/step_4_last_2')  # asked for: no warning
   assert warnings(caplog) == []
 
 
@@ -131,6 +131,6 @@ def test_an_average_that_cannot_be_made_writes_nothing(four, monkeypatch, cause,
 
 def test_average_uses_the_newest_readable_config(four, caplog):
   damage_file(os.path.join(four, 'checkpoints', '4', 'config', 'metadata'), b'\xff\xfe')
-  assert averaging.latest_training_config(four)['d_model'] == 8
+  assert checkpoint_choice.latest_training_config(four)['d_model'] == 8
   assert [w.split(' (')[0] for w in warnings(caplog)] == [
       f'checkpoint {four}/checkpoints/4 is damaged']

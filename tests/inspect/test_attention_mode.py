@@ -110,9 +110,9 @@ def test_attention_mode_writes_maps_page_and_arrays(workdir, tmp_path):
 
 def test_teacher_forced_targets_and_layer_choice(workdir, tmp_path):
   from t2t_jax import config as config_lib
-  from t2t_jax.inference import averaging
+  from t2t_jax.inference import checkpoint_choice
   from t2t_jax.data import tokenizer
-  inference = averaging.load_inference_params(workdir)
+  inference = checkpoint_choice.load_inference_params(workdir)
   config = config_lib.from_json(inference.config_json)
   tok = tokenizer.load(tokenizer.vocab_path(workdir))
   targets = ['En el principio crió Dios los cielos y la tierra.', 'Y dijo Dios: Sea la luz.']

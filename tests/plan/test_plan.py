@@ -22,6 +22,12 @@ from t2t_jax.plan import roofline, topology
 needs_libtpu = pytest.mark.skipif(importlib.util.find_spec('libtpu') is None,
                                   reason='libtpu missing: pip install -r requirements-tpu.txt')
 
+# The tests' shared compilation cache (conftest.py) also stores these TPU executables, and a
+# compile-only TPU client cannot load one back: JAX warns and compiles again (no --mode=plan
+# run turns the cache on).
+pytestmark = pytest.mark.filterwarnings(
+    'ignore:Error reading persistent compilation cache entry:UserWarning')
+
 
 def _tiny(**overrides):
   c = quickstart.get_config()

@@ -13,7 +13,7 @@ import optax
 import orbax.checkpoint as ocp
 import pytest
 
-from t2t_jax.inference import averaging
+from t2t_jax.inference import averaging, checkpoint_choice
 from t2t_jax.model import transformer as model
 from t2t_jax.runtime import checkpoint, damage, parallel
 from t2t_jax import config as config_lib
@@ -77,13 +77,13 @@ def test_average_is_exact_mean_of_the_last_n(four):
     assert leaf.dtype == np.float32
     np.testing.assert_array_equal(leaf, np.full_like(leaf, 3.0))
   # The written checkpoint holds the same mean and the newest checkpoint's config.
-  loaded = averaging.load_inference_params(four)
+  loaded = checkpoint_choice.load_inference_params(four)
   assert loaded.description == 'averaged steps 2,3,4' and loaded.step == 4
   for leaf in jax.tree_util.tree_leaves(loaded.params):
     assert isinstance(leaf, jax.Array) and leaf.dtype == jnp.float32
     assert leaf.devices() == {jax.devices()[0]}
     np.testing.assert_array_equal(np.asarray(leaf), 3.0)
-  assert loaded.config_json == averaging.latest_training_config(four)
+  assert loaded.config_json == checkpoint_choice.latest_training_config(four)
   config = config_lib.from_json(loaded.config_json)
   assert config.d_model == 8 and config.bucket_lengths == tiny_config().bucket_lengths
 
@@ -139,35 +139,35 @@ def test_refuses_bad_counts(tmp_path):
 def test_load_inference_params_choice(tmp_path):
   workdir = str(tmp_path)
   with pytest.raises(CheckpointError, match='no checkpoint in workdir .*checkpoints and .*aver'):
-    averaging.load_inference_params(workdir)
+    checkpoint_choice.load_inference_params(workdir)
   with pytest.raises(CheckpointError, match='no training checkpoint in .*checkpoints'):
-    averaging.latest_training_config(workdir)
+    checkpoint_choice.latest_training_config(workdir)
   save(workdir, {1: tree(1.0), 2: tree(2.0), 3: tree(6.0)})
-  latest = averaging.load_inference_params(workdir)
+  latest = checkpoint_choice.load_inference_params(workdir)
   assert (latest.description, latest.step) == ('training checkpoint step 3', 3)
   np.testing.assert_array_equal(leaves(latest.params)[0], 6.0)
-  by_step = averaging.load_inference_params(workdir, '2')
+  by_step = checkpoint_choice.load_inference_params(workdir, '2')
   assert (by_step.description, by_step.step) == ('training checkpoint step 2', 2)
   np.testing.assert_array_equal(leaves(by_step.params)[0], 2.0)
-  by_path = averaging.load_inference_params(workdir, os.path.join(workdir, 'checkpoints', '1'))
+  by_path = checkpoint_choice.load_inference_params(workdir, os.path.join(workdir, 'checkpoints', '1'))
   assert by_path.step == 1 and by_path.config_json['d_model'] == 8
   with pytest.raises(CheckpointError, match='no training checkpoint at step 9; .*: 1, 2, 3'):
-    averaging.load_inference_params(workdir, '9')
+    checkpoint_choice.load_inference_params(workdir, '9')
   with pytest.raises(CheckpointError, match="'nowhere' does not exist.*: 1, 2, 3"):
-    averaging.load_inference_params(workdir, 'nowhere')
+    checkpoint_choice.load_inference_params(workdir, 'nowhere')
 
   averaging.average_checkpoints(workdir, 2)
   averaging.average_checkpoints(workdir, 3)
-  newest = averaging.load_inference_params(workdir)  # same last step: the larger N wins
+  newest = checkpoint_choice.load_inference_params(workdir)  # same last step: the larger N wins
   assert newest.description == 'averaged steps 1,2,3'
   np.testing.assert_array_equal(leaves(newest.params)[0], 3.0)
-  relative = averaging.load_inference_params(workdir, 'averaged/step_3_last_2')
+  relative = checkpoint_choice.load_inference_params(workdir, 'averaged/step_3_last_2')
   assert (relative.description, relative.step) == ('averaged steps 2,3', 3)
   np.testing.assert_array_equal(leaves(relative.params)[0], 4.0)
   save(workdir, {4: tree(8.0)})
   averaging.average_checkpoints(workdir, 2)
-  assert averaging.load_inference_params(workdir).description == 'averaged steps 3,4'
-  assert averaging.load_inference_params(workdir, '4').step == 4  # a step still means training
+  assert checkpoint_choice.load_inference_params(workdir).description == 'averaged steps 3,4'
+  assert checkpoint_choice.load_inference_params(workdir, '4').step == 4  # a step still means training
 
 
 def test_average_real_model_and_rebuild_it(tmp_path):
@@ -185,7 +185,7 @@ def test_average_real_model_and_rebuild_it(tmp_path):
   expected = jax.tree_util.tree_map(lambda a, b: (np.asarray(a) + np.asarray(b)) / 2, p0, p1)
   for a, b in zip(leaves(averaged.params), leaves(expected)):
     np.testing.assert_allclose(a, b, rtol=1e-6)
-  loaded = averaging.load_inference_params(workdir)
+  loaded = checkpoint_choice.load_inference_params(workdir)
   rebuilt = model.TransformerConfig.from_config(config_lib.from_json(loaded.config_json))
   tokens = jnp.array([[3, 4, 5, 1]], jnp.int32)
   logits = jax.jit(lambda p: model.Transformer(rebuilt.replace(deterministic=True)).apply(

@@ -46,8 +46,9 @@ def test_second_process_loads_the_compiled_program_from_the_cache(tmp_path):
   assert second[1] == first[1] and second[2] == 'hit True'
 
 
-def test_empty_path_turns_the_cache_off(tmp_path):
+def test_empty_path_turns_the_cache_off(tmp_path, monkeypatch):
   assert _run('')[0] == 'used None'
+  monkeypatch.delenv('JAX_COMPILATION_CACHE_DIR')  # the tests' own cache (conftest.py) wins
   assert compile_cache.enable('') is None and compile_cache.enable(None) is None
 
 

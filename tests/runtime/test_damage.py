@@ -20,7 +20,7 @@ import numpy as np
 import optax
 import pytest
 
-from t2t_jax.inference import averaging
+from t2t_jax.inference import checkpoint_choice
 from t2t_jax.runtime import checkpoint, damage, parallel
 from checkpoint_helpers import save, tree
 
@@ -98,7 +98,7 @@ def test_garbled_checkpoints_are_damage_where_read(pristine, tmp_path, how):
   checkpointer.close()
   if NOT_READ.get(how) != 'eval':
     with pytest.raises(checkpoint.CheckpointError, match=f'{step_dir} is damaged'):
-      averaging.load_inference_params(workdir, '2')
+      checkpoint_choice.load_inference_params(workdir, '2')
 
 
 def test_a_garbled_checkpoint_metadata_file_still_restores(pristine, tmp_path):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, TINY, main_command, read_metrics, run_main
-from t2t_jax.inference import averaging
+from t2t_jax.inference import averaging, checkpoint_choice
 from t2t_jax.runtime import multihost
 
 
@@ -115,8 +115,8 @@ def test_two_processes_equal_one_process_with_eight_devices(corpus, tmp_path):
     assert p.returncode == 0, err[-3000:]
   assert 'mesh: 8 devices over 2 processes' in outputs[0][1]
   assert 'step 8/8' in outputs[0][1] and 'step 8/8' not in outputs[1][1]  # one process logs
-  a = jax.device_get(averaging.load_inference_params(single, '8').params)
-  b = jax.device_get(averaging.load_inference_params(multi, '8').params)
+  a = jax.device_get(checkpoint_choice.load_inference_params(single, '8').params)
+  b = jax.device_get(checkpoint_choice.load_inference_params(multi, '8').params)
   jax.tree_util.tree_map(lambda x, y: np.testing.assert_allclose(x, y, atol=2e-5), a, b)
 
 
@@ -213,8 +213,8 @@ def test_eval_decode_and_average_on_two_processes_write_what_one_process_writes(
     assert outputs[1][1] == '', outputs[1][1]  # process 1 prints no report
   assert sorted(os.listdir(os.path.join(two, 'averaged'))) == sorted(
       os.listdir(os.path.join(one, 'averaged')))
-  a = jax.device_get(averaging.load_inference_params(one).params)
-  b = jax.device_get(averaging.load_inference_params(two).params)
+  a = jax.device_get(checkpoint_choice.load_inference_params(one).params)
+  b = jax.device_get(checkpoint_choice.load_inference_params(two).params)
   jax.tree_util.tree_map(np.testing.assert_array_equal, a, b)
   evals = [sorted(n for n in os.listdir(w) if n.startswith('eval_dev')) for w in (one, two)]
   assert evals[0] == evals[1] and len(evals[1]) == 1, evals  # one JSON, written once
@@ -246,6 +246,7 @@ def test_decode_on_two_processes_prints_only_the_translations_on_stdout(
   assert '[Gloo] Rank 0' in err0 and '[Gloo] Rank 1' in err1
 
 
+@pytest.mark.slow
 def test_sigterm_to_one_process_stops_both_at_the_same_step_with_one_checkpoint(
     corpus, tmp_path):
   workdir = str(tmp_path / 'run')

@@ -63,6 +63,7 @@ def _train(mesh, batches, steps=2, *, cfg=CFG, shard=False, accum=1):
   return state, all_metrics
 
 
+@pytest.mark.slow
 def test_eight_devices_equal_one_device():
   assert jax.device_count() == 8
   batches = [_batch(seed=0), _batch(seed=1)]
@@ -104,6 +105,7 @@ def test_train_step_equals_plain_reference():
                          state.params, expected)
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_equals_the_big_batch():
   big = _batch(rows=16, seed=4)
   mesh = parallel.make_mesh()

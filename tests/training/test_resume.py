@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from conftest import ROOT, TINY, main_command, read_metrics, run_main
-from t2t_jax.inference import averaging
+from t2t_jax.inference import checkpoint_choice
 from t2t_jax.storage import workdir as workdir_lib
 
 NO_EVAL = '--config.eval_every_steps=0'
@@ -70,11 +70,12 @@ def test_sigkill_then_resume_is_bitwise_exact(corpus, tmp_path):
   result = run_main(f'--workdir={interrupted}', *common)
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'resumed from step' in result.stderr
-  a = averaging.load_inference_params(straight, '40').params
-  b = averaging.load_inference_params(interrupted, '40').params
+  a = checkpoint_choice.load_inference_params(straight, '40').params
+  b = checkpoint_choice.load_inference_params(interrupted, '40').params
   jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(a), jax.device_get(b))
 
 
+@pytest.mark.slow
 def test_truncated_latest_checkpoint_is_skipped(corpus, tmp_path):
   workdir = str(tmp_path / 'run')
   common = [f'--workdir={workdir}', f'--config.local_corpus_dir={corpus}', *TINY, NO_EVAL]
@@ -125,6 +126,7 @@ def _sha(path):
     return hashlib.sha256(f.read()).hexdigest()[:12]
 
 
+@pytest.mark.slow
 def test_decode_skips_a_damaged_checkpoint_and_resume_refuses_edited_data(corpus, tmp_path):
   own_corpus = str(tmp_path / 'corpus')
   shutil.copytree(corpus, own_corpus)

@@ -149,6 +149,7 @@ def test_average_decode_and_eval_from_the_command_line(corpus, tmp_path, umask_0
   assert missing.returncode != 0 and 'error:' in missing.stderr and 'checkpoint' in missing.stderr
 
 
+@pytest.mark.slow
 def test_embedded_default_reports_dev_bleu_curves_and_final_test_score(corpus, tmp_path):
   """The quickstart path: dev BLEU at each eval, learning curves, and the end-of-run report
   (average of the last checkpoints, test BLEU, three examples, where things are)."""

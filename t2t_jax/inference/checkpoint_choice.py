@@ -1,0 +1,150 @@
+"""Which checkpoint eval, decode, attention and export read, and its parameters (§6.1).
+
+Eval and decode prefer the newest averaged checkpoint (`averaging.py` writes them), then the
+newest training checkpoint; a damaged one is skipped with a warning. The parameters are
+restored without the optimizer or the model, as float32 on the default device.
+"""
+
+import dataclasses
+import os
+from typing import Any, Dict, List, Optional
+
+import jax
+import numpy as np
+from absl import logging
+from etils import epath
+
+from t2t_jax.inference.averaging import (AVERAGED_DIR, CHECKPOINTS_DIR, checkpoint_config, is_finalized,
+                                         checkpoint_name, params_metadata, restore_params,
+                                         averaged_checkpoints, training_steps)
+from t2t_jax.runtime.checkpoint import CheckpointError, first_readable, read_json_item
+from t2t_jax.storage import paths
+
+
+@dataclasses.dataclass(frozen=True)
+class InferenceParams:
+  """Parameters for eval/decode and what they came from.
+
+  Attributes:
+    params: a nested dict of float32 `jax.Array`s on the default device.
+    config_json: the run config saved with the checkpoint (`config.from_json` reads it).
+    description: e.g. 'averaged steps 600,700,800' or 'training checkpoint step 800'.
+    step: the training step (for an averaged checkpoint, the last step averaged).
+  """
+  params: Any
+  config_json: Dict[str, Any]
+  description: str
+  step: int
+
+
+def latest_training_config(workdir: str) -> Dict[str, Any]:
+  """The config JSON saved with the newest training checkpoint whose config reads (read-only;
+  damaged ones are skipped with a warning)."""
+  source = os.path.join(paths.absolute(workdir), CHECKPOINTS_DIR)
+  steps = training_steps(workdir)
+  if not steps:
+    raise CheckpointError(f'no training checkpoint in {source}')
+  config, _, skipped = first_readable(
+      [os.path.join(source, str(s)) for s in reversed(steps)], checkpoint_config, checkpoint_name)
+  if config is None:
+    raise CheckpointError(f'no training checkpoint in {source} has a readable config: '
+                          + '; '.join(f'{p}: {reason}' for p, reason in skipped))
+  return config
+
+
+def _default_candidates(workdir: str) -> List[str]:
+  """Eval/decode's preference: the averaged checkpoints, newest first (highest last step,
+  then largest N), then the training checkpoints, newest first."""
+  source = os.path.join(workdir, CHECKPOINTS_DIR)
+  return ([path for _, _, path in reversed(averaged_checkpoints(workdir))]
+          + [os.path.join(source, str(s)) for s in reversed(training_steps(workdir))])
+
+
+def _resolve(workdir: str, checkpoint: str) -> str:
+  """The directory an explicit --checkpoint (a step, or a path) names."""
+  source = os.path.join(workdir, CHECKPOINTS_DIR)
+  available = training_steps(workdir)
+  listing = (f'training steps available in {source}: '
+             f'{", ".join(map(str, available)) if available else "none"}')
+  if checkpoint.isdigit():
+    if int(checkpoint) not in available:
+      raise CheckpointError(f'no training checkpoint at step {checkpoint}; {listing}')
+    return os.path.join(source, str(int(checkpoint)))
+  # A path: as given, else relative to the workdir (e.g. 'averaged/step_800_last_5').
+  path = next((paths.absolute(p) for p in (checkpoint, os.path.join(workdir, checkpoint))
+               if epath.Path(p).is_dir()), None)
+  if path is None or not is_finalized(path):
+    raise CheckpointError(f'checkpoint {checkpoint!r} does not exist or is incomplete; '
+                          f'{listing}; averaged: '
+                          f'{[os.path.basename(a[2]) for a in averaged_checkpoints(workdir)]}')
+  if not (epath.Path(path, 'averaging').is_dir() or (
+      os.path.basename(path).isdigit() and epath.Path(path, 'state').is_dir())):
+    raise CheckpointError(f'{path} is neither a training step directory (<step>/state) nor '
+                          f'an averaged checkpoint (with an "averaging" entry)')
+  return path
+
+
+def _read_inference(path: str) -> InferenceParams:
+  """Params (float32, on the default device), config and origin of the checkpoint `path`."""
+  if epath.Path(path, 'averaging').is_dir():
+    steps = [int(s) for s in read_json_item(os.path.join(path, 'averaging'))['steps']]
+    description, step = f'averaged steps {",".join(map(str, steps))}', steps[-1]
+  else:
+    step = int(os.path.basename(path))
+    description = f'training checkpoint step {step}'
+  params = restore_params(path, params_metadata(path))
+  params = jax.tree_util.tree_map(lambda x: jax.device_put(np.asarray(x, np.float32)), params)
+  return InferenceParams(params, checkpoint_config(path), description, step)
+
+
+def _warn_if_stale(workdir: str, inference: InferenceParams, path: str) -> None:
+  """Says so when training checkpoints newer than the averaged one `path` exist."""
+  newer = [s for s in training_steps(workdir) if s > inference.step]
+  if newer and epath.Path(path, 'averaging').is_dir():
+    logging.warning(
+        'using %s (%s), but training checkpoints up to step %d are newer; refresh the average '
+        'with: python main.py --mode=average --workdir=%s (or pick one with --checkpoint=%d)',
+        os.path.relpath(path, workdir), inference.description, newer[-1], workdir, newer[-1])
+
+
+def load_inference_params(workdir: str, checkpoint: Optional[str] = None) -> InferenceParams:
+  """The parameters for eval/decode, restored without knowing the optimizer or the model.
+
+  Args:
+    workdir: the run's directory.
+    checkpoint: None: the newest averaged checkpoint (highest last step, then largest N) if
+      there is one, else the latest training checkpoint; one with damaged files is skipped
+      with a one-line warning for the next in that order, and an average older than the
+      newest training checkpoint is used with a warning naming the command that refreshes
+      it. A step number as a string: that training checkpoint; or the path of an averaged or
+      training step directory: exactly that one (damaged: CheckpointError).
+
+  Returns:
+    InferenceParams; `t2t_jax.config.from_json(result.config_json)` rebuilds the config.
+
+  Raises:
+    CheckpointError: no (readable) checkpoint, the requested one does not exist (available
+      listed) or is damaged, or a read failed for a passing reason (I/O error, memory).
+  """
+  workdir = paths.absolute(workdir)
+  candidates = _default_candidates(workdir) if checkpoint is None else [
+      _resolve(workdir, checkpoint)]
+  if not candidates:
+    raise CheckpointError(f'no checkpoint in workdir {workdir}: looked in '
+                          f'{os.path.join(workdir, CHECKPOINTS_DIR)} and '
+                          f'{os.path.join(workdir, AVERAGED_DIR)}')
+  inference, path, skipped = first_readable(candidates, _read_inference, checkpoint_name,
+                                            warn=checkpoint is None)
+  if inference is None and checkpoint is not None:
+    steps = ', '.join(map(str, training_steps(workdir))) or 'none'
+    raise CheckpointError(
+        f'{checkpoint_name(candidates[0])} is damaged ({skipped[0][1]}); choose another with '
+        f'--checkpoint=STEP (training steps: {steps}) or leave --checkpoint out to use the '
+        'newest readable one')
+  if inference is None:
+    raise CheckpointError(f'no checkpoint in workdir {workdir} is readable: ' + '; '.join(
+        f'{p}: {reason}' for p, reason in skipped))
+  if checkpoint is None:
+    _warn_if_stale(workdir, inference, path)
+  logging.info('inference parameters: %s (%s)', inference.description, path)
+  return inference
