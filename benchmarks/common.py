@@ -15,6 +15,9 @@ from benchmarks import harness
 SIZES: Dict[str, Dict[str, Any]] = {
     'tiny': dict(vocab_size=8000, d_model=256, d_ff=1024, num_heads=4, num_layers=2,
                  dropout_rate=0.1),
+    # The embedded default's model (configs/quickstart.py).
+    'quickstart': dict(vocab_size=4000, d_model=128, d_ff=512, num_heads=4, num_layers=3,
+                       dropout_rate=0.1),
     'base': dict(vocab_size=37000, d_model=512, d_ff=2048, num_heads=8, num_layers=6,
                  dropout_rate=0.1),
     'big': dict(vocab_size=37000, d_model=1024, d_ff=4096, num_heads=16, num_layers=6,

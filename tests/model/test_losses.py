@@ -122,6 +122,27 @@ def test_compute_metrics_agrees_with_the_single_functions():
   assert float(metrics['weight']) == float(weight) == 2.0
 
 
+def test_correct_counts_equal_numpy_argmax_on_random_logits():
+  rng = np.random.default_rng(3)
+  logits = rng.normal(size=(4, 9, 50)).astype(np.float32)
+  targets = np.where(rng.random((4, 9)) < 0.5, logits.argmax(-1), rng.integers(0, 50, (4, 9)))
+  weights = (rng.random((4, 9)) < 0.8).astype(np.float32)
+  expected = float(((logits.argmax(-1) == targets) * weights).sum())
+  assert expected > 5  # both hits and misses are exercised
+  got = losses.compute_metrics(jnp.asarray(logits), jnp.asarray(targets, jnp.int32),
+                               jnp.asarray(weights), 0.1)['correct']
+  assert float(got) == expected
+  assert float(losses.token_accuracy(jnp.asarray(logits), jnp.asarray(targets, jnp.int32),
+                                     jnp.asarray(weights))) == expected
+
+
+def test_a_tie_with_the_target_counts_as_correct():
+  # arg-max would pick token 0; the target (1) has the same, largest logit.
+  logits = jnp.array([[[2.0, 2.0, -1.0]]])
+  assert float(losses.token_accuracy(logits, jnp.array([[1]]), jnp.ones((1, 1)))) == 1.0
+  assert float(losses.token_accuracy(logits, jnp.array([[2]]), jnp.ones((1, 1)))) == 0.0
+
+
 def test_bfloat16_logits_give_float32_results():
   rng = np.random.default_rng(1)
   logits = jnp.asarray(rng.normal(size=(2, 7, 50)).astype(np.float32))
