@@ -64,3 +64,24 @@ def test_default_dir_follows_the_environment(monkeypatch):
   assert compile_cache.default_dir() == '/some/where'
   monkeypatch.delenv(compile_cache.ENV_VAR)
   assert compile_cache.default_dir() == os.path.join('~', '.cache', 't2t_jax', 'xla')
+
+
+def _threshold_after_enable(path, env_threshold=None):
+  env = dict(os.environ)
+  env.pop('JAX_COMPILATION_CACHE_DIR', None)
+  env.pop('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', None)
+  if env_threshold is not None:
+    env['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = env_threshold
+  code = ('import sys, jax; from t2t_jax.runtime import compile_cache; '
+          'compile_cache.enable(sys.argv[1]); '
+          'print(jax.config.jax_persistent_cache_min_compile_time_secs)')
+  out = subprocess.run([sys.executable, '-c', code, path], cwd=ROOT, capture_output=True,
+                       text=True, env=env, timeout=120)
+  assert out.returncode == 0, out.stderr
+  return float(out.stdout.split()[-1])
+
+
+def test_short_compilations_are_kept_unless_jax_is_told_otherwise(tmp_path):
+  # The small model's decode programs compile in well under JAX's default 1 s.
+  assert _threshold_after_enable(str(tmp_path / 'xla')) == compile_cache.MIN_COMPILE_SECONDS
+  assert _threshold_after_enable(str(tmp_path / 'xla'), '2.5') == 2.5
