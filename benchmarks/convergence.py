@@ -322,6 +322,7 @@ def _parse_args(argv):
 
 def main(argv=None):
   args, config = _parse_args(argv)
+  harness.start_jax()
   warnings.filterwarnings('ignore', message='.*nested tensors.*')
   import jax  # noqa: F401  (imported before the first line, so its version is recorded)
   from t2t_jax.runtime import parallel

@@ -53,6 +53,7 @@ def _gnmt(log_prob: float, tokens: int, alpha: float) -> float:
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   args = serving_common.add_args(parser).parse_args(argv)
+  harness.start_jax()
   emit = harness.Emitter(args.out)
   from t2t_jax.export import ctranslate2_decoding as decoding
   run, sources, targets = serving_common.load(args)

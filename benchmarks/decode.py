@@ -166,6 +166,7 @@ def main(argv=None):
   parser.add_argument('--torch-threads', default='auto',
                       help="'auto' (faster of 1 and the core count), or a number (0 = cores)")
   args = parser.parse_args(argv)
+  harness.start_jax()
   emit = harness.Emitter(args.out)
   counter = common.CompileCounter()
   for size_name in args.sizes.split(','):

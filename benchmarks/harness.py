@@ -269,6 +269,15 @@ def machine() -> Dict[str, Any]:
           'load_average_at_start': _LOAD_AT_START}
 
 
+def start_jax() -> None:
+  """Starts jax's backends as main.py does (`t2t_jax.cli.start_backends`): on a machine with
+  libtpu installed but no TPU (requirements-dev.txt installs it for --mode=plan), libtpu's
+  start-up warnings go to the debug log instead of into the benchmark's output. Call it after
+  parsing the arguments (so --help starts nothing) and before anything asks jax for devices."""
+  from t2t_jax import cli  # pylint: disable=import-outside-toplevel
+  cli.start_backends()
+
+
 def add_out_argument(parser):
   """The --out option every benchmark takes (where its Emitter appends)."""
   parser.add_argument('--out', default=None, help='append the JSON lines to this file')

@@ -72,6 +72,7 @@ def main(argv=None):
   parser.add_argument('--dtype', default='float32')
   parser.add_argument('--repeats', type=int, default=10, help='timed calls of each side')
   args = parser.parse_args(argv)
+  harness.start_jax()
   emit = harness.Emitter(args.out)
   systems = {'jax': _jax_matmul(args.n, args.dtype)}
   if not args.no_peer:

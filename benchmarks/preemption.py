@@ -28,6 +28,7 @@ FLAGS = flags.FLAGS
 
 
 def main(_):
+  harness.start_jax()
   config = FLAGS.config
   cfg = model.TransformerConfig.from_config(config)
   mesh = parallel.make_mesh(jax.devices()[:1])

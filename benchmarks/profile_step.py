@@ -270,6 +270,7 @@ def main(argv=None):
   parser.add_argument('--calls', type=int, default=2)
   parser.add_argument('--torch-threads', default='auto')
   args = parser.parse_args(argv)
+  harness.start_jax()
   emit = harness.Emitter(args.out)
   record = {'name': f'profile_{args.what}', 'config': dict(size=args.size,
                                                            **common.SIZES[args.size])}

@@ -64,6 +64,7 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--repeats', type=int, default=2, help='timed passes of each system')
   args = serving_common.add_args(parser).parse_args(argv)
+  harness.start_jax()
   emit = harness.Emitter(args.out)
   import sentencepiece
   from t2t_jax.inference import bleu

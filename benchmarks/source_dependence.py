@@ -69,6 +69,7 @@ def main() -> None:
   parser.add_argument('--split', default='dev')
   harness.add_out_argument(parser)
   args = parser.parse_args()
+  harness.start_jax()
   harness.Emitter(args.out)({'name': 'source_dependence',
                              **source_dependence(args.workdir, args.checkpoint, args.split)})
 

@@ -80,6 +80,7 @@ def main(argv=None):
   parser.add_argument('--length', type=int, default=64)
   parser.add_argument('--rounds', type=int, default=5)
   args = parser.parse_args(argv)
+  harness.start_jax()
   from benchmarks import train_step
   size = common.SIZES[args.size]
   setup = train_step._jax_setup(args.size, 'float32', args.rows, args.length)

@@ -356,6 +356,7 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if args.peer_server:
     return _serve_peer()
+  harness.start_jax()
   import jax
   if args.dtype is None:
     args.dtype = 'float32' if jax.default_backend() == 'cpu' else 'bfloat16'
