@@ -33,5 +33,6 @@ def check_splits(config: Any, keys: Sequence[str]) -> None:
   for key in keys:
     split = corpora.SPLIT_ALIASES.get(config[key], config[key])
     if split and split not in present:
-      raise textfiles.MissingDataError(f'config key {key!r} is {config[key]!r}, but there is no '
-                             f'{split!r} split: expected {_expected_files(config, split)}.')
+      raise textfiles.MissingDataError(
+          f'config key {key!r} is {config[key]!r}, but there is no {split!r} split: expected '
+          f'{_expected_files(config, split)}.')
