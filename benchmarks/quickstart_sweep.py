@@ -15,16 +15,14 @@ curve (step, seconds, dev NLL, dev BLEU) and the best dev BLEU.
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
 from typing import Any, Dict, List
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-from benchmarks import harness  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
 
 SWEEP_EVAL = ['--config.eval_every_steps=500', '--config.eval_bleu_sentences=150',
               '--config.log_every_steps=100', '--config.checkpoint_every_steps=500',
@@ -74,13 +72,9 @@ def collect(name: str, workdir: str, overrides: List[str]) -> Dict[str, Any]:
           'final_dev_nll': curve[-1]['dev_nll'] if curve else None, 'curve': curve}
 
 
-def _launch(name: str, root: str, core: str) -> subprocess.Popen:
-  args = [sys.executable, os.path.join(ROOT, 'main.py'), f'--workdir={os.path.join(root, name)}',
+def _command(name: str, root: str) -> List[str]:
+  return [sys.executable, os.path.join(ROOT, 'main.py'), f'--workdir={os.path.join(root, name)}',
           *SWEEP_EVAL, *VARIANTS[name]]
-  if core:
-    args = ['taskset', '-c', core, *args]
-  log = open(os.path.join(root, f'{name}.log'), 'w', encoding='utf-8')
-  return subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
 
 
 def main() -> None:
@@ -97,14 +91,8 @@ def main() -> None:
     sys.exit(f'error: unknown variants {unknown}; known: {sorted(VARIANTS)}')
   os.makedirs(args.root, exist_ok=True)
   if not args.collect:
-    cores = args.cores.split(',') if args.cores else ['']
-    pending, running = list(names), {}
-    while pending or running:
-      for core in cores:
-        if core not in running and pending:
-          running[core] = _launch(pending.pop(0), args.root, core)
-      time.sleep(5)
-      running = {c: p for c, p in running.items() if p.poll() is None}
+    jobs = [(_command(n, args.root), os.path.join(args.root, f'{n}.log')) for n in names]
+    common.run_pinned(jobs, args.cores.split(',') if args.cores else [''], cwd=ROOT)
   emit = harness.Emitter(args.out)
   for name in names:
     workdir = os.path.join(args.root, name)

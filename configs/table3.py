@@ -2,7 +2,8 @@
 
 Select a row with `--config=configs/table3.py:B1`. The rows are the paper's: A1-A4 (heads),
 B1-B2 (key size), C1-C7 (size), D1-D4 (dropout, label smoothing), E (learned positions),
-plus 'base' and 'big'. `PAPER_PARAMS` holds Table 3's parameter counts (millions).
+plus 'base' and 'big'. `PAPER_PARAMS` holds Table 3's parameter counts (millions) and
+`PAPER_DEV` its dev perplexity (per wordpiece) and dev BLEU on newstest2013.
 """
 
 from configs import wmt_base, wmt_big
@@ -30,6 +31,12 @@ ROWS = {
 }
 PAPER_PARAMS = {'base': 65, 'B1': 58, 'B2': 60, 'C1': 36, 'C2': 50, 'C3': 80, 'C4': 28,
                 'C5': 168, 'C6': 53, 'C7': 90, 'big': 213}
+PAPER_DEV = {  # row: (PPL, BLEU), newstest2013, beam search, no checkpoint averaging
+    'base': (4.92, 25.8), 'A1': (5.29, 24.9), 'A2': (5.00, 25.5), 'A3': (4.91, 25.8),
+    'A4': (5.01, 25.4), 'B1': (5.16, 25.1), 'B2': (5.01, 25.4), 'C1': (6.11, 23.7),
+    'C2': (5.19, 25.3), 'C3': (4.88, 25.5), 'C4': (5.75, 24.5), 'C5': (4.66, 26.0),
+    'C6': (5.12, 25.4), 'C7': (4.75, 26.2), 'D1': (5.77, 24.6), 'D2': (4.95, 25.5),
+    'D3': (4.67, 25.3), 'D4': (5.47, 25.7), 'E': (4.92, 25.7), 'big': (4.33, 26.4)}
 
 
 def get_config(row: str = 'base'):

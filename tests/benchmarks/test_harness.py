@@ -173,3 +173,21 @@ def test_no_benchmark_reads_a_clock_but_the_harness():
     else:
       offenders += [f'{name} {use}' for use in uses]
   assert offenders == []
+
+
+def test_run_pinned_runs_every_job_at_most_one_per_slot(tmp_path):
+  from benchmarks import common
+  # Each job appends its start and end to one file; with two slots no three overlap.
+  trace = tmp_path / 'trace'
+  script = f'echo start >> {trace}; sleep 0.2; echo end >> {trace}; echo out $0; exit $0'
+  jobs = [(['sh', '-c', script, str(code)], str(tmp_path / f'{i}.log'))
+          for i, code in enumerate([0, 3, 0])]
+  codes = common.run_pinned(jobs, ['', ''], cwd=str(tmp_path), poll_s=0.01)
+  assert codes == {str(tmp_path / '0.log'): 0, str(tmp_path / '1.log'): 3,
+                   str(tmp_path / '2.log'): 0}
+  assert (tmp_path / '1.log').read_text() == 'out 3\n'
+  depth, deepest = 0, 0
+  for event in trace.read_text().split():
+    depth += 1 if event == 'start' else -1
+    deepest = max(deepest, depth)
+  assert deepest == 2
