@@ -40,7 +40,7 @@ def scaled_row(row: str, small_base=None, paper_base=None) -> dict:
   if row == 'base':
     return {}
   if row not in table3.ROWS:
-    raise ValueError(f'unknown Table 3 row {row!r}; valid rows: base, {", ".join(table3.ROWS)}')
+    raise ValueError(f'unknown Table 3 row {row!r}; valid rows: {", ".join(table3.ROWS)}')
   small_base = small_base or quickstart.get_config()
   paper_base = paper_base or wmt_base.get_config()
   paper = table3.get_config(row)
