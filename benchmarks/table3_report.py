@@ -88,9 +88,11 @@ def compare(rows, a: str, b: str) -> str:
   for metric, i, name in (('dev_perplexity', 0, 'PPL'), ('dev_bleu', 1, 'BLEU')):
     d = difference(rows, a, b, metric)
     paper = table3.PAPER_DEV[a][i] - table3.PAPER_DEV[b][i]
-    mark = 'beyond' if d['beyond_noise'] else 'within'
-    parts.append(f'{name} {d["diff"]:+.2f} ({mark} the noise '
-                 f'{d["threshold"]:.2f}; paper {paper:+.2f})')
+    if d['threshold'] is None:
+      noise = 'no seed noise yet'
+    else:
+      noise = f'{"beyond" if d["beyond_noise"] else "within"} the noise {d["threshold"]:.2f}'
+    parts.append(f'{name} {d["diff"]:+.2f} ({noise}; paper {paper:+.2f})')
   return f'{a} - {b}: ' + '; '.join(parts)
 
 
@@ -143,7 +145,9 @@ def main(records_path: str, figure: Optional[str] = None) -> None:
   rows = by_row(load(records_path))
   print(markdown_table(rows))
   for metric in METRICS:
-    print(f'seed noise (pooled standard deviation) of {metric}: {seed_noise(rows, metric):.3f}')
+    s = seed_noise(rows, metric)
+    print(f'seed noise (pooled standard deviation) of {metric}: '
+          + ('n/a (no row has two seeds yet)' if s is None else f'{s:.3f}'))
   print('\n'.join(findings(rows)))
   if figure:
     draw(rows, figure)

@@ -49,3 +49,13 @@ def test_table_lines_and_findings_carry_the_papers_numbers(tmp_path):
   table3_report.draw(rows, str(figure))
   assert figure.stat().st_size > 1000
   assert math.isclose(rows['A1']['dev_bleu']['mean'], 3.0)
+
+
+def test_one_seed_per_row_reports_no_noise_yet(capsys, tmp_path):
+  path = tmp_path / 'records.jsonl'
+  path.write_text(''.join(json.dumps(r) + '\n' for r in RECORDS[1:2] + RECORDS[3:4]))
+  rows = table3_report.by_row(table3_report.load(str(path)))
+  assert table3_report.seed_noise(rows, 'dev_bleu') is None
+  assert 'no seed noise yet' in table3_report.compare(rows, 'A1', 'base')
+  table3_report.main(str(path))
+  assert 'n/a (no row has two seeds yet)' in capsys.readouterr().out
