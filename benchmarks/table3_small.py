@@ -125,6 +125,7 @@ def main() -> None:
   seeds = [int(s) for s in args.seeds.split(',') if s]
   if not args.collect:
     run(args.root, rows, seeds, args.cores.split(',') if args.cores else [''])
+  harness.start_jax()  # the parameter counts start jax's backends, quietly as main.py does
   emit = harness.Emitter(args.out)
   for seed in seeds:
     for row in rows:
