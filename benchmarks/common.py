@@ -131,9 +131,9 @@ def run_pinned(jobs: Sequence[Tuple[List[str], str]], cores: Sequence[str], cwd:
                poll_s: float = 5.0) -> Dict[str, int]:
   """Runs the commands of `jobs` ((argv, log path) pairs, in order), at most one per entry of
   `cores` at a time: an entry such as '0' or '2-3' pins its command there (`taskset -c`), ''
-  leaves it unpinned (['', ''] runs two at a time anywhere). Returns each log path's exit code. Two one-core training runs side by side
-  on a 2-core machine finish about 1.5x sooner than the same two runs one after the other with
-  both cores each (docs/table3_small.md)."""
+  leaves it unpinned (['', ''] runs two at a time anywhere). Returns each log path's exit code.
+  Two one-core training runs side by side on a 2-core machine finish about 1.5x sooner than the
+  same two runs one after the other with both cores each (docs/table3_small.md)."""
   pending, running, codes = list(jobs), {}, {}
   while pending or running:
     for slot, core in enumerate(cores):

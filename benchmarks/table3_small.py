@@ -17,6 +17,7 @@ averaging), train loss and seconds. docs/table3_small.md is written from these r
 """
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -57,13 +58,16 @@ def command(root: str, row: str, seed: int) -> List[str]:
           f'--config.shuffle_seed={seed}']
 
 
+@functools.lru_cache(maxsize=None)
 def param_counts(row: str) -> Dict[str, Any]:
-  """Parameters of the small row, of the paper's row at WMT scale, and Table 3's (millions)."""
+  """Parameters of the small row, of the paper's row at WMT scale, and Table 3's (millions);
+  once per row, not per seed (each count traces the model's init)."""
   from t2t_jax.model import transformer as model
 
   def count(config) -> int:
     return model.count_params(model.param_shapes(model.TransformerConfig.from_config(config)))
-  return {'params': count(table3_small.get_config(row)), 'params_wmt': count(table3.get_config(row)),
+  return {'params': count(table3_small.get_config(row)),
+          'params_wmt': count(table3.get_config(row)),
           'paper_params_m': table3.PAPER_PARAMS.get(row)}
 
 
