@@ -15,7 +15,8 @@ from t2t_jax.model.losses import (compute_metrics, label_smoothed_cross_entropy,
                                   token_accuracy)
 from t2t_jax.model.transformer import (BOS_ID, EOS_ID, PAD_ID, Transformer, TransformerConfig,
                                        count_params, DecodeContext, decode_context, decode_step,
-                                       init_cache, init_params, param_shapes, shift_right)
+                                       grow_cache, init_cache, init_params, param_shapes,
+                                       shift_right)
 from t2t_jax.training.optim import learning_rate_schedule, make_optimizer
 from t2t_jax.model.search import beam_search, greedy_search, length_penalty
 from t2t_jax.inference.bleu import corpus_bleu, tokenized_bleu

@@ -93,11 +93,14 @@ class Translator:
 
 
 def decode_batch(cfg: model.TransformerConfig, beam_size: int, alpha: float, params,
-                 inputs: jax.Array, max_lengths: jax.Array, max_decode_len: int) -> jax.Array:
+                 inputs: jax.Array, max_lengths: jax.Array, max_decode_len: int,
+                 grow_cache: bool = True) -> jax.Array:
   """`[rows, src_len]` ids -> best hypotheses `[rows, max_decode_len]` (EOS-terminated).
 
-  Jittable with `cfg`, `beam_size` and `max_decode_len` static; the StableHLO export
-  serializes exactly this function.
+  Jittable with `cfg`, `beam_size`, `max_decode_len` and `grow_cache` static; the StableHLO
+  export serializes exactly this function. The self-attention cache grows with the output
+  (`search.cache_lengths`; `grow_cache=False`: one cache of max_decode_len positions, the
+  same translations, slower).
   """
   # Per sentence, closed over: the encoder-decoder keys/values and the transposed vocabulary.
   # Only the self-attention cache goes through the search, which tiles it over beams and
@@ -109,11 +112,11 @@ def decode_batch(cfg: model.TransformerConfig, beam_size: int, alpha: float, par
     # Padding is never a translation token (search.py does not mask it).
     return logits.at[:, model.PAD_ID].set(-1e9), cache
 
-  cache = model.init_cache(cfg, inputs.shape[0], max_decode_len)
+  cache = model.init_cache(cfg, inputs.shape[0], 1 if grow_cache else max_decode_len)
   sequences, _ = search.beam_search(
       logits_fn, cache, batch_size=inputs.shape[0], beam_size=beam_size, alpha=alpha,
       max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=model.EOS_ID,
-      bos_id=model.BOS_ID)
+      bos_id=model.BOS_ID, grow_cache=model.grow_cache if grow_cache else None)
   return sequences[:, 0]
 
 

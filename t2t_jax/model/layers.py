@@ -150,10 +150,11 @@ class MultiHeadAttention(nn.Module):
                key_value: Optional[Tuple[Array, Array]] = None) -> Array:
     """`[rows, q_len, d_model]` queries attend over `[batch, kv_len, d_model]`.
 
-    `key_value`, if given, are already projected keys `[batch, kv_len, heads, d_k]` and
-    values `[batch, kv_len, heads, d_v]` (see `head_projection`), used instead of projecting
-    `inputs_kv`: decoding projects the encoder output once per sentence, not once per output
-    position. Their batch may be smaller than the queries' rows: with `rows = batch * group`,
+    `key_value`, if given, are already projected keys `[batch, heads, kv_len, d_k]` and
+    values `[batch, heads, kv_len, d_v]` (heads-first, as `transformer.cross_key_values`
+    makes them), used instead of projecting `inputs_kv`: decoding projects the encoder
+    output once per sentence, not once per output position. Their batch may be smaller
+    than the queries' rows: with `rows = batch * group`,
     query rows `b * group .. (b + 1) * group - 1` (the beams of sentence b) all attend over
     keys/values row b; `mask` must then not depend on the query position (a padding mask).
     Returns `[rows, q_len, d_model]`.
@@ -161,10 +162,13 @@ class MultiHeadAttention(nn.Module):
     project = lambda features, name: head_projection(  # noqa: E731
         self.num_heads, features, self.dtype, name=name)
     query = project(self.d_k, 'query')(inputs_q)
+    dropout_rate = 0.0 if deterministic else self.attention_dropout_rate
     if key_value is None:
       key, value = project(self.d_k, 'key')(inputs_kv), project(self.d_v, 'value')(inputs_kv)
+    elif dropout_rate == 0.0 and not self.capture_weights:  # decoding's cross-attention
+      return self._out(self._heads_first_step(query, *key_value, mask))
     else:
-      key, value = key_value
+      key, value = (x.transpose(0, 2, 1, 3) for x in key_value)
 
     if self.decode and self.has_variable('cache', 'cached_key'):
       if mask is not None:  # it would be ignored: the cache index is the causal mask
@@ -173,7 +177,6 @@ class MultiHeadAttention(nn.Module):
     else:
       if self.decode:  # cache creation (a shape-only call): allocate, then attend as usual
         self._cache_variables(key, value)
-      dropout_rate = 0.0 if deterministic else self.attention_dropout_rate
       dropout_rng = self.make_rng('dropout') if dropout_rate > 0.0 else None
       rows, q_len = query.shape[:2]
       grouped = key.shape[0] != rows
@@ -191,9 +194,24 @@ class MultiHeadAttention(nn.Module):
                                               implementation=self.attention_impl)
       if grouped:
         out = out.reshape(rows, q_len, *out.shape[2:])
+    return self._out(out)
+
+  def _out(self, heads: Array) -> Array:
+    """W^O: `[rows, q_len, heads, d_v]` -> `[rows, q_len, d_model]`."""
     return nn.DenseGeneral(self.d_model, axis=(-2, -1), use_bias=False, dtype=self.dtype,
                            param_dtype=jnp.float32,
-                           kernel_init=nn.initializers.xavier_uniform(), name='out')(out)
+                           kernel_init=nn.initializers.xavier_uniform(), name='out')(heads)
+
+  @staticmethod
+  def _heads_first_step(query: Array, key: Array, value: Array,
+                        mask: Optional[Array]) -> Array:
+    """Queries `[rows, q_len, heads, d_k]` over heads-first keys/values of `batch` rows
+    (the beams of a sentence grouped onto its row) -> `[rows, q_len, heads, d_v]`."""
+    rows, q_len = query.shape[:2]
+    if key.shape[0] != rows:
+      query = _group_rows(query, key.shape[0], mask)
+    out = attention.few_query_attention(query, key, value, True if mask is None else mask)
+    return out.reshape(rows, q_len, *out.shape[2:])
 
   def _cache_variables(self, key: Array, value: Array):
     """The cache: heads-first keys/values `[batch, heads, max_len, d]` and the fill index."""

@@ -45,6 +45,10 @@ MIN_LOG_PROB = -1.0e4
 
 Cache = Any
 LogitsFn = Callable[[jax.Array, Cache], tuple[jax.Array, Cache]]
+# (cache, length) -> the cache with room for `length` decode positions (see `beam_search`).
+GrowCache = Callable[[Cache, int], Cache]
+# First length of a growing cache: short outputs never touch a longer one.
+FIRST_CACHE_LENGTH = 16
 ArrayLike = Union[jax.Array, float, int]
 
 
@@ -105,10 +109,27 @@ def _top_k_gather(scores: jax.Array, k: int,
   return (top, *gathered)
 
 
+def cache_lengths(max_decode_len: int, first: int = FIRST_CACHE_LENGTH) -> tuple[int, ...]:
+  """Lengths of a growing cache, one per loop segment: first, 2 first, 4 first, ...,
+  ending with max_decode_len (e.g. 82 -> (16, 32, 64, 82)).
+
+  A step's self-attention reads, and its beam reorder copies, the whole cache, filled or
+  not, so a cache that doubles as the output grows does at most twice the work of one that
+  is always exactly full, where a fixed max_decode_len cache does (max_decode_len / step)
+  times it; each segment is one more copy of the loop body to compile.
+  """
+  lengths, n = [], first
+  while n < max_decode_len:
+    lengths.append(n)
+    n *= 2
+  return (*lengths, max_decode_len)
+
+
 def _search(
     logits_fn: LogitsFn, cache: Cache, *, batch_size: int, beam_size: int,
     alpha: ArrayLike, max_decode_len: int, max_lengths: Optional[jax.Array],
-    eos_id: int, bos_id: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    eos_id: int, bos_id: int, grow_cache: Optional[GrowCache] = None
+) -> tuple[jax.Array, jax.Array, jax.Array]:
   """The beam search loop; `beam_search` documents the arguments.
 
   Returns:
@@ -122,13 +143,16 @@ def _search(
   # Forced EOS needs max_length >= 1, and nothing may outgrow the arrays.
   max_lengths = jnp.clip(jnp.asarray(max_lengths, jnp.int32), 1, length)
 
-  def cond(s: _State) -> jax.Array:
-    return (s.step < length) & ~jnp.all(s.done)
-
   def body(s: _State) -> _State:
     return _step(logits_fn, s, max_lengths=max_lengths, alpha=alpha, eos_id=eos_id)
 
-  s = jax.lax.while_loop(cond, body, _initial_state(cache, b, k, length, bos_id))
+  s = _initial_state(cache, b, k, length, bos_id)
+  # One while loop per cache length: steps 0..end-1 write positions below `end`.
+  for end in (length,) if grow_cache is None else cache_lengths(length):
+    if grow_cache is not None:
+      s = s._replace(cache=grow_cache(s.cache, end))
+    s = jax.lax.while_loop(
+        lambda s, end=end: (s.step < end) & ~jnp.all(s.done), body, s)
   return _result(s, alpha)
 
 
@@ -260,7 +284,8 @@ def beam_search(
     logits_fn: LogitsFn, cache: Cache, *, batch_size: int,
     beam_size: int = 4, alpha: ArrayLike = 0.6, max_decode_len: int,
     max_lengths: Optional[jax.Array] = None, eos_id: int = 1, bos_id: int = 1,
-    n_best: bool = False) -> tuple[jax.Array, jax.Array]:
+    n_best: bool = False, grow_cache: Optional[GrowCache] = None
+) -> tuple[jax.Array, jax.Array]:
   """Batched beam search with GNMT length penalty (paper section 6.1).
 
   Jittable with `logits_fn` closed over; `batch_size`, `beam_size`,
@@ -288,6 +313,12 @@ def beam_search(
     bos_id: first decoder input (not part of the output).
     n_best: documentation only: every hypothesis is always returned sorted;
       with n_best=False the caller uses [:, 0].
+    grow_cache: None: `cache` has room for all max_decode_len positions. Given, the cache
+      grows with the output instead: `cache` may start with room for as few as one
+      position, and `grow_cache(cache, n)` (n >= its current room, leaves [batch*beam,
+      ...]) must return it with room for n positions, same values, same structure. It is
+      called before steps 0, 16, 32, 64, ... (`cache_lengths`); the results are those of a
+      full-size cache (up to float summation order in the logits_fn).
 
   Returns:
     sequences: [B, K, L] int32, best first, each ending with eos_id then 0s
@@ -298,14 +329,15 @@ def beam_search(
   sequences, scores, _ = _search(
       logits_fn, cache, batch_size=batch_size, beam_size=beam_size,
       alpha=alpha, max_decode_len=max_decode_len, max_lengths=max_lengths,
-      eos_id=eos_id, bos_id=bos_id)
+      eos_id=eos_id, bos_id=bos_id, grow_cache=grow_cache)
   return sequences, scores
 
 
 def greedy_search(
     logits_fn: LogitsFn, cache: Cache, *, batch_size: int,
     max_decode_len: int, max_lengths: Optional[jax.Array] = None,
-    eos_id: int = 1, bos_id: int = 1) -> tuple[jax.Array, jax.Array]:
+    eos_id: int = 1, bos_id: int = 1, grow_cache: Optional[GrowCache] = None
+) -> tuple[jax.Array, jax.Array]:
   """Greedy decoding: `beam_search` with beam 1 and alpha 0 (argmax per step).
 
   Arguments as in `beam_search`. Returns sequences [B, L] int32 (EOS then 0s)
@@ -314,5 +346,5 @@ def greedy_search(
   sequences, scores = beam_search(
       logits_fn, cache, batch_size=batch_size, beam_size=1, alpha=0.0,
       max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=eos_id,
-      bos_id=bos_id)
+      bos_id=bos_id, grow_cache=grow_cache)
   return sequences[:, 0], scores[:, 0]

@@ -322,6 +322,18 @@ def init_cache(cfg: TransformerConfig, batch: int, max_decode_len: int):
   return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
+def grow_cache(cache, length: int):
+  """`cache` (from `init_cache`) with room for `length` positions, as `search.beam_search`'s
+  `grow_cache`: keys/values zero-padded at the end, beyond the fill index that masks them."""
+  def grow(path, x):
+    if getattr(path[-1], 'key', None) not in ('cached_key', 'cached_value'):
+      return x
+    if length < x.shape[2]:
+      raise ValueError(f'grow_cache: cannot shrink a cache of {x.shape[2]} positions to {length}')
+    return jnp.pad(x, ((0, 0), (0, 0), (0, length - x.shape[2]), (0, 0)))
+  return jax.tree_util.tree_map_with_path(grow, cache)
+
+
 def cross_key_values(cfg: TransformerConfig, params, encoded: Array):
   """Every decoder layer's encoder-decoder keys and values, projected once per sentence.
 
@@ -331,11 +343,13 @@ def cross_key_values(cfg: TransformerConfig, params, encoded: Array):
     encoded: `[batch, src_len, d_model]` encoder output.
 
   Returns:
-    A tuple over layers of (keys `[batch, src_len, heads, d_k]`, values `[..., d_v]`), the
-    same numbers the cross-attention computes from `encoded` (same modules, same dtype).
+    A tuple over layers of (keys `[batch, heads, src_len, d_k]`, values `[..., d_v]`), the
+    same numbers the cross-attention computes from `encoded` (same modules, same dtype),
+    heads-first (`attention.heads_first_attention`: no transposed copy at every step).
   """
   def project(kernel, features):
-    return head_projection(cfg.num_heads, features, cfg.dtype).apply({'params': kernel}, encoded)
+    return head_projection(cfg.num_heads, features, cfg.dtype).apply(
+        {'params': kernel}, encoded).transpose(0, 2, 1, 3)
   layers = [params['decoder'][f'layer_{i}']['cross_attention'] for i in range(cfg.num_layers)]
   return tuple((project(p['key'], cfg.d_k), project(p['value'], cfg.d_v)) for p in layers)
 
@@ -347,7 +361,7 @@ class DecodeContext(NamedTuple):
   putting it in the search's cache, which is tiled over beams and reordered at every step.
   """
   inputs: Array      # [batch, src_len] int32 source ids, for the encoder-decoder padding mask.
-  cross_kv: Tuple    # per decoder layer: keys [batch, src_len, heads, d_k], values [..., d_v].
+  cross_kv: Tuple    # per decoder layer: keys [batch, heads, src_len, d_k], values [..., d_v].
   vocab_t: Array     # [d_model, vocab]: the shared embedding, transposed once for §3.4's
                      # pre-softmax projection.
 

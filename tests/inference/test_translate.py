@@ -71,6 +71,39 @@ def test_cached_beam_search_equals_full_recomputation():
   assert len(set(map(tuple, np.asarray(seq_a[0])))) > 1  # the beams are distinct hypotheses
 
 
+def test_growing_cache_translates_as_the_full_size_cache():
+  """The cache grows 1 -> 16 -> 32 -> 40 positions (three loop segments) and decodes the
+  same hypotheses as one cache of all 40; rows stop at different lengths."""
+  assert search.cache_lengths(40) == (16, 32, 40)
+  params = _params(1)
+  table = params['shared_embedding']['embedding']  # EOS's logit 0: sentences run long
+  params['shared_embedding'] = {'embedding': table.at[model.EOS_ID].set(0.0)}
+  inputs = np.random.RandomState(1).randint(2, 40, (3, 8)).astype(np.int32)
+  max_lengths = jnp.array([40, 20, 9])
+  grown, full = (jax.jit(lambda p, x, m, grow=grow: translate.decode_batch(
+      CFG, 4, 0.6, p, x, m, 40, grow_cache=grow))(params, inputs, max_lengths)
+      for grow in (True, False))
+  np.testing.assert_array_equal(grown, full)
+  lengths = [list(row).index(model.EOS_ID) + 1 for row in np.asarray(full)]
+  assert lengths[0] > 32 and lengths[2] <= 9  # the last segment was reached
+
+
+def test_grow_cache_pads_keys_and_values_only():
+  cache = model.init_cache(CFG, 2, 3)
+  cache = jax.tree_util.tree_map(lambda x: x + 1, cache)
+  grown = model.grow_cache(cache, 5)
+  flat = dict(jax.tree_util.tree_flatten_with_path(grown)[0])
+  for path, x in jax.tree_util.tree_flatten_with_path(cache)[0]:
+    if x.ndim == 4:
+      assert flat[path].shape == x.shape[:2] + (5,) + x.shape[3:]
+      np.testing.assert_array_equal(flat[path][:, :, :3], x)
+      np.testing.assert_array_equal(flat[path][:, :, 3:], 0)
+    else:
+      np.testing.assert_array_equal(flat[path], x)  # fill indices unchanged
+  with pytest.raises(ValueError, match='cannot shrink'):
+    model.grow_cache(grown, 4)
+
+
 @pytest.mark.slow
 def test_translate_keeps_order_line_count_and_empty_lines():
   translator = translate.Translator(CFG, _params(1), CharTokenizer(), beam_size=4,

@@ -115,6 +115,7 @@ def test_grouped_queries_sow_one_map_per_query_row():
       {'params': variables['params']['key']}, memory),
         layers.head_projection(2, 4, jnp.float32).apply(
       {'params': variables['params']['value']}, memory))
+  kv = tuple(x.transpose(0, 2, 1, 3) for x in kv)  # heads-first, as decoding keeps them
   out, sown = mha.apply(variables, queries, None, mask, key_value=kv, mutable=['intermediates'])
   tiled_out, tiled = mha.apply(variables, queries, jnp.repeat(memory, 2, axis=0),
                                jnp.repeat(mask, 2, axis=0), mutable=['intermediates'])

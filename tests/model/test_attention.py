@@ -39,6 +39,29 @@ def test_fast_and_reference_paths_equal_numpy(d_v):
   assert fast.shape == (2, 5, 3, d_v)
 
 
+@pytest.mark.parametrize('d_v', [8, 5])
+def test_heads_first_paths_equal_numpy(d_v):
+  """Decoding's layouts: keys/values `[batch, heads, kv, d]`, by matmuls and by products."""
+  q, k, v, tokens = _inputs(d_v)
+  mask = np.asarray(attention.padding_mask(jnp.asarray(tokens)))
+  expected, _ = numpy_attention(q, k, v, mask)
+  k_hf, v_hf = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+  for fn in (attention.heads_first_attention, attention.few_query_attention):
+    out = fn(q, k_hf, v_hf, mask)
+    assert out.shape == (2, 5, 3, d_v) and out.dtype == jnp.float32
+    np.testing.assert_allclose(out, expected, atol=1e-5)
+
+
+def test_cached_attention_reads_only_the_filled_positions():
+  q, k, v, _ = _inputs(seed=2)
+  k_hf, v_hf = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+  garbage = np.full_like(k_hf[:, :, :2], 1e3)  # beyond the fill index: must not count
+  out = attention.cached_attention(q[:, :1], np.concatenate([k_hf[:, :, :4], garbage], 2),
+                                   np.concatenate([v_hf[:, :, :4], garbage], 2), 4)
+  expected, _ = numpy_attention(q[:, :1], k[:, :4], v[:, :4], np.ones((1, 1, 1, 4), bool))
+  np.testing.assert_allclose(out, expected, atol=1e-5)
+
+
 def test_causal_self_attention_equals_numpy():
   rng = np.random.RandomState(1)
   x = rng.randn(2, 7, 4, 16).astype(np.float32)

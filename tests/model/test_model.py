@@ -138,9 +138,9 @@ def test_decode_context_holds_projected_encoder_output_and_transposed_vocabulary
   encoded = model.Transformer(TINY).apply({'params': params}, src,
                                           method=model.Transformer.encode)
   context = model.decode_context(TINY, params, src)
-  assert len(context.cross_kv) == TINY.num_layers and context.cross_kv[0][0].shape == (3, 7, 4, 8)
+  assert len(context.cross_kv) == TINY.num_layers and context.cross_kv[0][0].shape == (3, 4, 7, 8)
   kernel = params['decoder']['layer_1']['cross_attention']['value']['kernel']  # [d, heads, d_v]
-  np.testing.assert_allclose(context.cross_kv[1][1], np.einsum('bsd,dhk->bshk', encoded, kernel),
+  np.testing.assert_allclose(context.cross_kv[1][1], np.einsum('bsd,dhk->bhsk', encoded, kernel),
                              atol=1e-5)
   np.testing.assert_array_equal(context.vocab_t, params['shared_embedding']['embedding'].T)
 

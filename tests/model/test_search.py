@@ -15,6 +15,7 @@ import itertools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from t2t_jax.model import search
 
@@ -378,3 +379,9 @@ def test_jit_matches_eager():
   for e, j in zip(eager, jitted):
     np.testing.assert_array_equal(np.asarray(e), np.asarray(j))
   assert np.all(np.isfinite(np.asarray(eager[1])))
+
+
+@pytest.mark.parametrize('max_len, lengths', [(10, (10,)), (16, (16,)), (17, (16, 17)),
+                                              (82, (16, 32, 64, 82)), (306, (16, 32, 64, 128, 256, 306))])
+def test_cache_lengths_double_from_16_and_end_at_max_decode_len(max_len, lengths):
+  assert search.cache_lengths(max_len) == lengths
