@@ -52,7 +52,9 @@ def add_args(parser):
 
 
 def load(args) -> Tuple[Run, List[str], List[str]]:
-  """The run of `--workdir` and the (first `--limit`) test sources and references."""
+  """The run of `--workdir` and the (first `--limit`) test sources and references; makes the
+  `--scratch` directory if it is missing."""
+  os.makedirs(args.scratch, exist_ok=True)
   return load_run(args.workdir), test_set('en', args.limit), test_set('es', args.limit)
 
 

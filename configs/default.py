@@ -74,4 +74,5 @@ def get_config() -> ml_collections.ConfigDict:
   c.length_penalty_alpha = 0.6    # GNMT length penalty ((5 + |Y|) / 6)^alpha
   c.max_decode_extra = 50         # maximum output length = input length + this
   c.decode_batch_sentences = 64   # sentences per decode batch
+  c.decode_threads = 0            # batches decoded at once; 0: one per core on CPU, else 1
   return c

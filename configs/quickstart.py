@@ -33,5 +33,9 @@ def get_config():
   c.eval_bleu_sentences = 100     # dev BLEU (beam 4) at every eval, and the learning curves
   c.final_eval_split = 'test'     # then average, score the test split and show examples
   c.average_last = 3
-  c.decode_batch_sentences = 64
+  # Small decode batches, two at once on 2 cores (decode_threads 0): at this model size a
+  # CPU beam search step is mostly fixed costs, and a small batch stops when its own
+  # sentences are done. Bundled test set: 4 rows 205-230 sent/s, 8 rows 189-196, 64 rows
+  # 127-130 (docs/performance.md); accelerators keep default.py's 64.
+  c.decode_batch_sentences = 4
   return c

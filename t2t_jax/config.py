@@ -38,7 +38,8 @@ _POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_layers', 'max_le
              'adam_eps', 'max_consecutive_nonfinite')
 _NON_NEGATIVE = ('d_k', 'd_v', 'num_train_steps', 'checkpoint_every_steps',
                  'checkpoint_every_minutes', 'eval_every_steps', 'eval_batches',
-                 'eval_bleu_sentences', 'length_penalty_alpha', 'max_decode_extra')
+                 'eval_bleu_sentences', 'length_penalty_alpha', 'max_decode_extra',
+                 'decode_threads')
 _PROBABILITIES = ('dropout_rate', 'attention_dropout_rate', 'label_smoothing', 'adam_b1',
                   'adam_b2')
 

@@ -20,6 +20,7 @@ min(source length + max_decode_extra, max_len) positions, each sentence up to it
 length (with EOS) + max_decode_extra. Empty lines are not decoded.
 """
 
+import concurrent.futures
 import json
 import os
 import sys
@@ -95,6 +96,32 @@ def batches(encoded: Dict[int, List[int]], *, rows: int, buckets: Sequence[int],
     yield Batch(chunk, inputs, max_lengths, max_decode_len)
 
 
+def default_threads() -> int:
+  """How many batches to decode at once: one per usable core on a CPU backend, else 1.
+
+  On a CPU a decode step of a few sentences is hundreds of small operations that leave most
+  of the other cores idle, so two batches at once on 2 cores translate the bundled test set
+  1.6x faster than one after the other (the same translations); an accelerator runs one
+  batch's operations back to back anyway.
+  """
+  import jax
+  if jax.default_backend() != 'cpu':
+    return 1
+  return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1
+
+
+def _decoded(decode_batch: DecodeBatch, batch_list: List[Batch], threads: int
+             ) -> Iterator[Tuple[Batch, np.ndarray]]:
+  """(batch, its best hypotheses) in batch order, `threads` batches decoding at once (jax
+  releases the GIL while a compiled program runs)."""
+  call = lambda b: np.asarray(decode_batch(b.inputs, b.max_lengths, b.max_decode_len))  # noqa: E731
+  if threads <= 1 or len(batch_list) <= 1:
+    yield from ((b, call(b)) for b in batch_list)
+    return
+  with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+    yield from zip(batch_list, pool.map(call, batch_list))
+
+
 def until_eos(row: Sequence[int]) -> List[int]:
   """The ids of one decoded row up to, not including, the first EOS."""
   row = list(row)
@@ -104,19 +131,20 @@ def until_eos(row: Sequence[int]) -> List[int]:
 def translate_ids(sentences: Sequence[str], encode: Callable[[str], List[int]],
                   decode_batch: DecodeBatch, *, rows: int, buckets: Sequence[int],
                   max_len: int, max_decode_extra: int,
-                  progress: Optional[Callable[[int, int, float], None]] = None
-                  ) -> Tuple[List[List[int]], List[int]]:
+                  progress: Optional[Callable[[int, int, float], None]] = None,
+                  threads: int = 1) -> Tuple[List[List[int]], List[int]]:
   """Best hypotheses of `sentences`, in input order, as ids without EOS ([] for a blank line),
   and the 1-based positions of the inputs that were cut to fit max_len.
 
-  `progress(done, total, seconds)` is called after every batch.
+  `progress(done, total, seconds)` is called after every batch; `threads` batches decode at
+  once (`default_threads`), which changes no translation.
   """
   encoded, truncated = encode_sources(sentences, encode, max_len)
   outputs: List[List[int]] = [[] for _ in sentences]
   start, done = time.monotonic(), len(sentences) - len(encoded)
-  for batch in batches(encoded, rows=rows, buckets=buckets, max_len=max_len,
-                       max_decode_extra=max_decode_extra):
-    best = np.asarray(decode_batch(batch.inputs, batch.max_lengths, batch.max_decode_len))
+  batch_list = list(batches(encoded, rows=rows, buckets=buckets, max_len=max_len,
+                            max_decode_extra=max_decode_extra))
+  for batch, best in _decoded(decode_batch, batch_list, threads):
     for r, i in enumerate(batch.indices):
       outputs[i] = until_eos(best[r].tolist())
     done += len(batch.indices)
@@ -131,15 +159,17 @@ class ExportedTranslator:
 
   Args:
     path: the artifact directory (`--mode=export --format=stablehlo --output=PATH`).
+    threads: batches decoded at once (None: `default_threads()`).
 
   Attributes:
     manifest: the artifact's manifest.json (decoding settings, buckets, origin).
     truncated_lines: 1-based positions of the last call's inputs cut to fit max_len.
   """
 
-  def __init__(self, path: str):
+  def __init__(self, path: str, threads: Optional[int] = None):
     import jax
     self.path = path
+    self.threads = threads or default_threads()
     with open(os.path.join(path, MANIFEST), encoding='utf-8') as f:
       self.manifest = json.load(f)
     found = (self.manifest.get('format'), self.manifest.get('version'))
@@ -186,7 +216,7 @@ class ExportedTranslator:
     outputs, self.truncated_lines = translate_ids(
         sentences, lambda s: self._tokenizer().encode(s, out_type=int), self.decode_batch,
         rows=m['rows'], buckets=m['bucket_lengths'], max_len=m['max_len'],
-        max_decode_extra=m['max_decode_extra'], progress=progress)
+        max_decode_extra=m['max_decode_extra'], progress=progress, threads=self.threads)
     return outputs
 
   def translate(self, sentences: Sequence[str]) -> List[str]:

@@ -31,6 +31,8 @@ class Translator:
     max_decode_extra: maximum output length = input length + this (50 in the paper).
     batch_sentences: rows of every decode batch.
     bucket_lengths: padded source lengths; longer inputs are padded to a multiple of 32.
+    threads: batches decoded at once (None or 0: `portable.default_threads()`, one per core
+      on a CPU backend).
 
   Attributes:
     truncated_lines: 1-based positions, in the last `translate` call's input, of the inputs
@@ -39,7 +41,8 @@ class Translator:
 
   def __init__(self, cfg: model.TransformerConfig, params, tokenizer, *, beam_size: int = 4,
                alpha: float = 0.6, max_decode_extra: int = 50, batch_sentences: int = 64,
-               bucket_lengths: Sequence[int] = (16, 32, 64, 128, 256)):
+               bucket_lengths: Sequence[int] = (16, 32, 64, 128, 256),
+               threads: Optional[int] = None):
     self.cfg = cfg.replace(deterministic=True, decode=False)
     self.params = params
     self.tokenizer = tokenizer
@@ -47,6 +50,7 @@ class Translator:
     self.max_decode_extra = max_decode_extra
     self.batch_sentences = batch_sentences
     self.bucket_lengths = tuple(sorted(bucket_lengths))
+    self.threads = threads or portable.default_threads()
     self.compiled_shapes = set()
     self.truncated_lines: List[int] = []
 
@@ -84,7 +88,7 @@ class Translator:
     outputs, truncated = portable.translate_ids(
         sentences, self.tokenizer.encode, self._decode_numpy, rows=self.batch_sentences,
         buckets=self.bucket_lengths, max_len=self.cfg.max_len,
-        max_decode_extra=self.max_decode_extra, progress=progress)
+        max_decode_extra=self.max_decode_extra, progress=progress, threads=self.threads)
     self.truncated_lines = ([line_numbers[i - 1] for i in truncated]
                             if line_numbers is not None else truncated)
     if self.truncated_lines:
@@ -149,4 +153,4 @@ def from_config(config, params, tokenizer) -> Translator:
   return Translator(cfg, params, tokenizer, beam_size=config.beam_size,
                     alpha=config.length_penalty_alpha, max_decode_extra=config.max_decode_extra,
                     batch_sentences=config.decode_batch_sentences,
-                    bucket_lengths=config.bucket_lengths)
+                    bucket_lengths=config.bucket_lengths, threads=config.decode_threads)

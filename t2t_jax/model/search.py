@@ -217,6 +217,12 @@ def _top_candidates(logits: jax.Array, s: _State, *, max_lengths: jax.Array, eos
                     ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
   """The 2K best one-token extensions of the live hypotheses, per sentence.
 
+  Two stages, the same candidates as one top-2K over all K x V extensions of a sentence:
+  each beam's 2K best tokens (by logit: a row's log-softmax is its logits minus one
+  constant), then the 2K best of those K x 2K (fewer per beam if V < 2K). Only the selected entries are normalised
+  (`jax.nn.log_softmax`'s arithmetic, so the same values), and no [B, K x V] array of
+  candidate scores is ever written.
+
   Args:
     logits: [B * K, 1, V] (any float dtype) for the next token of each live slot.
 
@@ -227,21 +233,27 @@ def _top_candidates(logits: jax.Array, s: _State, *, max_lengths: jax.Array, eos
   b, k, length = s.live_seqs.shape
   i = s.step
   vocab = logits.shape[-1]
-  logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-  logp = jnp.maximum(logp.reshape(b, k, vocab), MIN_LOG_PROB)
+  x = logits.astype(jnp.float32).reshape(b, k, vocab)
+  x_max = jnp.max(x, axis=-1, keepdims=True)
+  log_sum = jnp.log(jnp.sum(jnp.exp(x - x_max), axis=-1, keepdims=True))   # [B, K, 1]
+  n = min(2 * k, vocab)  # per beam; K x n >= 2K for any vocabulary of 2 or more
+  beam_x, beam_token = jax.lax.top_k(x, n)                                 # [B, K, n]
 
   # At the last allowed position only EOS may follow (per sentence).
-  forced = i >= max_lengths - 1                                   # [B]
-  token_ok = ~forced[:, None] | (jnp.arange(vocab) == eos_id)     # [B, V]
-  ok = (s.live_ok[:, :, None] & token_ok[:, None, :]).reshape(b, k * vocab)
-  cand_lp = jnp.where(
-      ok, (s.live_lp[:, :, None] + logp).reshape(b, k * vocab), NEG_INF)
+  forced = (i >= max_lengths - 1)[:, None, None]                            # [B, 1, 1]
+  first = jnp.arange(n) == 0
+  beam_x = jnp.where(forced, jnp.where(first, x[:, :, eos_id:eos_id + 1], -jnp.inf), beam_x)
+  beam_token = jnp.where(forced, jnp.where(first, eos_id, 0), beam_token)
+  logp = jnp.maximum((beam_x - x_max) - log_sum, MIN_LOG_PROB)
+  ok = (s.live_ok[:, :, None] & (~forced | first)).reshape(b, k * n)
+  cand_lp = jnp.where(ok, (s.live_lp[:, :, None] + logp).reshape(b, k * n), NEG_INF)
 
   # At most K candidates are EOS (one per parent), so the top 2K hold both
   # the top K overall and the top K non-EOS.
-  top_lp, top_index = jax.lax.top_k(cand_lp, 2 * k)               # [B, 2K]
+  top_lp, top_index = jax.lax.top_k(cand_lp, 2 * k)                        # [B, 2K]
   top_ok = jnp.take_along_axis(ok, top_index, axis=1)
-  parent, token = top_index // vocab, top_index % vocab
+  parent = top_index // n
+  token = jnp.take_along_axis(beam_token.reshape(b, k * n), top_index, axis=1)
   positions = jnp.arange(length, dtype=jnp.int32)
   top_seqs = jnp.take_along_axis(s.live_seqs, parent[:, :, None], axis=1)
   top_seqs = jnp.where(positions == i, token[:, :, None], top_seqs)

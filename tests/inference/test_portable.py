@@ -1,0 +1,52 @@
+"""The shared batching of `Translator` and the StableHLO artifact: concurrent batches."""
+
+import os
+import threading
+import time
+
+import numpy as np
+
+from t2t_jax.inference import portable
+
+
+def _encode(sentence):
+  return [2 + ord(c) % 50 for c in sentence]
+
+
+def _echo_decoder(active):
+  """Decodes a batch as its first source token then EOS, slower for earlier batches (so
+  concurrent batches finish out of order); records the most batches seen at once."""
+  lock = threading.Lock()
+
+  def decode(inputs, max_lengths, max_decode_len):
+    with lock:
+      active['now'] += 1
+      active['most'] = max(active['most'], active['now'])
+    time.sleep(0.05 / (1 + inputs[0, 0] % 7))
+    out = np.zeros((inputs.shape[0], max_decode_len), np.int32)
+    out[:, 0], out[:, 1] = inputs[:, 0], portable.EOS_ID
+    with lock:
+      active['now'] -= 1
+    return out
+  return decode
+
+
+def test_concurrent_batches_translate_in_order_as_one_at_a_time():
+  sentences = ['abc', '', 'hello', 'xy', 'q', 'the quick brown fox', 'zz', 'jump', 'k', 'ok']
+  kwargs = dict(rows=2, buckets=(8, 32), max_len=64, max_decode_extra=3)
+  results = {}
+  for threads in (1, 3):
+    active, calls = {'now': 0, 'most': 0}, []
+    results[threads] = portable.translate_ids(
+        sentences, _encode, _echo_decoder(active), threads=threads,
+        progress=lambda done, total, _: calls.append(done), **kwargs)
+    assert (active['most'] > 1) == (threads > 1)  # batches overlapped only with threads
+    assert calls == sorted(calls) and calls[-1] == len(sentences)
+  assert results[1] == results[3]
+  outputs, truncated = results[3]
+  assert truncated == [] and outputs[1] == []
+  assert [row[0] for row in outputs if row] == [_encode(s)[0] for s in sentences if s]
+
+
+def test_default_threads_is_one_per_usable_core_on_cpu():
+  assert portable.default_threads() == len(os.sched_getaffinity(0))
