@@ -25,6 +25,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
@@ -142,6 +143,49 @@ class Measured:
   e.g. in a child process whose pipe round trip must not count): those seconds are recorded
   instead of the call's own."""
   seconds: float
+
+
+class ChildProcess:
+  """A benchmark system in a process of its own (`python -m MODULE FLAG`, run from the
+  repository root), driven over a pipe: `call(message)` writes one JSON line to its stdin
+  and returns the JSON line it answers. The first message is usually its spec. The child
+  side: `child_protocol()`."""
+
+  def __init__(self, module: str, flag: str, what: str):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    self.what = what
+    self.proc = subprocess.Popen([sys.executable, '-m', module, flag], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True, cwd=root)
+
+  def call(self, message: Any) -> Any:
+    self.proc.stdin.write(json.dumps(message) + '\n')
+    self.proc.stdin.flush()
+    line = self.proc.stdout.readline()
+    if not line:
+      raise RuntimeError(f'the {self.what} process exited with {self.proc.wait()} (see stderr)')
+    return json.loads(line)
+
+  def close(self) -> None:
+    self.proc.stdin.close()
+    self.proc.wait(timeout=60)
+
+
+def child_protocol():
+  """Child side of `ChildProcess`: (the spec, `reply(obj)`); then iterate `requests`.
+  Anything the libraries print goes to stderr, not into the protocol."""
+  out = os.fdopen(os.dup(1), 'w')
+  os.dup2(2, 1)
+
+  def reply(obj: Any) -> None:
+    out.write(json.dumps(obj) + '\n')
+    out.flush()
+  return json.loads(sys.stdin.readline()), reply
+
+
+def requests():
+  """The requests a `child_protocol` child receives, decoded, until its parent closes."""
+  for line in sys.stdin:
+    yield json.loads(line)
 
 
 def interleave(systems: Mapping[str, Callable[[], Any]], rounds: int, warmup: int = 1,

@@ -25,9 +25,7 @@ pieces, EOS excluded.
 """
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -51,47 +49,32 @@ class _Ct2Process:
   child timed (`harness.Measured`) and keeps the outputs (piece lists) of the last pass."""
 
   def __init__(self, spec):
-    self.proc = subprocess.Popen([sys.executable, '-m', 'benchmarks.serve', '--ct2-server'],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                 cwd=serving_common.ROOT)
-    self._call(spec)
+    self.child = harness.ChildProcess('benchmarks.serve', '--ct2-server', 'CTranslate2')
+    self.child.call(spec)
     self.outputs = None
 
-  def _call(self, message):
-    self.proc.stdin.write(json.dumps(message) + '\n')
-    self.proc.stdin.flush()
-    line = self.proc.stdout.readline()
-    if not line:
-      raise RuntimeError(f'the CTranslate2 process exited with {self.proc.wait()} (see stderr)')
-    return json.loads(line)
-
   def translate(self):
-    reply = self._call({'translate': True})
+    reply = self.child.call({'translate': True})
     self.outputs = reply['outputs']
     return harness.Measured(reply['seconds'])
 
   def close(self):
-    self.proc.stdin.close()
-    self.proc.wait(timeout=60)
+    self.child.close()
 
 
 def _serve_ct2():
-  """Child side of `_Ct2Process`: a spec line, then one pass per request, JSON both ways."""
+  """Child side of `_Ct2Process` (`harness.child_protocol`): one pass per request."""
   from t2t_jax.export import ctranslate2_decoding
-  reply = os.fdopen(os.dup(1), 'w')
-  os.dup2(2, 1)  # anything the libraries print goes to stderr, not into the protocol
-  spec = json.loads(sys.stdin.readline())
+  spec, reply = harness.child_protocol()
   translator = serving_common.ctranslate2_translator(spec['path'], spec['threads'])
-  reply.write('{}\n')
-  reply.flush()
-  for _ in sys.stdin:
+  reply({})
+  for _ in harness.requests():
     with harness.timed() as t:
       outputs = ctranslate2_decoding.translate(
           translator, spec['pieces'], beam_size=spec['beam_size'], alpha=spec['alpha'],
           max_decode_extra=spec['max_decode_extra'], max_len=spec['max_len'],
           exact_lengths=False, max_batch_size=spec['rows'])
-    reply.write(json.dumps({'seconds': t.seconds, 'outputs': outputs}) + '\n')
-    reply.flush()
+    reply({'seconds': t.seconds, 'outputs': outputs})
 
 
 def _systems(run, sources, args):

@@ -21,9 +21,7 @@ float32 matmul FLOP/s (`matmul_peak.py`) on CPU; MFU against the known bf16 dens
 """
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -129,22 +127,11 @@ class _PeerProcess:
   """
 
   def __init__(self, spec):
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    self.proc = subprocess.Popen([sys.executable, '-m', 'benchmarks.train_step', '--peer-server'],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                 cwd=root)
-    self.info = self._call(spec)
-
-  def _call(self, message):
-    self.proc.stdin.write(json.dumps(message) + '\n')
-    self.proc.stdin.flush()
-    line = self.proc.stdout.readline()
-    if not line:
-      raise RuntimeError(f'the peer process exited with {self.proc.wait()} (see stderr)')
-    return json.loads(line)
+    self.child = harness.ChildProcess('benchmarks.train_step', '--peer-server', 'peer')
+    self.info = self.child.call(spec)
 
   def steps(self, mode, n):
-    return self._call({'steps': n, 'mode': mode})
+    return self.child.call({'steps': n, 'mode': mode})
 
   def system(self, mode):
     """One step timed in the child (the pipe's round trip does not count)."""
@@ -154,25 +141,19 @@ class _PeerProcess:
     return None
 
   def close(self):
-    self.proc.stdin.close()
-    self.proc.wait(timeout=60)
+    self.child.close()
 
 
 def _serve_peer():
-  """Child side of `_PeerProcess`: a spec line, then one line per request, JSON both ways."""
-  reply = os.fdopen(os.dup(1), 'w')
-  os.dup2(2, 1)  # anything torch prints goes to stderr, not into the protocol
-  spec = json.loads(sys.stdin.readline())
+  """Child side of `_PeerProcess` (`harness.child_protocol`)."""
+  spec, reply = harness.child_protocol()
   host = _host_batch(common.SIZES[spec['size']]['vocab_size'], spec['rows'], spec['length'],
                      spec['seed'])
   runner = _PeerRunner(spec['size'], host, spec['dtype'], 'cpu', spec['warmup'],
                        spec['torch_compile'], spec['torch_threads'])
-  reply.write(json.dumps(runner.info) + '\n')
-  reply.flush()
-  for line in sys.stdin:
-    request = json.loads(line)
-    reply.write(json.dumps(runner.steps(request['mode'], request['steps'])) + '\n')
-    reply.flush()
+  reply(runner.info)
+  for request in harness.requests():
+    reply(runner.steps(request['mode'], request['steps']))
 
 
 def _check_same_function(size_name, jx, params, peer_cls, load, torch, device):
