@@ -1,7 +1,7 @@
 """Convergence: does t2t_jax training learn at least as well as an independent PyTorch peer?
 
-Two training runs on the bundled EN->ES Bible corpus (configs/quickstart.py plus any
---config-override KEY=VALUE), one after the other in one process, each alone on the machine:
+Two training runs on the bundled EN->ES Bible corpus (configs/quickstart.py with bucketed,
+unpacked rows, plus any --config-override KEY=VALUE), one after the other in one process, each alone on the machine:
 ours (`parallel.make_train_step`) first, then the peer (benchmarks/torch_peer.py, with
 --torch-threads threads), for the same budget: --minutes of training time (the clock stops
 during evaluation; our train step is compiled for every batch shape before it starts,
@@ -79,6 +79,7 @@ def make_config(overrides, smoke):
   from configs import quickstart
   from t2t_jax import config as config_lib
   config = quickstart.get_config()
+  config.pack_examples = False  # the peer attends across whole rows: no packed rows for it
   if smoke:
     config.update(SMOKE)
   for item in overrides:
@@ -90,6 +91,9 @@ def make_config(overrides, smoke):
       config[key] = _parse_value(text, config[key])
     except (ValueError, TypeError, SyntaxError) as e:
       raise ValueError(f'--config-override {item!r}: {e}') from None
+  if config.pack_examples:
+    raise ValueError('--config-override pack_examples=True: the peer has no segment masks, '
+                     'so both sides train on bucketed rows')
   return config_lib.validate(config)
 
 
