@@ -1,8 +1,8 @@
 """Convergence: does t2t_jax training learn at least as well as an independent PyTorch peer?
 
 Two training runs on the bundled EN->ES Bible corpus (configs/quickstart.py with bucketed,
-unpacked rows, plus any --config-override KEY=VALUE), one after the other in one process, each alone on the machine:
-ours (`parallel.make_train_step`) first, then the peer (benchmarks/torch_peer.py, with
+unpacked rows, plus any --config-override KEY=VALUE), one after the other in one process, each
+alone on the machine: ours (`parallel.make_train_step`) first, then the peer (benchmarks/torch_peer.py, with
 --torch-threads threads), for the same budget: --minutes of training time (the clock stops
 during evaluation; our train step is compiled for every batch shape before it starts,
 reported as compile_s) or --steps updates. Both wait for each step to finish, so the clock
