@@ -1,4 +1,4 @@
-"""Length buckets: the token lengths of every pair, and the epoch plan of bucketed batches.
+"""Length buckets: the epoch plan of bucketed batches (token lengths: `token_store`).
 
 `pipeline` puts each kept pair in the smallest bucket length that holds its source and its
 target and batches each bucket to the token budget (see its module docstring for the
@@ -6,58 +6,16 @@ invariants); `BucketPlan` decides which pairs form which batch, `packing.PackedP
 same interface for packed rows.
 """
 
-import hashlib
-import io
-import os
 import threading
 from typing import Any, Optional, Sequence
 
-from absl import logging
 import numpy as np
-from etils import epath
-
-from t2t_jax.storage import paths
 
 
 def get_items(source: Any, indices: Sequence[int]) -> list[dict[str, str]]:
   """The pairs at `indices`, in one read where the source supports it."""
   getitems = getattr(source, '__getitems__', None)
   return getitems(list(indices)) if getitems else [source[i] for i in indices]
-
-
-def pair_lengths(source: Any, tokenizer: Any, *, cache_dir: Optional[str] = None,
-                 chunk_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
-  """Token lengths with EOS of every pair: (source [N] int32, target [N] int32).
-
-  With `cache_dir`, a source that has a `name` (corpora.ParallelTextSource: it contains
-  the content hash of local corpora) and a tokenizer with a `fingerprint` keep their
-  lengths in `<cache_dir>/lengths-<key>.npz`, so a resumed run skips this pass.
-  """
-  n = len(source)
-  cache = None
-  name, fingerprint = getattr(source, 'name', None), getattr(tokenizer, 'fingerprint', None)
-  if cache_dir and name and fingerprint:
-    key = hashlib.sha256(f'{name}\0{n}\0{fingerprint}'.encode()).hexdigest()[:24]
-    cache = os.path.join(cache_dir, f'lengths-{key}.npz')
-    if epath.Path(cache).is_file():
-      with np.load(io.BytesIO(epath.Path(cache).read_bytes())) as f:
-        if len(f['source']) == n:
-          return f['source'], f['target']
-  src_len, tgt_len = np.zeros(n, np.int32), np.zeros(n, np.int32)
-  for start in range(0, n, chunk_size):
-    items = get_items(source, range(start, min(n, start + chunk_size)))
-    stop = start + len(items)
-    src_len[start:stop] = [len(x) + 1 for x in tokenizer.encode_batch(
-        [it['source'] for it in items])]
-    tgt_len[start:stop] = [len(x) + 1 for x in tokenizer.encode_batch(
-        [it['target'] for it in items])]
-    if (start // chunk_size) % 250 == 249:
-      logging.info('Token lengths: %d of %d pairs', stop, n)
-  if cache:
-    buffer = io.BytesIO()
-    np.savez(buffer, source=src_len, target=tgt_len)
-    paths.write_atomic(cache, buffer.getvalue(), overwrite=True)
-  return src_len, tgt_len
 
 
 class BucketPlan:

@@ -12,9 +12,12 @@ Multi-process: all processes compute the same *global* plan from the token lengt
 whole corpus: the same shuffle, the same sequence of buckets, global batches of
 R_L * process_count rows, of which process p gets rows p, p + P, ... So every process sees
 the same shape at the same step (as `jax.make_array_from_process_local_data` needs), the
-shards are disjoint and together cover the data, and each process reads and tokenizes the
-text of its own rows only (after one pass over all pairs for their lengths, which
-`cache_dir` can keep between runs).
+shards are disjoint and together cover the data, and each process gathers the token ids of
+its own rows only.
+
+Tokenized once: every pair's ids are encoded once into a `token_store` (on disk under
+`cache_dir`, memory-mapped; in memory without one), the token lengths that plan the epochs
+come from it, and a batch is a vectorised gather from it: no tokenizer on the per-batch path.
 
 The plan of an epoch is a pure function of (token lengths, shuffle_seed, epoch): a fresh
 order every epoch; partially filled buckets are flushed at the epoch's end with all-zero
@@ -44,8 +47,7 @@ from absl import logging
 import grain
 import numpy as np
 
-from t2t_jax.data import bucketing, packing
-from t2t_jax.data.bucketing import pair_lengths  # noqa: F401 (re-exported)
+from t2t_jax.data import bucketing, packing, token_store
 from t2t_jax.data.tokenizer import EOS_ID
 
 
@@ -140,47 +142,75 @@ def shapes_summary(info: PipelineInfo) -> str:
 
 
 class _Reader:
-  """Reads and tokenizes the rows of one batch into padded int32 arrays."""
+  """Gathers the rows of one batch from the token store into padded int32 arrays."""
 
-  def __init__(self, source: Any, tokenizer: Any, lengths: Sequence[int],
+  def __init__(self, store: token_store.TokenStore, lengths: Sequence[int],
                packed: bool = False):
-    self._source, self._tokenizer, self._lengths = source, tokenizer, tuple(lengths)
-    self._packed = packed
+    self._store, self._lengths, self._packed = store, tuple(lengths), packed
 
   def __call__(self, bucket: int, rows: Any) -> dict[str, np.ndarray]:
     length = self._lengths[bucket]
     if self._packed:
-      return self._packed_rows(length, rows)
-    batch = {k: np.zeros((len(rows), length), np.int32) for k in ('inputs', 'targets')}
-    real = np.flatnonzero(rows >= 0)
-    items = bucketing.get_items(self._source, [int(i) for i in rows[real]])
-    for key, field in (('inputs', 'source'), ('targets', 'target')):
-      ids = self._tokenizer.encode_batch([it[field] for it in items])
-      for r, seq in zip(real, ids):
-        if len(seq) + 1 > length:
-          raise PipelineError(f'Pair {rows[r]} has {len(seq) + 1} {field} tokens, more than '
-                              f'its bucket ({length}): the source or the tokenizer changed '
-                              'since the lengths were computed.')
-        batch[key][r, :len(seq)] = seq
-        batch[key][r, len(seq)] = EOS_ID
+      pairs = np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64)
+      row_of = np.repeat(np.arange(len(rows)), [len(r) for r in rows])
+    else:
+      row_of = np.flatnonzero(rows >= 0)
+      pairs = rows[row_of].astype(np.int64)
+    batch = {}
+    for key, side in (('inputs', 'source'), ('targets', 'target')):
+      starts, lens = self._store.spans(side, pairs)
+      placed = _place(self._store.flat(side), starts, lens, row_of, (len(rows), length),
+                      self._packed)
+      if isinstance(placed, str):
+        raise PipelineError(f'Pair {pairs[int(placed)]} does not fit its row of {length} '
+                            f'{side} tokens: the token store changed since its lengths were '
+                            'read.')
+      batch[key] = placed[0]
+      if self._packed:
+        batch[f'{key}_segmentation'], batch[f'{key}_position'] = placed[1:]
     return batch
 
-  def _packed_rows(self, length: int, rows: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
-    """Rows of several pairs each (`packing.PackedPlan`) -> the packed batch."""
-    items = bucketing.get_items(self._source, [int(i) for row in rows for i in row])
-    batch = {}
-    for key, field in (('inputs', 'source'), ('targets', 'target')):
-      ids = iter(self._tokenizer.encode_batch([it[field] for it in items]))
-      seqs = [[list(next(ids)) + [EOS_ID] for _ in row] for row in rows]
-      for row, row_seqs in zip(rows, seqs):
-        if sum(len(x) for x in row_seqs) > length:
-          raise PipelineError(f'Pairs {[int(i) for i in row]} have {sum(map(len, row_seqs))} '
-                              f'{field} tokens together, more than the packed row length '
-                              f'({length}): the source or the tokenizer changed since the '
-                              'lengths were computed.')
-      batch[key], batch[f'{key}_segmentation'], batch[f'{key}_position'] = packing.layout(
-          seqs, length)
-    return batch
+
+def _place(flat: np.ndarray, starts: np.ndarray, lens: np.ndarray, row_of: np.ndarray,
+           shape: tuple[int, int], packed: bool) -> Any:
+  """One side of a batch, gathered in a few vectorised operations for the whole batch.
+
+  Args:
+    flat: the store's ids of every pair back to back (`TokenStore.flat`).
+    starts, lens: [P] int64, each pair's ids are flat[starts:starts + lens] (no EOS).
+    row_of: [P] the batch row of each pair, non-decreasing (packed: several pairs a row).
+    shape: (rows, L) of the batch.
+    packed: also return segmentation and position, as `packing.layout` lays them out.
+
+  Returns:
+    (tokens,) or, packed, (tokens, segmentation, position), int32 [rows, L]: each pair's ids
+    then EOS, the pairs of a row back to back from column 0, padding 0; or, when a row
+    overflows L, the index (a str) of its last pair.
+  """
+  rows, length = shape
+  tokens = np.zeros(shape, np.int32)
+  seq = lens + 1  # with EOS
+  used = np.bincount(row_of, weights=seq, minlength=rows).astype(np.int64)
+  if (used > length).any():
+    return str(np.flatnonzero(row_of == np.flatnonzero(used > length)[0])[-1])
+  slot_first = np.cumsum(seq) - seq  # where each pair begins among the batch's slots
+  slot = np.arange(int(seq.sum()), dtype=np.int64)
+  shift = np.repeat(np.stack([starts - slot_first, slot_first]), seq, axis=1)
+  # A pair's EOS slot reads the id after it (clamped at the end), then gets EOS.
+  values = flat[np.minimum(shift[0] + slot, max(len(flat) - 1, 0))].astype(np.int32)
+  values[slot_first + lens] = EOS_ID
+  # Row-major order of the filled slots is the order of `values`: rows are prefixes.
+  filled = np.arange(length) < used[:, None]
+  tokens[filled] = values
+  if not packed:
+    return (tokens,)
+  first_of_row = np.r_[True, row_of[1:] != row_of[:-1]] if len(row_of) else row_of
+  row_first = np.flatnonzero(first_of_row)
+  index_in_row = np.arange(len(seq)) - row_first[np.cumsum(first_of_row) - 1]
+  segmentation, position = np.zeros(shape, np.int32), np.zeros(shape, np.int32)
+  segmentation[filled] = np.repeat(index_in_row + 1, seq)
+  position[filled] = slot - shift[1]
+  return tokens, segmentation, position
 
 
 # State keys that define the data order; a state from another setting is refused.
@@ -265,14 +295,17 @@ class TrainIterator(grain.DatasetIterator):
 def _bucketing(config: Any, source: Any, tokenizer: Any, rows_multiple: int,
                process_index: int, process_count: int, cache_dir: Optional[str],
                eval_mode: bool) -> tuple[np.ndarray, tuple, tuple, int, tuple[int, int],
-                                         tuple[np.ndarray, np.ndarray]]:
+                                         tuple[np.ndarray, np.ndarray],
+                                         token_store.TokenStore]:
   """Lengths -> (bucket of each pair, bucket lengths, rows per process, dropped count,
-  (source, target) tokens of the kept pairs, (source, target) lengths of every pair)."""
+  (source, target) tokens of the kept pairs, (source, target) lengths of every pair, the
+  token store the lengths come from)."""
   if not 0 <= process_index < process_count:
     raise PipelineError(f'process_index {process_index} not in [0, {process_count}).')
   validate_config(config, rows_multiple=rows_multiple, process_count=process_count)
   lengths, rows = bucket_rows(config, rows_multiple, process_count)
-  src_len, tgt_len = pair_lengths(source, tokenizer, cache_dir=cache_dir)
+  store = token_store.load_or_build(source, tokenizer, cache_dir)
+  src_len, tgt_len = store.lengths('source'), store.lengths('target')
   longest = np.maximum(src_len, tgt_len)
   limit = config.max_length
   if eval_mode:
@@ -289,12 +322,13 @@ def _bucketing(config: Any, source: Any, tokenizer: Any, rows_multiple: int,
   bucket_of[longest > limit] = -1
   kept = bucket_of >= 0
   real = (int(np.sum(src_len[kept])), int(np.sum(tgt_len[kept])))
-  return bucket_of, lengths, rows, int(np.sum(longest > limit)), real, (src_len, tgt_len)
+  return (bucket_of, lengths, rows, int(np.sum(longest > limit)), real, (src_len, tgt_len),
+          store)
 
 
 def _make(config, source, tokenizer, rows_multiple, process_index, process_count, cache_dir,
           seed: Optional[int]) -> tuple[Any, _Reader, PipelineInfo]:
-  bucket_of, lengths, rows, dropped, real, (src_len, tgt_len) = _bucketing(
+  bucket_of, lengths, rows, dropped, real, (src_len, tgt_len), store = _bucketing(
       config, source, tokenizer, rows_multiple, process_index, process_count, cache_dir,
       eval_mode=seed is None)
   packed = bool(config.pack_examples) and seed is not None  # eval is never packed
@@ -317,7 +351,7 @@ def _make(config, source, tokenizer, rows_multiple, process_index, process_count
                     info.num_pairs, config.max_length if seed is not None else config.max_len)
   logging.info('%s pipeline (%s): %s', 'Eval' if seed is None else 'Train', name,
                shapes_summary(info))
-  return plan, _Reader(source, tokenizer, lengths, packed), info
+  return plan, _Reader(store, lengths, packed), info
 
 
 def make_train_iterator(config: Any, source: Any, tokenizer: Any, *, rows_multiple: int = 1,
@@ -333,7 +367,8 @@ def make_train_iterator(config: Any, source: Any, tokenizer: Any, *, rows_multip
     rows_multiple: rows of every batch are a multiple of this (the local device count).
     process_index, process_count: this process and the number of processes.
     num_epochs: None repeats forever.
-    cache_dir: where to keep the token lengths between runs (e.g. the workdir).
+    cache_dir: where the token store lives between runs (`<workdir>/data_cache`; a remote
+      one means this host's cache folder, `token_store.local_cache_dir`).
     num_threads, prefetch_buffer_size: grain read threads and batches read ahead.
 
   Returns:

@@ -64,7 +64,7 @@ class Tokenizer:
 
   @property
   def fingerprint(self) -> str:
-    """sha256 of the model file's bytes (keys caches of token lengths)."""
+    """sha256 of the model file's bytes (keys the token store of every corpus it encodes)."""
     return hashlib.sha256(self._proto).hexdigest()
 
   @property

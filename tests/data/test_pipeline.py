@@ -217,22 +217,21 @@ def test_eval_batches_are_ordered_and_keep_every_pair(source, tok):
       collections.Counter(everything))
 
 
-def test_length_cache_gives_the_same_batches(source, tok, tmp_path):
+def test_batches_come_from_the_token_store_without_the_tokenizer(source, tok, tmp_path):
   config = _config()
   a = pipeline.make_train_iterator(config, source, tok, rows_multiple=ROWS_MULTIPLE,
                                    cache_dir=str(tmp_path), num_epochs=1)
-  cached = [f for f in os.listdir(tmp_path) if f.startswith('lengths-')]
-  assert len(cached) == 1 and not [f for f in os.listdir(tmp_path) if f.startswith('.')]
+  stores = [f for f in os.listdir(tmp_path) if f.startswith('tokens-')]
+  assert len(stores) == 1 and not [f for f in os.listdir(tmp_path) if f.endswith('.partial')]
 
-  class NoLengths:  # a tokenizer that would fail if the lengths were computed again
+  class NoTokenizer:  # the second run must neither encode lengths nor batches
     fingerprint = tok.fingerprint
+    vocab_size = tok.vocab_size
 
     def encode_batch(self, texts):
-      if len(texts) > 200:
-        raise AssertionError('lengths were not read from the cache')
-      return tok.encode_batch(texts)
+      raise AssertionError('the tokenizer was called: the store was not used')
 
-  b = pipeline.make_train_iterator(config, source, NoLengths(), rows_multiple=ROWS_MULTIPLE,
+  b = pipeline.make_train_iterator(config, source, NoTokenizer(), rows_multiple=ROWS_MULTIPLE,
                                    cache_dir=str(tmp_path), num_epochs=1)
   assert _same(list(a), list(b))
 

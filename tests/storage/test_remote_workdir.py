@@ -11,12 +11,11 @@ from etils import epath
 
 from conftest import TINY, run_main
 from gcs_emulator import client_env, gcs, gcs_dir  # noqa: F401  (fixtures)
-import numpy as np
 
 from t2t_jax.inference import averaging, evaluate
 from t2t_jax.storage import workdir as workdir_lib
 from t2t_jax.training import metrics, plots, summary
-from t2t_jax.data import bucketing
+from t2t_jax.data import token_store
 
 
 def _upload(local_dir: str, remote_dir: str) -> None:
@@ -30,7 +29,7 @@ def _metrics(workdir: str) -> list:
           epath.Path(workdir, 'metrics.jsonl').read_text().splitlines()]
 
 
-def test_metrics_plots_and_eval_files_on_gcs(gcs_dir):
+def test_metrics_plots_and_eval_files_on_gcs(gcs_dir, tmp_path, monkeypatch):
   workdir = gcs_dir
   epath.Path(workdir, 'metrics.jsonl').write_text('{"step": 10, "loss": 5.0}\n')
   writer = metrics.MetricsWriter(workdir)  # a resumed run: appends to what is there
@@ -65,14 +64,17 @@ def test_metrics_plots_and_eval_files_on_gcs(gcs_dir):
     fingerprint = 'f'
 
     def encode_batch(self, texts):
-      return [t.split() for t in texts]
+      return [[len(w) + 2 for w in t.split()] for t in texts]
 
-  class Cached(Tok):  # fails if the lengths are computed again instead of read
+  class Cached(Tok):  # fails if the ids are encoded again instead of read
     encode_batch = None
 
-  lengths = bucketing.pair_lengths(Source(), Tok(), cache_dir=f'{workdir}/data_cache')
-  cached = bucketing.pair_lengths(Source(), Cached(), cache_dir=f'{workdir}/data_cache')
-  assert np.array_equal(cached[0], lengths[0]) and lengths[0].tolist() == [2, 3]
+  # Memory maps need local files: a remote cache_dir means this host's cache folder.
+  monkeypatch.setenv('T2T_DATA_CACHE_DIR', str(tmp_path / 'host'))
+  store = token_store.load_or_build(Source(), Tok(), f'{workdir}/data_cache')
+  cached = token_store.load_or_build(Source(), Cached(), f'{workdir}/data_cache')
+  assert store.path == cached.path and store.path.startswith(str(tmp_path / 'host' / 'tokens'))
+  assert cached.lengths('source').tolist() == [2, 3]
 
 
 @pytest.mark.slow

@@ -1,0 +1,172 @@
+"""Tests for t2t_jax.data.token_store: ids equal to the tokenizer's, built once, resumed,
+rebuilt after damage, encoded in parallel processes alike."""
+
+import gzip
+import itertools
+import json
+import os
+
+import numpy as np
+import pytest
+
+from t2t_jax.data import corpora, pipeline, token_store, tokenizer
+
+N = 700
+
+
+def _bible(lang, n):
+  with gzip.open(os.path.join(corpora.BUNDLED_CORPUS_DIR, f'train.{lang}.gz'), 'rt',
+                 encoding='utf-8') as f:
+    return [line.rstrip('\n') for line in itertools.islice(f, n)]
+
+
+class Named(list):
+  """A picklable list source with a name (what keys a store on disk)."""
+  name = 'bible-700'
+
+
+class Counting:
+  """A tokenizer that counts the texts it encodes."""
+
+  def __init__(self, tok):
+    self.tok, self.texts = tok, 0
+    self.fingerprint, self.vocab_size = tok.fingerprint, tok.vocab_size
+
+  def encode_batch(self, texts):
+    self.texts += len(texts)
+    return self.tok.encode_batch(texts)
+
+
+@pytest.fixture(scope='module')
+def source():
+  return Named({'source': s, 'target': t} for s, t in zip(_bible('en', N), _bible('es', N)))
+
+
+@pytest.fixture(scope='module')
+def tok(tmp_path_factory, source):
+  path = str(tmp_path_factory.mktemp('vocab') / 'spm.model')
+  return tokenizer.train((p[s] for p in source for s in ('source', 'target')), 500, path)
+
+
+def _check_equal_to_the_tokenizer(store, source, tok):
+  assert len(store) == len(source)
+  for side in token_store.SIDES:
+    reference = [tok.encode(p[side]) for p in source]
+    assert store.lengths(side).tolist() == [len(r) + 1 for r in reference]
+    assert all(store.ids(side, i).tolist() == r for i, r in enumerate(reference))
+    pairs = np.array([5, 0, 699, 5, 42])
+    flat, lens = store.ragged(side, pairs)
+    assert flat.dtype == np.int32 and lens.tolist() == [len(reference[i]) for i in pairs]
+    assert flat.tolist() == [t for i in pairs for t in reference[i]]
+
+
+def test_in_memory_and_on_disk_hold_the_tokenizers_ids(source, tok, tmp_path):
+  _check_equal_to_the_tokenizer(token_store.load_or_build(source, tok, None), source, tok)
+  store = token_store.load_or_build(source, tok, str(tmp_path))
+  assert store.path == str(tmp_path / token_store.store_key('bible-700', N, tok.fingerprint))
+  assert sorted(os.listdir(store.path)) == ['meta.json', 'source.offsets', 'source.tokens',
+                                            'target.offsets', 'target.tokens']
+  meta = json.loads(open(os.path.join(store.path, 'meta.json')).read())
+  assert meta['dtype'] == 'uint16' and meta['pairs'] == N  # 500 pieces fit 16 bits
+  _check_equal_to_the_tokenizer(store, source, tok)
+  # Opened again: read, not encoded.
+  counting = Counting(tok)
+  _check_equal_to_the_tokenizer(token_store.load_or_build(source, counting, str(tmp_path)),
+                                source, tok)
+  assert counting.texts == 0
+
+
+def test_large_vocabularies_are_stored_as_int32(source, tok):
+  big = Counting(tok)
+  big.vocab_size = 70_000
+  assert token_store.load_or_build(source, big, None)._tokens['source'].dtype == np.int32
+
+
+@pytest.mark.parametrize('damage', ['missing', 'truncated', 'garbled', 'meta garbled',
+                                    'meta missing'])
+@pytest.mark.parametrize('name', ['source.tokens', 'target.offsets'])
+def test_a_damaged_store_is_rebuilt_after_one_warning(source, tok, tmp_path, damage, name,
+                                                      caplog):
+  folder = token_store.load_or_build(source, tok, str(tmp_path)).path
+  target = os.path.join(folder, 'meta.json' if damage.startswith('meta') else name)
+  data = open(target, 'rb').read()
+  if damage.endswith('missing'):
+    os.remove(target)
+  elif damage == 'truncated':
+    open(target, 'wb').write(data[:len(data) // 2])
+  else:  # one byte changed: only the checksum can tell
+    middle = len(data) // 2
+    open(target, 'wb').write(data[:middle] + bytes([data[middle] ^ 0x5A]) + data[middle + 1:])
+  counting = Counting(tok)
+  with caplog.at_level('WARNING'):
+    store = token_store.load_or_build(source, counting, str(tmp_path))
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
+  assert len(warnings) == 1 and 'is damaged' in warnings[0] and 'rebuilding' in warnings[0]
+  assert counting.texts == 2 * N and store.path == folder
+  _check_equal_to_the_tokenizer(store, source, tok)
+  assert os.listdir(tmp_path) == [os.path.basename(folder), '.t2t_jax-prepare.lock'] or sorted(
+      os.listdir(tmp_path)) == sorted([os.path.basename(folder), '.t2t_jax-prepare.lock'])
+
+
+def test_an_interrupted_build_resumes_at_the_missing_chunks(source, tok, tmp_path,
+                                                            monkeypatch):
+  monkeypatch.setattr(token_store, 'CHUNK_PAIRS', 200)  # chunks 0-199, ..., 600-699
+  calls = []
+  real = token_store._write_chunk
+
+  def interrupted(source_, tok_, start, stop, dtype, path):
+    if len(calls) == 2:
+      raise KeyboardInterrupt
+    calls.append(start)
+    return real(source_, tok_, start, stop, dtype, path)
+
+  monkeypatch.setattr(token_store, '_write_chunk', interrupted)
+  with pytest.raises(KeyboardInterrupt):
+    token_store.load_or_build(source, tok, str(tmp_path))
+  assert calls == [0, 200]
+  monkeypatch.setattr(token_store, '_write_chunk', real)
+  counting = Counting(tok)
+  store = token_store.load_or_build(source, counting, str(tmp_path))
+  assert counting.texts == 2 * 300  # chunks 400-599 and 600-699 only
+  _check_equal_to_the_tokenizer(store, source, tok)
+  assert not [f for f in os.listdir(tmp_path) if f.endswith('.partial')]
+
+
+def test_parallel_processes_write_the_same_store(source, tok, tmp_path, monkeypatch):
+  monkeypatch.setattr(token_store, 'CHUNK_PAIRS', 300)
+  monkeypatch.setattr(token_store, 'PARALLEL_MIN_PAIRS', 1)
+  parallel = token_store.load_or_build(source, tok, str(tmp_path / 'a'), num_workers=2)
+  serial = token_store.load_or_build(source, tok, str(tmp_path / 'b'), num_workers=1)
+  for name in ('source.tokens', 'source.offsets', 'target.tokens', 'target.offsets'):
+    with open(os.path.join(parallel.path, name), 'rb') as a, \
+        open(os.path.join(serial.path, name), 'rb') as b:
+      assert a.read() == b.read()
+
+
+def test_non_integer_ids_are_refused_in_one_line(source, tmp_path):
+  class Words:
+    fingerprint, vocab_size = 'words', 100
+
+    def encode_batch(self, texts):
+      return [t.split() for t in texts]
+
+  with pytest.raises(token_store.TokenStoreError, match='not uint16 integers for pairs 0-'):
+    token_store.load_or_build(source, Words(), str(tmp_path))
+
+
+def test_gathered_packed_rows_equal_packing_layout(source, tok):
+  """The vectorised gather against `packing.layout` of the tokenizer's own ids."""
+  from t2t_jax.data import packing
+  store = token_store.load_or_build(source, tok, None)
+  reader = pipeline._Reader(store, (160,), packed=True)
+  rows = [np.array([3, 9, 1]), np.array([], np.int64), np.array([600]), np.array([7, 8])]
+  batch = reader(0, rows)
+  for key, side in (('inputs', 'source'), ('targets', 'target')):
+    seqs = [[tok.encode(source[int(i)][side]) + [1] for i in row] for row in rows]
+    want = packing.layout(seqs, 160)
+    got = (batch[key], batch[f'{key}_segmentation'], batch[f'{key}_position'])
+    for w, g in zip(want, got):
+      np.testing.assert_array_equal(g, w)
+  # A pair that no longer fits its row (the store changed under the plan) is refused.
+  with pytest.raises(pipeline.PipelineError, match='does not fit its row of 8'):
+    pipeline._Reader(store, (8,), packed=True)(0, [np.array([0, 1, 2, 3])])
