@@ -5,8 +5,10 @@ Timing, interleaving, the machine description and the JSON-lines records are
 `benchmarks/harness.py`'s.
 """
 
+import json
 import os
 import subprocess
+import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -149,3 +151,17 @@ def run_pinned(jobs: Sequence[Tuple[List[str], str]], cores: Sequence[str], cwd:
         codes[log_path] = proc.returncode
         del running[slot]
   return codes
+
+
+def run_stage(module: str, stage: str, options: Dict[str, Any], cwd: str,
+              env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+  """Runs `python -m <module> --stage <stage> --<key> <value> ...` in a child process of its
+  own (its own peak RSS and start-up) and returns the JSON object of its last stdout line;
+  a failure raises RuntimeError with the end of its stderr."""
+  command = [sys.executable, '-m', module, '--stage', stage]
+  for key, value in options.items():
+    command += [f'--{key}', str(value)]
+  done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False, env=env)
+  if done.returncode:
+    raise RuntimeError(f'{module} {stage} failed:\n{done.stderr[-4000:]}')
+  return json.loads(done.stdout.strip().splitlines()[-1])

@@ -24,14 +24,13 @@ import json
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 from typing import Any, Dict
 
 import numpy as np
 
-from benchmarks import harness
+from benchmarks import common, harness
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUNDLED = os.path.join(ROOT, 't2t_jax', 'data', 'bible_en_es')
@@ -99,6 +98,7 @@ def stage_startup(corpus: str, workdir: str) -> Dict[str, Any]:
 def stage_iterate(corpus: str, workdir: str, batches: int) -> Dict[str, Any]:
   """Real target tokens/s of the iterator over `batches` batches, per setting."""
   from t2t_jax.data import corpora, pipeline, tokenizer  # pylint: disable=import-outside-toplevel
+  from t2t_jax.runtime import first_fit  # pylint: disable=import-outside-toplevel
   config = _config(corpus)
   source = corpora.load_split(config, 'train', corpora.default_data_dir(config, workdir))
   tok = tokenizer.load_or_train(config, workdir, lambda: [])
@@ -109,7 +109,7 @@ def stage_iterate(corpus: str, workdir: str, batches: int) -> Dict[str, Any]:
       with harness.timed() as plan:
         it = pipeline.make_train_iterator(config, source, tok, rows_multiple=8,
                                           cache_dir=os.path.join(workdir, 'data_cache'),
-                                          num_threads=threads)
+                                          num_threads=threads, row_ids=first_fit.row_ids)
         first = next(it)  # the epoch's plan is made here
       real = padded = 0
       with harness.timed() as sw:
@@ -129,12 +129,8 @@ def stage_iterate(corpus: str, workdir: str, batches: int) -> Dict[str, Any]:
 
 
 def _child(stage: str, args: argparse.Namespace, corpus: str, workdir: str) -> Dict[str, Any]:
-  command = [sys.executable, '-m', 'benchmarks.data_scale', '--stage', stage, '--corpus',
-             corpus, '--workdir', workdir, '--batches', str(args.batches)]
-  done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
-  if done.returncode:
-    raise RuntimeError(f'{stage} failed:\n{done.stderr[-4000:]}')
-  return json.loads(done.stdout.strip().splitlines()[-1])
+  return common.run_stage('benchmarks.data_scale', stage, dict(
+      corpus=corpus, workdir=workdir, batches=args.batches), ROOT)
 
 
 def main() -> None:

@@ -15,9 +15,8 @@ the same order, each with its EOS, then padding (0). `*_segmentation` numbers th
 a row 1, 2, ... (0 on padding) and `*_position` counts positions from 0 within each pair.
 """
 
-import functools
 import threading
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -27,14 +26,19 @@ import numpy as np
 OPEN_ROWS = 256
 
 
-# From this many pairs on, `pack` runs the scanned kernel (`_row_ids_scanned`, 1.3 us a pair,
-# compiled once, about 1 s) instead of the loop (`pack_loop`, 6-7 us a pair): 4.5M pairs
-# (WMT14 EN-DE) pack in about 6 s instead of 30 s, every epoch.
+# From this many pairs on, `pack` takes the `row_ids` kernel it is given (the training loop
+# gives `runtime.first_fit.row_ids`: one lax.scan, 1.3 us a pair, compiled once in about
+# 1 s) instead of the loop (`pack_loop`, 6-7 us a pair): 4.5M pairs (WMT14 EN-DE) pack in
+# about 6 s instead of 30 s, every epoch. The data layer itself runs no jax (host only).
 SCAN_MIN_PAIRS = 100_000
+
+# (source lengths [n], target lengths [n], L, open rows) -> [n] int row numbers.
+RowIds = Callable[[np.ndarray, np.ndarray, int, int], np.ndarray]
 
 
 def pack(src_len: np.ndarray, tgt_len: np.ndarray, order: np.ndarray, length: int,
-         open_rows: int = OPEN_ROWS) -> tuple[np.ndarray, np.ndarray]:
+         open_rows: int = OPEN_ROWS,
+         row_ids: Optional[RowIds] = None) -> tuple[np.ndarray, np.ndarray]:
   """Greedy first-fit of the pairs `order` into rows of `length` tokens per side.
 
   Args:
@@ -42,66 +46,28 @@ def pack(src_len: np.ndarray, tgt_len: np.ndarray, order: np.ndarray, length: in
     order: the pair indices to pack, in the order they arrive; each must fit alone.
     length: L, the row length of each side.
     open_rows: at most this many rows take new pairs; the oldest is closed beyond that.
+    row_ids: a faster kernel for the same first-fit (`RowIds`: each arriving pair's row,
+      rows numbered in opening order), used from `SCAN_MIN_PAIRS` pairs on.
 
   Returns:
     (members, starts): row r holds pairs `members[starts[r]:starts[r + 1]]`, in arrival
     order; rows in closing order.
   """
   order = np.asarray(order, np.int64)
+  if row_ids is None or len(order) < SCAN_MIN_PAIRS:
+    return pack_loop(src_len, tgt_len, order, length, open_rows)
   s, t = np.asarray(src_len)[order], np.asarray(tgt_len)[order]
   over = np.flatnonzero((s > length) | (t > length))
   if over.size:
     i = over[0]
     raise ValueError(f'pair {order[i]} ({s[i]}, {t[i]} tokens) does not fit a row of {length}')
-  if len(order) < SCAN_MIN_PAIRS:
-    return pack_loop(src_len, tgt_len, order, length, open_rows)
   # A row is closed only as the oldest open one (or at the end, oldest first), so rows
   # close in the order they opened: each pair's row number is the whole plan.
-  rows = _row_ids_scanned(s, t, length, open_rows)
+  rows = np.asarray(row_ids(s, t, length, open_rows), np.int64)
   members = order[np.argsort(rows, kind='stable')]
   starts = np.zeros(int(rows.max(initial=-1)) + 2, np.int64)
   np.cumsum(np.bincount(rows), out=starts[1:])
   return members, starts
-
-
-def _row_ids_scanned(src: np.ndarray, tgt: np.ndarray, length: int,
-                     open_rows: int) -> np.ndarray:
-  """[n] int32: the row (numbered in opening order) that first-fit puts each pair in.
-
-  The open rows are always the newest `open_rows` ones (the oldest is the one closed), so
-  they live in a ring: row r in slot r % open_rows. One `lax.scan` step per pair, on the
-  host's CPU whatever the default backend is.
-  """
-  import jax  # pylint: disable=import-outside-toplevel (only large corpora need it)
-  cpu = jax.devices('cpu')[0]
-  step = _scanned_kernel(int(length), int(open_rows))
-  src, tgt = (jax.device_put(np.asarray(x, np.int32), cpu) for x in (src, tgt))
-  return np.asarray(step(src, tgt))
-
-
-@functools.lru_cache(maxsize=4)
-def _scanned_kernel(length: int, open_rows: int):
-  import jax  # pylint: disable=import-outside-toplevel
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
-  never = np.iinfo(np.int32).max
-
-  def step(carry, pair):
-    room_src, room_tgt, row, count = carry
-    s, t = pair
-    fits = (room_src >= s) & (room_tgt >= t)
-    fit = fits.any()
-    slot = jnp.where(fit, jnp.argmin(jnp.where(fits, row, never)), count % open_rows)
-    room_src = room_src.at[slot].set(jnp.where(fit, room_src[slot], length) - s)
-    room_tgt = room_tgt.at[slot].set(jnp.where(fit, room_tgt[slot], length) - t)
-    r = jnp.where(fit, row[slot], count)
-    return (room_src, room_tgt, row.at[slot].set(r), count + 1 - fit.astype(jnp.int32)), r
-
-  def rows(src, tgt):
-    empty = jnp.full(open_rows, -1, jnp.int32)  # -1 room: a free slot, which nothing fits
-    init = (empty, empty, jnp.full(open_rows, never, jnp.int32), jnp.int32(0))
-    return jax.lax.scan(step, init, (src, tgt))[1]
-
-  return jax.jit(rows)
 
 
 def pack_loop(src_len: np.ndarray, tgt_len: np.ndarray, order: np.ndarray, length: int,
@@ -152,12 +118,12 @@ class PackedPlan:
 
   def __init__(self, src_len: np.ndarray, tgt_len: np.ndarray, used: np.ndarray, length: int,
                global_rows: int, process_index: int, process_count: int, seed: int,
-               open_rows: int = OPEN_ROWS):
+               open_rows: int = OPEN_ROWS, row_ids: Optional[RowIds] = None):
     self._src_len, self._tgt_len = np.asarray(src_len), np.asarray(tgt_len)
     self._used = np.asarray(used, np.int64)
     self._length, self._global_rows, self._open_rows = int(length), int(global_rows), open_rows
     self._process = (process_index, process_count)
-    self._seed = seed
+    self._seed, self._row_ids = seed, row_ids
     self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     self._counts: dict[int, int] = {}
     self._lock = threading.Lock()  # grain reads batches from several threads
@@ -169,7 +135,8 @@ class PackedPlan:
       if len(self._cache) >= 2:  # prefetching may straddle one epoch boundary
         del self._cache[min(self._cache)]
       order = np.random.default_rng([self._seed, epoch]).permutation(self._used)
-      plan = pack(self._src_len, self._tgt_len, order, self._length, self._open_rows)
+      plan = pack(self._src_len, self._tgt_len, order, self._length, self._open_rows,
+                  self._row_ids)
       self._cache[epoch] = plan
       self._counts[epoch] = -(-(len(plan[1]) - 1) // self._global_rows)
     return self._cache[epoch]

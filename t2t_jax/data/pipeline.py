@@ -47,8 +47,7 @@ from absl import logging
 import grain
 import numpy as np
 
-from t2t_jax.data import bucketing, packing, token_store
-from t2t_jax.data.tokenizer import EOS_ID
+from t2t_jax.data import bucketing, gather, packing, token_store
 
 
 class PipelineError(ValueError):
@@ -141,78 +140,6 @@ def shapes_summary(info: PipelineInfo) -> str:
           f'per batch.')
 
 
-class _Reader:
-  """Gathers the rows of one batch from the token store into padded int32 arrays."""
-
-  def __init__(self, store: token_store.TokenStore, lengths: Sequence[int],
-               packed: bool = False):
-    self._store, self._lengths, self._packed = store, tuple(lengths), packed
-
-  def __call__(self, bucket: int, rows: Any) -> dict[str, np.ndarray]:
-    length = self._lengths[bucket]
-    if self._packed:
-      pairs = np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64)
-      row_of = np.repeat(np.arange(len(rows)), [len(r) for r in rows])
-    else:
-      row_of = np.flatnonzero(rows >= 0)
-      pairs = rows[row_of].astype(np.int64)
-    batch = {}
-    for key, side in (('inputs', 'source'), ('targets', 'target')):
-      starts, lens = self._store.spans(side, pairs)
-      placed = _place(self._store.flat(side), starts, lens, row_of, (len(rows), length),
-                      self._packed)
-      if isinstance(placed, str):
-        raise PipelineError(f'Pair {pairs[int(placed)]} does not fit its row of {length} '
-                            f'{side} tokens: the token store changed since its lengths were '
-                            'read.')
-      batch[key] = placed[0]
-      if self._packed:
-        batch[f'{key}_segmentation'], batch[f'{key}_position'] = placed[1:]
-    return batch
-
-
-def _place(flat: np.ndarray, starts: np.ndarray, lens: np.ndarray, row_of: np.ndarray,
-           shape: tuple[int, int], packed: bool) -> Any:
-  """One side of a batch, gathered in a few vectorised operations for the whole batch.
-
-  Args:
-    flat: the store's ids of every pair back to back (`TokenStore.flat`).
-    starts, lens: [P] int64, each pair's ids are flat[starts:starts + lens] (no EOS).
-    row_of: [P] the batch row of each pair, non-decreasing (packed: several pairs a row).
-    shape: (rows, L) of the batch.
-    packed: also return segmentation and position, as `packing.layout` lays them out.
-
-  Returns:
-    (tokens,) or, packed, (tokens, segmentation, position), int32 [rows, L]: each pair's ids
-    then EOS, the pairs of a row back to back from column 0, padding 0; or, when a row
-    overflows L, the index (a str) of its last pair.
-  """
-  rows, length = shape
-  tokens = np.zeros(shape, np.int32)
-  seq = lens + 1  # with EOS
-  used = np.bincount(row_of, weights=seq, minlength=rows).astype(np.int64)
-  if (used > length).any():
-    return str(np.flatnonzero(row_of == np.flatnonzero(used > length)[0])[-1])
-  slot_first = np.cumsum(seq) - seq  # where each pair begins among the batch's slots
-  slot = np.arange(int(seq.sum()), dtype=np.int64)
-  shift = np.repeat(np.stack([starts - slot_first, slot_first]), seq, axis=1)
-  # A pair's EOS slot reads the id after it (clamped at the end), then gets EOS.
-  values = flat[np.minimum(shift[0] + slot, max(len(flat) - 1, 0))].astype(np.int32)
-  values[slot_first + lens] = EOS_ID
-  # Row-major order of the filled slots is the order of `values`: rows are prefixes.
-  filled = np.arange(length) < used[:, None]
-  tokens[filled] = values
-  if not packed:
-    return (tokens,)
-  first_of_row = np.r_[True, row_of[1:] != row_of[:-1]] if len(row_of) else row_of
-  row_first = np.flatnonzero(first_of_row)
-  index_in_row = np.arange(len(seq)) - row_first[np.cumsum(first_of_row) - 1]
-  segmentation, position = np.zeros(shape, np.int32), np.zeros(shape, np.int32)
-  segmentation[filled] = np.repeat(index_in_row + 1, seq)
-  position[filled] = slot - shift[1]
-  return tokens, segmentation, position
-
-
 # State keys that define the data order; a state from another setting is refused.
 _DATA_KEYS = ('num_pairs', 'num_used', 'shuffle_seed', 'bucket_lengths', 'pack_examples')
 # Keys that change with the topology; a mismatch resumes at the same fraction of the epoch.
@@ -225,7 +152,7 @@ class TrainIterator(grain.DatasetIterator):
   Attribute `info` (PipelineInfo). State: {'epoch', 'batch_in_epoch', ...} (JSON-able).
   """
 
-  def __init__(self, plan: Any, reader: _Reader, info: PipelineInfo, shuffle_seed: int,
+  def __init__(self, plan: Any, reader: gather.Reader, info: PipelineInfo, shuffle_seed: int,
                process_index: int, num_epochs: Optional[int],
                read_options: grain.ReadOptions):
     super().__init__()
@@ -327,7 +254,7 @@ def _bucketing(config: Any, source: Any, tokenizer: Any, rows_multiple: int,
 
 
 def _make(config, source, tokenizer, rows_multiple, process_index, process_count, cache_dir,
-          seed: Optional[int]) -> tuple[Any, _Reader, PipelineInfo]:
+          seed: Optional[int], row_ids: Optional[packing.RowIds] = None) -> tuple[Any, gather.Reader, PipelineInfo]:
   bucket_of, lengths, rows, dropped, real, (src_len, tgt_len), store = _bucketing(
       config, source, tokenizer, rows_multiple, process_index, process_count, cache_dir,
       eval_mode=seed is None)
@@ -335,7 +262,8 @@ def _make(config, source, tokenizer, rows_multiple, process_index, process_count
   if packed:  # one shape: the largest bucket used, with its rows
     lengths, rows = lengths[-1:], rows[-1:]
     plan = packing.PackedPlan(src_len, tgt_len, np.flatnonzero(bucket_of >= 0), lengths[0],
-                              rows[0] * process_count, process_index, process_count, seed)
+                              rows[0] * process_count, process_index, process_count, seed,
+                              row_ids=row_ids)
   else:
     plan = bucketing.BucketPlan(bucket_of, [r * process_count for r in rows], process_index, process_count,
                  seed)
@@ -351,13 +279,14 @@ def _make(config, source, tokenizer, rows_multiple, process_index, process_count
                     info.num_pairs, config.max_length if seed is not None else config.max_len)
   logging.info('%s pipeline (%s): %s', 'Eval' if seed is None else 'Train', name,
                shapes_summary(info))
-  return plan, _Reader(store, lengths, packed), info
+  return plan, gather.Reader(store, lengths, packed), info
 
 
 def make_train_iterator(config: Any, source: Any, tokenizer: Any, *, rows_multiple: int = 1,
                         process_index: int = 0, process_count: int = 1,
                         num_epochs: Optional[int] = None, cache_dir: Optional[str] = None,
-                        num_threads: int = 2, prefetch_buffer_size: int = 4) -> TrainIterator:
+                        num_threads: int = 2, prefetch_buffer_size: int = 4,
+                        row_ids: Optional[packing.RowIds] = None) -> TrainIterator:
   """The training batches of this process (see the module docstring).
 
   Args:
@@ -370,6 +299,8 @@ def make_train_iterator(config: Any, source: Any, tokenizer: Any, *, rows_multip
     cache_dir: where the token store lives between runs (`<workdir>/data_cache`; a remote
       one means this host's cache folder, `token_store.local_cache_dir`).
     num_threads, prefetch_buffer_size: grain read threads and batches read ahead.
+    row_ids: with `pack_examples`, a faster first-fit for large corpora
+      (`runtime.first_fit.row_ids`; see `packing.pack`).
 
   Returns:
     A grain DatasetIterator of {'inputs': int32 [R_L, L], 'targets': int32 [R_L, L]}, and
@@ -377,7 +308,8 @@ def make_train_iterator(config: Any, source: Any, tokenizer: Any, *, rows_multip
     `inputs_position`, `targets_position` (all [R, L] int32, see `packing`).
   """
   plan, reader, info = _make(config, source, tokenizer, rows_multiple, process_index,
-                             process_count, cache_dir, seed=int(config.shuffle_seed))
+                             process_count, cache_dir, seed=int(config.shuffle_seed),
+                             row_ids=row_ids)
   return TrainIterator(plan, reader, info, int(config.shuffle_seed), process_index,
                        num_epochs, grain.ReadOptions(num_threads=num_threads,
                                                      prefetch_buffer_size=prefetch_buffer_size))

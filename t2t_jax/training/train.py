@@ -25,7 +25,7 @@ from t2t_jax import config as config_lib
 from t2t_jax.data import corpora, fingerprint, pipeline, split_check, tasks, tokenizer
 from t2t_jax.inference.evaluate import summarize
 from t2t_jax.model import transformer as model
-from t2t_jax.runtime import checkpoint, parallel
+from t2t_jax.runtime import checkpoint, first_fit, parallel
 from t2t_jax.storage import paths
 from t2t_jax.storage import workdir as workdir_lib
 from t2t_jax.training import dev_eval, metrics, optim, preemption, save_policy
@@ -51,7 +51,8 @@ class Data:
     rows = jax.local_device_count()
     self.train = pipeline.make_train_iterator(
         config, train_source, self.tokenizer, rows_multiple=rows, process_index=pi,
-        process_count=pc, cache_dir=os.path.join(workdir, 'data_cache'))
+        process_count=pc, cache_dir=os.path.join(workdir, 'data_cache'),
+        row_ids=first_fit.row_ids)
     self.eval_batches = None
     self.bleu_pairs = []
     if with_eval:

@@ -99,18 +99,6 @@ def test_pack_puts_every_pair_once_in_rows_that_fit():
   assert len(rows) < 0.4 * len(order)
 
 
-@pytest.mark.parametrize('open_rows', [1, 3, 256])
-def test_scanned_pack_equals_the_loop(open_rows, monkeypatch):
-  rng = np.random.default_rng(open_rows)
-  src, tgt = rng.integers(1, 40, 3000), rng.integers(1, 40, 3000)
-  order = rng.permutation(3000)[:2500]
-  want = packing.pack_loop(src, tgt, order, 48, open_rows)
-  monkeypatch.setattr(packing, 'SCAN_MIN_PAIRS', 0)  # the kernel large corpora take
-  got = packing.pack(src, tgt, order, 48, open_rows)
-  np.testing.assert_array_equal(got[0], want[0])
-  np.testing.assert_array_equal(got[1], want[1])
-
-
 def test_pack_is_first_fit_over_the_open_rows():
   lengths = np.asarray([10, 60, 10, 50, 4, 30])
   order = np.arange(6)

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from t2t_jax.data import corpora, pipeline, token_store, tokenizer
+from t2t_jax.data import corpora, token_store, tokenizer
 
 N = 700
 
@@ -152,21 +152,3 @@ def test_non_integer_ids_are_refused_in_one_line(source, tmp_path):
 
   with pytest.raises(token_store.TokenStoreError, match='not uint16 integers for pairs 0-'):
     token_store.load_or_build(source, Words(), str(tmp_path))
-
-
-def test_gathered_packed_rows_equal_packing_layout(source, tok):
-  """The vectorised gather against `packing.layout` of the tokenizer's own ids."""
-  from t2t_jax.data import packing
-  store = token_store.load_or_build(source, tok, None)
-  reader = pipeline._Reader(store, (160,), packed=True)
-  rows = [np.array([3, 9, 1]), np.array([], np.int64), np.array([600]), np.array([7, 8])]
-  batch = reader(0, rows)
-  for key, side in (('inputs', 'source'), ('targets', 'target')):
-    seqs = [[tok.encode(source[int(i)][side]) + [1] for i in row] for row in rows]
-    want = packing.layout(seqs, 160)
-    got = (batch[key], batch[f'{key}_segmentation'], batch[f'{key}_position'])
-    for w, g in zip(want, got):
-      np.testing.assert_array_equal(g, w)
-  # A pair that no longer fits its row (the store changed under the plan) is refused.
-  with pytest.raises(pipeline.PipelineError, match='does not fit its row of 8'):
-    pipeline._Reader(store, (8,), packed=True)(0, [np.array([0, 1, 2, 3])])
