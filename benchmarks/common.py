@@ -163,5 +163,6 @@ def run_stage(module: str, stage: str, options: Dict[str, Any], cwd: str,
     command += [f'--{key}', str(value)]
   done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False, env=env)
   if done.returncode:
-    raise RuntimeError(f'{module} {stage} failed:\n{done.stderr[-4000:]}')
+    raise RuntimeError(f'{module} {stage} failed (exit code {done.returncode}; -9: killed, '
+                       f'e.g. out of memory):\n{done.stderr[-4000:]}')
   return json.loads(done.stdout.strip().splitlines()[-1])
