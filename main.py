@@ -67,6 +67,9 @@ flags.DEFINE_string('topology', None, 'plan: a TPU slice as libtpu names it, e.g
                     'v4:2x2x1, v5p:2x2x1, v6e:2x4, v5e:16x16 (needs requirements-tpu.txt).')
 flags.DEFINE_bool('search_batch', True, 'plan: find the largest tokens_per_batch that fits a '
                   'chip by compiling the train step a few more times.')
+flags.DEFINE_bool('plan_all_shapes', True, 'plan: compile the train step at every batch shape '
+                  'the run uses and report each compile time and their sum (False: the largest '
+                  'shape only, a quicker plan).')
 flags.DEFINE_enum('format', None, export_formats.FORMATS, 'export: ctranslate2 (a CTranslate2 model '
                   'directory) or stablehlo (jax.export beam search, parameters, vocabulary '
                   'and a jax-only runtime, serve.py).')
@@ -109,7 +112,7 @@ def _plan(config) -> None:
   import jax
   jax.config.update('jax_platforms', 'cpu')  # nothing runs here: never start a TPU runtime
   plan_mode.run(config_lib.validate(FLAGS.config), FLAGS.topology, FLAGS.output,
-                search_batch=FLAGS.search_batch,
+                search_batch=FLAGS.search_batch, all_shapes=FLAGS.plan_all_shapes,
                 config_name=config_flags.get_config_filename(FLAGS['config']))
 
 

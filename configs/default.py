@@ -27,6 +27,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.max_len = 512                 # largest position the model supports (learned positions, decode cache)
   c.dtype = 'float32'             # activation/compute dtype: 'float32' or 'bfloat16'; parameters stay float32
   c.attention_impl = ''           # jax.nn.dot_product_attention implementation: '' (backend default, XLA), 'xla' or 'cudnn' (NVIDIA GPUs, bf16)
+  c.scan_layers = False           # each stack's layers as one lax.scan: ~3x less compile time per batch shape, ~2x the step's temporaries, same params (model/stack.py)
   c.remat_policy = 'none'         # recompute each layer's activations on the backward pass: 'none', 'full', 'dots_saveable' or 'dots_with_no_batch_dims_saveable' (keep matmul outputs)
 
   # --- Data (§5.1) -----------------------------------------------------------------

@@ -177,7 +177,7 @@ class MultiHeadAttention(nn.Module):
     else:
       if self.decode:  # cache creation (a shape-only call): allocate, then attend as usual
         self._cache_variables(key, value)
-      dropout_rng = self.make_rng('dropout') if dropout_rate > 0.0 else None
+      dropout_rng = self._dropout_key() if dropout_rate > 0.0 else None
       rows, q_len = query.shape[:2]
       grouped = key.shape[0] != rows
       if grouped:
@@ -195,6 +195,11 @@ class MultiHeadAttention(nn.Module):
       if grouped:
         out = out.reshape(rows, q_len, *out.shape[2:])
     return self._out(out)
+
+  def _dropout_key(self) -> Array:
+    """The attention-dropout key: a method of its own so that a scanned layer stack
+    (`stack.scan_layers`) can hand each layer the key it would get unrolled."""
+    return self.make_rng('dropout')
 
   def _out(self, heads: Array) -> Array:
     """W^O: `[rows, q_len, heads, d_v]` -> `[rows, q_len, d_model]`."""

@@ -13,7 +13,6 @@ computation is then exactly the unpacked one.
 """
 
 import dataclasses
-import functools
 import math
 from typing import Any, NamedTuple, Optional, Sequence, Tuple
 
@@ -21,7 +20,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from t2t_jax.model import attention
+from t2t_jax.model import attention, stack
+from t2t_jax.model.stack import REMAT_POLICIES, layer_class  # noqa: F401  (model.REMAT_POLICIES)
 from t2t_jax.model.layers import (AddPositions, FeedForward, MultiHeadAttention, Residual,
                                   SharedEmbedding, head_projection)
 
@@ -59,6 +59,11 @@ class TransformerConfig:
   # Rematerialisation of each encoder/decoder layer on the backward pass (`REMAT_POLICIES`);
   # decode mode (the cache) never remats.
   remat_policy: str = 'none'
+  # Run each stack's N layers as one `jax.lax.scan` (`stack.py`): the same parameter tree and
+  # numbers to float tolerance, one compiled layer body instead of N (base on v5e:2x4: ~3x
+  # less compile CPU per bucket shape), but about twice the step's HBM temporaries, and not
+  # bit-identical to the unrolled stack; off by default (`config.scan_layers`).
+  scan_layers: bool = False
 
   @classmethod
   def from_config(cls, config, **overrides) -> 'TransformerConfig':
@@ -74,7 +79,7 @@ class TransformerConfig:
         positional=config.positional, norm_position=config.norm_position,
         max_len=config.max_len, dtype=jnp.dtype(config.dtype),
         attention_impl=config.attention_impl or None, remat_policy=config.remat_policy,
-        **overrides)
+        scan_layers=bool(config.scan_layers), **overrides)
 
   def replace(self, **changes) -> 'TransformerConfig':
     return dataclasses.replace(self, **changes)
@@ -111,34 +116,6 @@ def _attention(cfg: TransformerConfig, name: str, decode: bool = False) -> Multi
                             cfg.attention_dropout_rate, cfg.dtype, decode=decode,
                             attention_impl=cfg.attention_impl,
                             capture_weights=cfg.capture_attention, name=name)
-
-
-# What a rematerialised layer keeps from its forward pass for the backward pass; everything
-# else is recomputed. 'full': only the layer's inputs (about one more forward pass of FLOPs);
-# the dots policies keep matmul outputs and recompute the cheap elementwise ops between them.
-REMAT_POLICIES = {
-    'full': None,
-    'dots_saveable': jax.checkpoint_policies.dots_saveable,
-    'dots_with_no_batch_dims_saveable': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-}
-
-
-@functools.lru_cache(maxsize=None)
-def _remat(layer_cls, policy: str):
-  # Cached: one remat'ed class per (layer, policy), not a new class per layer instance.
-  return nn.remat(layer_cls, policy=REMAT_POLICIES[policy])
-
-
-def _layer_class(cfg: TransformerConfig, layer_cls):
-  """`layer_cls`, or its `nn.remat` twin under `cfg.remat_policy`: same parameter names and
-  values, activations recomputed on the backward pass. Decode mode (one position per call, no
-  backward pass, a mutable cache) always gets the plain layer."""
-  if cfg.remat_policy == 'none' or cfg.decode:
-    return layer_cls
-  if cfg.remat_policy not in REMAT_POLICIES:
-    raise ValueError(f'remat_policy {cfg.remat_policy!r} is not one of '
-                     f"'none', {', '.join(map(repr, REMAT_POLICIES))}")
-  return _remat(layer_cls, cfg.remat_policy)
 
 
 class EncoderLayer(nn.Module):
@@ -194,8 +171,11 @@ class Encoder(nn.Module):
     x = AddPositions(cfg.max_len, cfg.positional, name='positions')(self.embed(inputs),
                                                                     positions)
     x = nn.Dropout(cfg.dropout_rate)(x, deterministic=cfg.deterministic)
-    for i in range(cfg.num_layers):
-      x = _layer_class(cfg, EncoderLayer)(cfg, name=f'layer_{i}')(x, mask)
+    if stack.scannable(self, cfg):
+      x = stack.scan_layers(self, EncoderLayer, cfg, x, mask)
+    else:
+      for i in range(cfg.num_layers):
+        x = layer_class(cfg, EncoderLayer)(cfg, name=f'layer_{i}')(x, mask)
     if cfg.norm_position == 'pre':
       x = nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, name='final_norm')(x)
     return x
@@ -238,9 +218,12 @@ class Decoder(nn.Module):
     y = AddPositions(cfg.max_len, cfg.positional, decode=cfg.decode,
                      name='positions')(self.embed(decoder_inputs), positions)
     y = nn.Dropout(cfg.dropout_rate)(y, deterministic=cfg.deterministic)
-    for i in range(cfg.num_layers):
-      y = _layer_class(cfg, DecoderLayer)(cfg, name=f'layer_{i}')(
-          y, encoded, self_mask, cross_mask, None if cross_kv is None else cross_kv[i])
+    if stack.scannable(self, cfg) and cross_kv is None:
+      y = stack.scan_layers(self, DecoderLayer, cfg, y, encoded, self_mask, cross_mask)
+    else:
+      for i in range(cfg.num_layers):
+        y = layer_class(cfg, DecoderLayer)(cfg, name=f'layer_{i}')(
+            y, encoded, self_mask, cross_mask, None if cross_kv is None else cross_kv[i])
     if cfg.norm_position == 'pre':
       y = nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, name='final_norm')(y)
     return self.embed.attend(y, vocab_t)

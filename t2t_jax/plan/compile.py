@@ -149,9 +149,10 @@ class Run:
     self.state = _abstract(state, parallel.train_state_shardings(
         state, self.mesh, shard_optimizer_state=self.shard_optimizer_state))
 
-  def train_shape(self, tokens_per_batch: Optional[int] = None) -> Tuple[int, int]:
-    """(global rows, length) of the largest bucket's batches, as the pipeline makes them:
-    the worst case for memory (attention grows with the square of the length).
+  def train_shapes(self, tokens_per_batch: Optional[int] = None) -> List[Tuple[int, int]]:
+    """[(global rows, length)] of every batch shape the run's train step sees, shortest
+    first, as the pipeline makes them: one per bucket, or with `pack_examples` the one packed
+    shape (the largest bucket's). Each is a compilation of its own.
 
     Raises pipeline.PipelineError when `tokens_per_batch` cannot give every device a row.
     """
@@ -160,7 +161,13 @@ class Run:
       config = ml_collections.ConfigDict(config.to_dict())
       config.tokens_per_batch = int(tokens_per_batch)
     lengths, rows = pipeline.bucket_rows(config, self.local_devices, self.processes)
-    return rows[-1] * self.processes, lengths[-1]
+    shapes = [(r * self.processes, n) for r, n in zip(rows, lengths)]
+    return shapes[-1:] if config.pack_examples else shapes
+
+  def train_shape(self, tokens_per_batch: Optional[int] = None) -> Tuple[int, int]:
+    """(global rows, length) of the largest bucket's batches: the worst case for memory
+    (attention grows with the square of the length)."""
+    return self.train_shapes(tokens_per_batch)[-1]
 
   def _batch(self, rows: int, length: int, packed: bool) -> Dict[str, jax.ShapeDtypeStruct]:
     keys = ('inputs', 'targets') + (parallel.PACKING_KEYS if packed else ())
@@ -168,9 +175,10 @@ class Run:
         self.mesh))
     return {k: spec for k in keys}
 
-  def compile_train(self, rows: int, length: int) -> List[StepStats]:
-    """The update step (with gradient accumulation: the micro-batch gradient step and the
-    apply step) for a `[rows, length]` global batch."""
+  def compile_train(self, rows: int, length: int, apply: bool = True) -> List[StepStats]:
+    """The update step (with gradient accumulation: the micro-batch gradient step and, unless
+    `apply` is False, the apply step, whose shapes do not depend on the batch: a run compiles
+    it once) for a `[rows, length]` global batch."""
     config = self.config
     kwargs = dict(label_smoothing=config.label_smoothing, seed=config.seed,
                   debug_nonfinite_steps=tuple(config.debug_nonfinite_steps),
@@ -185,6 +193,8 @@ class Run:
     scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=parallel.replicated(self.mesh))
     grads = compile_step('train_gradients', grad_step,
                          (self.state.params, batch, scalar, scalar), shapes)
+    if not apply:
+      return [grads]
     grad_sums, metric_sums = jax.eval_shape(grad_step, self.state.params, batch, scalar, scalar)
     mesh, shard = self.mesh, self.shard_optimizer_state
     grad_shardings = jax.tree_util.tree_map(lambda g: NamedSharding(mesh, parallel.zero_spec(

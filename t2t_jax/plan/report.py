@@ -8,7 +8,7 @@ beside the analytic count), collectives, a roofline step time and the hours of t
 """
 
 import importlib.metadata
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import jax
 import ml_collections
@@ -76,8 +76,29 @@ def _step_dict(stats: compile_lib.StepStats) -> Dict[str, Any]:
           'bytes_accessed': stats.bytes_accessed, 'collectives': stats.collectives}
 
 
+def _shape_compiles(run: compile_lib.Run, train: List[compile_lib.StepStats],
+                    largest: Tuple[int, int], all_shapes: bool) -> List[Dict[str, Any]]:
+  """[{batch [rows, length], compile_s, hbm_bytes}] of the train step at every batch shape
+  the run uses (`Run.train_shapes`), shortest first; `train` is the largest's, already
+  compiled (its compile_s includes the apply step of gradient accumulation, compiled once
+  per run). A shape the chip cannot hold has `does_not_fit` (the compiler's line) instead.
+  `all_shapes` False: the largest alone."""
+  records = []
+  for shape in run.train_shapes() if all_shapes else [largest]:
+    try:
+      stats = train if shape == largest else run.compile_train(*shape, apply=False)
+    except compile_lib.DoesNotFit as e:
+      records.append({'batch': list(shape), 'does_not_fit': str(e),
+                      'needed_bytes': e.needed_bytes})
+      continue
+    records.append({'batch': list(shape),
+                    'compile_s': round(sum(s.compile_s for s in stats), 1),
+                    'hbm_bytes': _peak(stats)})
+  return records
+
+
 def make_plan(config: ml_collections.ConfigDict, topology_name: str, *,
-              search_batch: bool = True) -> Dict[str, Any]:
+              search_batch: bool = True, all_shapes: bool = True) -> Dict[str, Any]:
   """The plan of `config` on `topology_name` as a JSON-ready dict.
 
   Keys: topology, chip, chips, processes, dtype, tokens_per_batch, train_batch [rows,
@@ -87,9 +108,14 @@ def make_plan(config: ml_collections.ConfigDict, topology_name: str, *,
   memory (per chip: params, optimizer_state, temporaries of the train step), fits,
   largest_tokens_per_batch (None unless searched), flops_per_step (XLA's per-chip count x
   chips), analytic_flops_per_step, collectives (the train step's [{kind, count, bytes}]),
-  roofline (compute_s, hbm_s, ici_s, step_s, bound), step_time_s, tokens_per_s (padded
+  roofline (compute_s, hbm_s, ici_s, step_s, bound), step_time_s, xla_loop_scale (what
+  XLA's train-step FLOPs were multiplied by, `loop_scale`), tokens_per_s (padded
   target tokens, what tokens_per_batch counts), num_train_steps, train_hours, steps (train /
-  eval / decode: every compiled program's numbers), versions.
+  eval / decode: every compiled program's numbers of the largest batch), versions;
+  train_compiles ([{batch, compile_s, hbm_bytes}] per train batch shape the run compiles:
+  each bucket, or the packed shape; the largest alone unless `all_shapes`), train_compile_s
+  (their sum: what a run spends compiling across its first steps), train_shape_count,
+  all_shapes. hbm_bytes_per_chip and fits count every compiled shape.
 
   Raises:
     topology.TopologyError: libtpu is missing or the topology is unknown.
@@ -118,7 +144,31 @@ def make_plan(config: ml_collections.ConfigDict, topology_name: str, *,
   plan.update(_fitted(config, run, train, rows, length, plan['memory']['optimizer_state'],
                       plan['steps'], chip, chips))
   plan['memory']['temporaries'] = max(s.temp_bytes for s in train)
+  compiles = _shape_compiles(run, train, (rows, length), all_shapes)
+  plan.update(train_compiles=compiles, all_shapes=all_shapes,
+              train_shape_count=len(run.train_shapes()),
+              train_compile_s=round(sum(c.get('compile_s', 0.0) for c in compiles), 1))
+  # A run that reaches a bucket its chips cannot hold stops there: every shape counts.
+  plan['hbm_bytes_per_chip'] = max([plan['hbm_bytes_per_chip']] + [
+      c.get('hbm_bytes') or c.get('needed_bytes') or 0 for c in compiles])
+  plan['fits'] = (plan['hbm_bytes_per_chip'] <= chip.hbm_bytes and
+                  not any('does_not_fit' in c for c in compiles))
   return plan
+
+
+def loop_scale(cfg: Any, rows: int, length: int) -> float:
+  """What XLA's FLOPs of a train step at `[rows, length]` are multiplied by to count every
+  layer. XLA's cost analysis counts a loop's body once, and the model runs each stack's N
+  identical layers (§3.1) as one loop (`scan_layers`, t2t_jax/model/stack.py): its count
+  holds one layer per stack. The analytic matmul count's ratio, N layers over one, puts the
+  other N - 1 back: for base at 96 x 256 on v5e:2x4, 1.5% below the unrolled program's count.
+  Bytes accessed are left as XLA counts them, one layer per stack (35% below the unrolled
+  count there; the logits and the optimizer dominate them, so this ratio would overshoot
+  by 63%): the roofline's HBM time is then a lower bound. 1.0 for an unrolled stack."""
+  if not cfg.scan_layers or cfg.num_layers == 1:
+    return 1.0
+  return (analytic.train_flops(cfg, rows, length, length) /
+          analytic.train_flops(cfg.replace(num_layers=1), rows, length, length))
 
 
 def _fitted(config: ml_collections.ConfigDict, run: 'compile_lib.Run', train: List[Any],
@@ -127,9 +177,12 @@ def _fitted(config: ml_collections.ConfigDict, run: 'compile_lib.Run', train: Li
   """The plan's numbers for a train step that compiled: eval and decode compiled too (and
   added to `steps`), HBM per chip and whether it fits, FLOPs, collectives and the roofline."""
   accum = config.grad_accum_steps
-  flops = sum(s.flops * (accum if s.name == 'train_gradients' else 1) for s in train)
-  traffic = sum(s.bytes_accessed * (accum if s.name == 'train_gradients' else 1)
-                for s in train)
+  # Gradient steps run `accum` times; their FLOPs also count every scanned layer (loop_scale).
+  steps_of = {'train_gradients': accum}
+  scale = loop_scale(run.cfg, rows, length)
+  flops = sum(s.flops * steps_of.get(s.name, 1) * (1 if s.name == 'train_apply' else scale)
+              for s in train)
+  traffic = sum(s.bytes_accessed * steps_of.get(s.name, 1) for s in train)
   collectives = [c for s in train for c in s.collectives]
   evaluated, decoded = run.compile_eval(rows, length), run.compile_decode()
   for s in train + [evaluated, decoded]:
@@ -142,6 +195,7 @@ def _fitted(config: ml_collections.ConfigDict, run: 'compile_lib.Run', train: Li
             config.eval_bleu_sentences else 0)
   times = roofline.step_seconds(flops, traffic, collectives, chips, chip)
   return dict(
+      xla_loop_scale=scale,
       hbm_bytes_per_chip=hbm, fits=hbm <= chip.hbm_bytes,
       flops_per_step=flops * chips,
       analytic_flops_per_step=accum * analytic.train_flops(run.cfg, rows, length, length),
@@ -205,7 +259,23 @@ def format_plan(plan: Dict[str, Any], config_name: str = '') -> str:
     shapes = ', '.join(f'{k} {"x".join(map(str, v))}' for k, v in s['shapes'].items())
     lines.append(f'  {name}: {shapes}; HBM {_gib(s["hbm_bytes"])}; '
                  f'{s["flops"]:.3e} FLOPs per chip; compiled in {s["compile_s"]:.0f} s')
-  return '\n'.join(lines)
+  return '\n'.join(lines + _compiles_lines(plan))
+
+
+def _compiles_lines(plan: Dict[str, Any]) -> List[str]:
+  """One line per train batch shape with its compile seconds, then their sum."""
+  compiles, count = plan['train_compiles'], plan['train_shape_count']
+  which = (f'{count} batch shape(s) the run uses' if plan['all_shapes'] else
+           f'the largest of the run\'s {count} batch shape(s) only')
+  lines = [f'train-step compiles ({which}):']
+  for c in compiles:
+    rows, length = c['batch']
+    lines.append(f'  {rows} x {length}: ' + (
+        f'does not fit: {c["does_not_fit"]}' if 'does_not_fit' in c else
+        f'{c["compile_s"]:.1f} s; HBM {_gib(c["hbm_bytes"])}'))
+  lines.append(f'  sum: {plan["train_compile_s"]:.1f} s of compiling before every shape has '
+               'run once' + ('' if plan['all_shapes'] else ' (the largest alone)'))
+  return lines
 
 
 def check_fits(plan: Dict[str, Any]) -> None:

@@ -70,7 +70,28 @@ def test_tiny_train_step_compiles_for_a_v5e_slice(tiny_plan):
   # The state is donated: the train step's outputs alias its parameter and optimizer inputs.
   train = p['steps']['train']
   assert train['alias_bytes'] >= params + p['memory']['optimizer_state']
+  # Packed rows (the embedded default's): one batch shape, one train-step compilation.
+  assert [c['batch'] for c in p['train_compiles']] == [[32, 32]]
+  assert p['train_shape_count'] == 1 and p['train_compile_s'] == train['compile_s']
   json.dumps(p)  # --output writes it as is
+
+
+@needs_libtpu
+def test_every_bucket_shape_is_compiled_and_timed():
+  p = report.make_plan(_tiny(pack_examples=False), 'v5e:2x4', search_batch=False)
+  # 1024 tokens at 16 tokens a row: 64 rows; the largest's compile is the train step's.
+  compiles = p['train_compiles']
+  assert [c['batch'] for c in compiles] == [[64, 16], [32, 32]] and p['all_shapes']
+  assert p['train_shape_count'] == 2
+  assert compiles[1]['compile_s'] == p['steps']['train']['compile_s']
+  assert p['train_compile_s'] == pytest.approx(sum(c['compile_s'] for c in compiles), abs=0.1)
+  assert all(0 < c['hbm_bytes'] <= p['hbm_bytes_per_chip'] for c in compiles)
+  text = report.format_plan(p)
+  assert 'train-step compiles (2 batch shape(s) the run uses):\n  64 x 16: ' in text
+  assert f'\n  sum: {p["train_compile_s"]:.1f} s of compiling before every shape' in text
+  quick = dict(p, all_shapes=False, train_compiles=compiles[-1:])  # all_shapes=False's plan
+  assert "(the largest of the run's 2 batch shape(s) only):\n  32 x 32: " in (
+      report.format_plan(quick))
 
 
 def test_collectives_are_read_from_hlo_text():
@@ -114,16 +135,26 @@ def test_analytic_flops_of_the_base_model():
 
 
 def test_analytic_flops_match_xla_on_the_forward_pass():
-  """XLA's own count (CPU) of a forward pass: the matmuls plus a few percent of elementwise."""
+  """XLA's own count (CPU) of a forward pass: the matmuls plus a few percent of elementwise.
+  Of scanned layer stacks (`scan_layers`) XLA counts one layer each: `loop_scale` adds the
+  others back."""
   cfg = model.TransformerConfig(vocab_size=512, d_model=128, d_ff=1024, num_heads=4, d_k=32,
-                                d_v=32, num_layers=2, max_len=64, deterministic=True)
+                                d_v=32, num_layers=3, max_len=64, deterministic=True,
+                                scan_layers=True)
   params = model.init_params(cfg, jax.random.PRNGKey(0))
   ids = jnp.ones((4, 32), jnp.int32)
-  forward = jax.jit(lambda p, x, y: model.Transformer(cfg).apply({'params': p}, x, y))
-  cost = forward.lower(params, ids, ids).compile().cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  ratio = cost['flops'] / analytic.forward_flops(cfg, 4, 32, 32)
+
+  def flops(c):
+    forward = jax.jit(lambda p, x, y: model.Transformer(c).apply({'params': p}, x, y))
+    cost = forward.lower(params, ids, ids).compile().cost_analysis()
+    return (cost[0] if isinstance(cost, (list, tuple)) else cost)['flops']
+
+  unrolled = flops(cfg.replace(scan_layers=False))
+  ratio = unrolled / analytic.forward_flops(cfg, 4, 32, 32)
   assert 1.0 <= ratio < 1.1, ratio
+  assert report.loop_scale(cfg.replace(scan_layers=False), 4, 32) == 1.0
+  scanned = flops(cfg) * report.loop_scale(cfg, 4, 32)
+  assert scanned == pytest.approx(unrolled, rel=0.02)
 
 
 def test_batch_search_finds_the_capacity_of_a_linear_memory():
