@@ -76,4 +76,5 @@ def get_config() -> ml_collections.ConfigDict:
   c.max_decode_extra = 50         # maximum output length = input length + this
   c.decode_batch_sentences = 64   # sentences per decode batch
   c.decode_threads = 0            # batches decoded at once; 0: one per core on CPU, else 1
+  c.decode_parallelism = 'auto'   # decoding over a host's devices: 'sharded' (each batch's rows split over all local chips), 'threads' (one device, decode_threads batches at once), 'auto' (sharded on several accelerators, else threads)
   return c

@@ -25,6 +25,7 @@ CHOICES = {
     'norm_position': ('post', 'pre'),
     'dtype': ('float32', 'bfloat16'),
     'attention_impl': ('', 'xla', 'cudnn'),
+    'decode_parallelism': ('auto', 'sharded', 'threads'),
     'remat_policy': ('none', 'full', 'dots_saveable', 'dots_with_no_batch_dims_saveable'),
     'dataset': ('wmt14_translate/de-en', 'wmt14_translate/fr-en', 'local', 'treebank'),
     'train_split': SPLITS,

@@ -5,13 +5,17 @@ On a pod every process runs the same command. Decoding (`--mode=decode`, the BLE
 ... (P processes; interleaved, so every share has the same mix of lengths), decodes them
 on its own devices, then gathers the strings from all processes, so that every process
 holds every translation in input order. Only process 0 writes files (`is_writer`).
-With one process all of this reduces to plain local calls.
+With one process all of this reduces to plain local calls. Within a process a batch may be
+split further over the process's devices (`local_mesh`, `translate.Translator`).
 """
 
 from typing import Any, Callable, List, Optional, Sequence
 
 import jax
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+ROWS = 'rows'  # the axis of `local_mesh`: a decode batch's rows are split along it
 
 
 def is_writer() -> bool:
@@ -67,20 +71,36 @@ def gather_strings(local: Sequence[str], n: int,
   return result
 
 
-def local_copy(tree: Any) -> Any:
-  """Host-local, single-device copies of (replicated) global arrays, e.g. training params.
+def local_mesh(devices: Optional[Sequence[jax.Device]] = None) -> Mesh:
+  """A one-axis mesh, 'rows', over this process's devices (default: all of them): where a
+  process decodes its share of the sentences, each device a slice of a batch's rows."""
+  devices = jax.local_devices() if devices is None else devices
+  return Mesh(np.asarray(devices), (ROWS,))
 
-  A jit that mixes arrays spanning several processes with process-local inputs fails; the
-  decoder of each process runs on local arrays only. Replicated arrays are not copied (the
-  local shard is the whole array); sharded ones are gathered.
+
+def local_replicas(tree: Any, mesh: Mesh) -> Any:
+  """Every leaf of `tree` replicated over `mesh`, a mesh of this process's devices.
+
+  Leaves may be host arrays, arrays on some device, or global arrays of a multi-process mesh
+  (a jit that mixes arrays spanning several processes with process-local ones fails, so the
+  decoder of each process runs on local arrays only). A replicated array that already has a
+  copy on every device of `mesh` (training parameters on the training mesh) is reused
+  without copying; sharded ones are gathered.
   """
+  sharding = NamedSharding(mesh, P())
+  devices = list(mesh.devices.flat)
+
   def one(x):
-    if not isinstance(x, jax.Array) or x.is_fully_addressable and len(x.devices()) == 1:
-      return x
-    if x.is_fully_replicated:
-      return x.addressable_data(0)
-    from jax.experimental import multihost_utils
-    return jax.device_put(np.asarray(multihost_utils.process_allgather(x, tiled=True)))
+    if isinstance(x, jax.Array) and x.is_fully_replicated:
+      shards = {s.device: s.data for s in x.addressable_shards}
+      if all(d in shards for d in devices):
+        return jax.make_array_from_single_device_arrays(x.shape, sharding,
+                                                        [shards[d] for d in devices])
+      x = x.addressable_data(0)
+    elif isinstance(x, jax.Array) and not x.is_fully_addressable:
+      from jax.experimental import multihost_utils
+      x = np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return jax.device_put(x, sharding)
   return jax.tree_util.tree_map(one, tree)
 
 
@@ -88,7 +108,10 @@ def translate_all(translator: Any, sentences: Sequence[str],
                   progress: Optional[Callable[[int, int, float], None]] = None) -> List[str]:
   """`translator.translate(sentences)` with the work split across processes (see module doc).
 
-  `progress` reports this process's share only (it is given to process 0 alone).
+  `progress` reports this process's share only (it is given to process 0 alone). Within
+  a process, the translator decides how its devices share the work (`translate.Translator`,
+  `parallelism`): there are no collectives, so processes may run different numbers of
+  batches.
   """
   indices = share(len(sentences))
   local = translator.translate([sentences[i] for i in indices],

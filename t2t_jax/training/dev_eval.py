@@ -4,9 +4,10 @@ a treebank dev F1 (EVALB, §6.3).
 Every `eval_every_steps` the training loop calls a `DevEvaluator`: loss, perplexity and
 accuracy over the dev batches (all devices, all processes), then beam search on the first
 `eval_bleu_sentences` dev sentences scored with sacreBLEU. Decoding is split across
-processes (`multihost.translate_all`) on each process's local copy of the parameters, so
-it runs the same on one CPU, a multi-device mesh or a pod. Records go to the metrics
-writer under `eval_<split>/` and the learning curves are redrawn.
+processes (`multihost.translate_all`), and within a process over its devices as the
+Translator chooses (`translate.choose_parallelism`), on each process's local replicas of
+the parameters, so it runs the same on one CPU, a multi-device mesh or a pod. Records go to
+the metrics writer under `eval_<split>/` and the learning curves are redrawn.
 """
 
 import time
@@ -53,8 +54,9 @@ class DevEvaluator:
     config = self.config
     result = evaluate_batches(self.eval_step, params, self.data.eval_batches, self.mesh)
     if self.translator is not None and step > 0:  # untrained, it decodes to the length limit
-      # An argument of the jitted decode: no recompilation when it changes.
-      self.translator.params = multihost.local_copy(params)
+      # An argument of the jitted decode: no recompilation when it changes. The Translator
+      # places it on its devices once per eval, reusing the training mesh's local replicas.
+      self.translator.params = params
       pairs = self.data.bleu_pairs
       scores = decoded_scores(
           config, pairs, multihost.translate_all(self.translator, [p['source'] for p in pairs]),

@@ -73,15 +73,24 @@ def test_gather_strings_with_fewer_items_than_processes():
   assert results == [['x']] * 3
 
 
-def test_local_copy_turns_mesh_replicated_params_into_single_device_arrays():
+def test_local_replicas_reuse_training_replicas_and_gather_sharded_arrays():
+  from jax.sharding import NamedSharding, PartitionSpec as P
   from t2t_jax.runtime import parallel
   mesh = parallel.make_mesh()
-  params = {'w': np.arange(6, dtype=np.float32).reshape(2, 3), 'b': np.ones(3, np.float32)}
-  replicated = parallel.replicate(params, mesh)
-  assert len(replicated['w'].devices()) == 8
-  local = multihost.local_copy(replicated)
-  assert all(len(x.devices()) == 1 for x in jax.tree_util.tree_leaves(local))
-  np.testing.assert_array_equal(np.asarray(local['w']), params['w'])
+  params = {'w': np.arange(16, dtype=np.float32).reshape(8, 2), 'b': np.ones(3, np.float32)}
+  trained = parallel.replicate(params, mesh)  # as during training
+  assert len(trained['w'].devices()) == 8
+  local = multihost.local_replicas(trained, multihost.local_mesh())
+  pointers = lambda x: {s.device: s.data.unsafe_buffer_pointer()  # noqa: E731
+                        for s in x.addressable_shards}
+  assert pointers(local['w']) == pointers(trained['w'])  # no copy
+  one = multihost.local_replicas(trained, multihost.local_mesh(jax.local_devices()[:1]))
+  assert all(len(x.devices()) == 1 for x in jax.tree_util.tree_leaves(one))
+  np.testing.assert_array_equal(np.asarray(one['w']), params['w'])
+  sharded = jax.device_put(params['w'], NamedSharding(mesh, P(parallel.DATA)))
+  gathered = multihost.local_replicas(sharded, multihost.local_mesh())
+  assert gathered.is_fully_replicated and len(gathered.devices()) == 8
+  np.testing.assert_array_equal(np.asarray(gathered.addressable_data(7)), params['w'])
 
 
 def _free_port() -> int:
@@ -244,6 +253,35 @@ def test_decode_on_two_processes_prints_only_the_translations_on_stdout(
   (_, out0, err0), (_, out1, err1) = _run_two(workdir, '--mode=decode', f'--input={source}')
   assert out0 == single.stdout and out1 == ''  # gloo's connection lines go to stderr
   assert '[Gloo] Rank 0' in err0 and '[Gloo] Rank 1' in err1
+
+
+# Each process decodes its share with the rows of every batch split over its 4 devices.
+_SHARDED_DECODE = """
+import json, sys
+from t2t_jax.runtime import multihost, parallel
+parallel.initialize_distributed(sys.argv[1], 2, int(sys.argv[2]), timeout_s=120)
+sys.path.insert(0, 'tests/inference')
+from test_sharded_decode import SENTENCES, _translator
+from test_translate import _params
+translator = _translator('sharded', _params(1))
+print(json.dumps([translator.mesh.size, multihost.translate_all(translator, SENTENCES)]))
+"""
+
+
+@pytest.mark.slow
+def test_sharded_decoding_on_two_processes_translates_as_one_device():
+  import sys
+  sys.path.insert(0, os.path.join(ROOT, 'tests', 'inference'))
+  from test_sharded_decode import SENTENCES, _translator
+  from test_translate import _params
+  address = f'127.0.0.1:{_free_port()}'
+  processes = [subprocess.Popen([sys.executable, '-c', _SHARDED_DECODE, address, str(i)],
+                                cwd=ROOT, env=_env(4), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for i in range(2)]
+  expected = _translator('threads', _params(1)).translate(SENTENCES)
+  for rc, out, err in _finish(processes):
+    assert rc == 0, err[-3000:]
+    assert json.loads(out.strip().splitlines()[-1]) == [4, expected]
 
 
 @pytest.mark.slow
