@@ -110,7 +110,7 @@ def stage_base(corpus: str, workdir: str, steps: int) -> Dict[str, Any]:
       jax.block_until_ready(sums)
     step_records.append({'step': step, 'seconds': sw.seconds, 'last_shape': batches.last,
                          'new_shapes': len(run.steps.shapes) - compiled,
-                         'real_target_tokens': float(jax.device_get(sums['tokens']))})
+                         'real_target_tokens': float(jax.device_get(sums['weight']))})
     with harness.timed() as sw:
       run.checkpointer.save(step, run.state, run.data.train.get_state(), config)
       run.checkpointer.wait()
