@@ -22,7 +22,6 @@ import argparse
 import gzip
 import json
 import os
-import resource
 import shutil
 import sys
 import tempfile
@@ -63,12 +62,6 @@ def _config(corpus: str):
   return c
 
 
-def _peak_rss() -> Dict[str, float]:
-  to_gb = lambda r: round(r.ru_maxrss * 1024 / 1e9, 3)  # noqa: E731 (Linux: KiB)
-  return {'peak_rss_gb': to_gb(resource.getrusage(resource.RUSAGE_SELF)),
-          'children_peak_rss_gb': to_gb(resource.getrusage(resource.RUSAGE_CHILDREN))}
-
-
 def stage_startup(corpus: str, workdir: str) -> Dict[str, Any]:
   """Preparation, vocabulary, token store and the first batch, each timed."""
   from t2t_jax.data import corpora, pipeline, tokenizer  # pylint: disable=import-outside-toplevel
@@ -91,7 +84,7 @@ def stage_startup(corpus: str, workdir: str) -> Dict[str, Any]:
   out['first_batch_s'] = sw.seconds
   total.stop()
   it.close()
-  out.update(total_s=total.seconds, pairs=len(source), **_peak_rss())
+  out.update(total_s=total.seconds, pairs=len(source), **harness.peak_rss())
   return out
 
 
@@ -124,7 +117,7 @@ def stage_iterate(corpus: str, workdir: str, batches: int) -> Dict[str, Any]:
                    'padded_target_tokens_per_s': padded / sw.seconds,
                    'cpu_cores_busy': sw.cpu_seconds / sw.seconds, 'batches': batches,
                    'plan_s': plan.seconds}
-  out.update(_peak_rss())
+  out.update(harness.peak_rss())
   return out
 
 

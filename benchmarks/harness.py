@@ -110,6 +110,15 @@ class Stopwatch:
     self.stop()
 
 
+def peak_rss() -> Dict[str, float]:
+  """Peak resident memory (GB, 1e9 bytes) of this process and of its largest finished child
+  (getrusage, like the CPU times of `Stopwatch`; Linux reports KiB)."""
+  import resource  # pylint: disable=import-outside-toplevel (POSIX only)
+  to_gb = lambda usage: round(usage.ru_maxrss * 1024 / 1e9, 3)  # noqa: E731
+  return {'peak_rss_gb': to_gb(resource.getrusage(resource.RUSAGE_SELF)),
+          'children_peak_rss_gb': to_gb(resource.getrusage(resource.RUSAGE_CHILDREN))}
+
+
 def timed() -> Stopwatch:
   """A new stopwatch, for `with timed() as t: ...` then `t.seconds`."""
   return Stopwatch()

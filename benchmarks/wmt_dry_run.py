@@ -26,7 +26,6 @@ live in a temp folder that is deleted at the end.
 import argparse
 import json
 import os
-import resource
 import shutil
 import sys
 import tempfile
@@ -41,10 +40,6 @@ DEV_SENTENCES = 3000
 def _dir_bytes(path: str) -> int:
   return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path)
              for f in files)
-
-
-def _rss() -> Dict[str, float]:
-  return {'peak_rss_gb': round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)}
 
 
 def make_dev(corpus: str) -> None:
@@ -132,7 +127,7 @@ def stage_base(corpus: str, workdir: str, steps: int) -> Dict[str, Any]:
   run.checkpointer.close()
   run.writer.close()
   run.data.train.close()
-  out.update(_rss())
+  out.update(harness.peak_rss())
   return out
 
 
@@ -141,7 +136,7 @@ def stage_average(workdir: str, num: int) -> Dict[str, Any]:
   with harness.timed() as sw:
     averaged = averaging.average_checkpoints(workdir, num)
   return {'average_s': sw.seconds, 'steps': list(averaged.steps),
-          'averaged_bytes': _dir_bytes(averaged.path), **_rss()}
+          'averaged_bytes': _dir_bytes(averaged.path), **harness.peak_rss()}
 
 
 def stage_big_save(workdir: str, saves: int) -> Dict[str, Any]:
@@ -174,7 +169,7 @@ def stage_big_save(workdir: str, saves: int) -> Dict[str, Any]:
     jax.block_until_ready(ckpt.restore(checkpoint.abstract_like(state), saves))
   out['restore_s'] = sw.seconds
   ckpt.close()
-  out.update(_rss())
+  out.update(harness.peak_rss())
   return out
 
 
