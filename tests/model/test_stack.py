@@ -34,6 +34,7 @@ def _loss_and_grads(cfg, params, src, tgt, rng):
   return _jitted(cfg)(params, src, tgt, rng)
 
 
+@pytest.mark.slow  # 14-21 s each cold; the fast tier keeps test_packed_rows_and_bfloat16_scan_alike
 @pytest.mark.parametrize('deterministic,remat,norm', [
     (True, 'none', 'post'), (False, 'none', 'post'), (False, 'dots_saveable', 'pre')])
 def test_scanned_stack_equals_unrolled_dropout_masks_included(deterministic, remat, norm):
