@@ -24,8 +24,9 @@ Building (`load_or_build`) reads and encodes the source in chunks of `CHUNK_PAIR
 in `num_workers` processes for corpora of at least `PARALLEL_MIN_PAIRS` pairs (one per
 usable core by default), each chunk written atomically to `<store>.partial/` so an
 interrupted build resumes at the chunks that are missing; the chunks are then concatenated
-into the store and removed. Memory: one chunk's Python lists per worker (about 40 MB for
-`CHUNK_PAIRS` = 2**16 pairs of WMT length) plus the offsets, 16 bytes per pair.
+into the store and removed. Memory per worker: the Python lists of `_ENCODE_PAIRS` pairs
+(a few MB) and one chunk's numpy arrays (about 10 MB at WMT lengths); the assembling process
+holds one chunk and the offsets (16 bytes a pair a side).
 
 The store is a cache of (source, vocabulary): a store that fails its check (a file missing,
 truncated or garbled: size or crc32 unlike meta.json) is rebuilt after one warning. Processes
