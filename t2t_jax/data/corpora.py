@@ -25,22 +25,19 @@ pairs with an empty side are dropped and counted.
 `{'source': str, 'target': str}`, the input of `tokenizer.py` and `pipeline.py`.
 """
 
-import contextlib
 import dataclasses
-import fcntl
 import functools
 import hashlib
 import os
 import re
-import time
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from absl import logging
 from etils import epath
 import tensorflow_datasets as tfds
 
-from t2t_jax.storage import paths
-from t2t_jax.data import tasks, textfiles, wmt
+from t2t_jax.storage import layout, paths
+from t2t_jax.data import prepared, tasks, textfiles, wmt
 from t2t_jax.data.tfds_prepare import download_and_prepare
 from t2t_jax.data.textfiles import (LOCAL_SPLITS, DataError, MissingDataError, SplitFiles,
                                     check_split, discover_splits, iter_pairs)
@@ -153,29 +150,6 @@ class LocalParallelCorpus(tfds.core.GeneratorBasedBuilder, skip_registration=Tru
         yield lineno, {'source': src, 'target': tgt}
 
 
-def _wait_until_prepared(builder: Any, make_builder: Callable[[], Any], process_index: int,
-                         timeout_s: float, poll_s: float) -> Any:
-  """Processes other than 0 wait for process 0's preparation. TFDS writes into a temp
-  folder and renames it, so a folder that exists is complete."""
-  deadline = time.monotonic() + timeout_s
-  while not builder.is_prepared():
-    if time.monotonic() > deadline:
-      raise DataError(f'Process {process_index} waited {timeout_s:g} s for process 0 to '
-                      f'prepare {builder.data_dir}; it did not appear.')
-    time.sleep(poll_s)
-  return make_builder()  # reads the info of the prepared folder
-
-
-@contextlib.contextmanager
-def host_lock(data_dir: str) -> Iterator[None]:
-  """Holds an exclusive flock on `<data_dir>/.t2t_jax-prepare.lock` (local folders only),
-  so the processes of one host prepare one after the other."""
-  os.makedirs(data_dir, exist_ok=True)
-  with open(os.path.join(data_dir, '.t2t_jax-prepare.lock'), 'a') as f:
-    fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
-    yield
-
-
 def local_corpus_builder(corpus_dir: str, source_lang: str, target_lang: str,
                          data_dir: str, *, process_index: int = 0, timeout_s: float = 3600.0,
                          poll_s: float = 1.0, per_host: bool = False) -> LocalParallelCorpus:
@@ -187,7 +161,7 @@ def local_corpus_builder(corpus_dir: str, source_lang: str, target_lang: str,
   Returns the prepared builder; its `info.metadata['dropped_empty']` maps split -> pairs
   dropped because a side was empty."""
   if per_host:
-    with host_lock(data_dir):
+    with prepared.host_lock(data_dir):
       return local_corpus_builder(corpus_dir, source_lang, target_lang, data_dir)
   corpus_dir = paths.absolute(corpus_dir)
   splits = discover_splits(corpus_dir, source_lang, target_lang)
@@ -210,38 +184,11 @@ def local_corpus_builder(corpus_dir: str, source_lang: str, target_lang: str,
                   ', '.join(files.paths), split, kept, dropped[split])
     return dropped
 
-  return prepare_once(
+  return prepared.prepare_once(
       lambda dropped: LocalParallelCorpus(
           config=dataclasses.replace(cfg, dropped_empty=dropped), data_dir=data_dir),
-      sha, check, process_index=process_index, timeout_s=timeout_s, poll_s=poll_s)
-
-
-def prepare_once(make_builder: Callable[[Optional[dict]], Any], sha: str,
-                 check: Callable[[], dict], *, process_index: int, timeout_s: float,
-                 poll_s: float) -> Any:
-  """The prepared builder of a local data set whose files have fingerprint `sha`.
-
-  A preparation of exactly these files is reused (another one under the same name is
-  refused). Otherwise `check()` reads the files, raising DataError before anything is
-  written, and returns what the preparation records (`make_builder(result)`); process 0
-  prepares (array_record), the other processes wait for it. `make_builder(None)` opens the
-  builder without preparing.
-  """
-  builder = make_builder(None)
-  if builder.is_prepared():
-    stored = builder.info.metadata.get('sha256') if builder.info.metadata else None
-    if stored != sha:
-      raise DataError(f'{builder.data_dir} was prepared from other files (sha256 {stored}, '
-                      f'now {sha}); delete that folder to prepare it again.')
-    logging.info('Reusing the prepared corpus %s', builder.data_dir)
-    return builder
-  checked = check()
-  if process_index != 0:
-    return _wait_until_prepared(builder, lambda: make_builder(None), process_index, timeout_s,
-                                poll_s)
-  builder = make_builder(checked)
-  download_and_prepare(builder)
-  return builder
+      sha, check, folder=prepared.folder_of(LocalParallelCorpus, cfg, data_dir),
+      process_index=process_index, timeout_s=timeout_s, poll_s=poll_s)
 
 
 def _to_str(value: Any) -> str:
@@ -269,11 +216,15 @@ class ParallelTextSource:
     return {'source': _to_str(ex[self._keys[0]]), 'target': _to_str(ex[self._keys[1]])}
 
   def __getitem__(self, index: int) -> dict[str, str]:
-    return self._convert(self._ds[index])
+    return self.__getitems__([index])[0]
 
   def __getitems__(self, indices: Sequence[int]) -> list[dict[str, str]]:
     getitems = getattr(self._ds, '__getitems__', None)
-    items = getitems(list(indices)) if getitems else [self._ds[i] for i in indices]
+    try:
+      items = getitems(list(indices)) if getitems else [self._ds[i] for i in indices]
+    except RuntimeError as e:  # array_record: "Corrupted Riegeli/records file", ...
+      raise DataError(f'{self.name}: its prepared records do not read ({" ".join(str(e).split())[:200]}); '
+                      'the prepared folder is damaged: delete it to prepare it again') from None
     return [self._convert(ex) for ex in items]
 
   def __repr__(self) -> str:
@@ -321,7 +272,7 @@ def default_data_dir(config: Any, workdir: str) -> Optional[str]:
     return config.data_dir
   if prepared_per_host(config, workdir):
     return host_cache_dir()
-  return os.path.join(workdir, 'tfds') if config.dataset in LOCAL_DATASETS else None
+  return layout.of(workdir).tfds if config.dataset in LOCAL_DATASETS else None
 
 
 def _wmt_source(config: Any, split: str, data_dir: Optional[str], process_index: int,
@@ -332,11 +283,18 @@ def _wmt_source(config: Any, split: str, data_dir: Optional[str], process_index:
     raise DataError(f'{config.dataset} has languages {langs}; the config asks for '
                     f'{config.source_lang}->{config.target_lang}.')
   make_builder = lambda: wmt.wmt_builder(config.dataset, data_dir)
-  builder = make_builder()
+  builder, damage = prepared.open_checked(make_builder)
+  if damage:  # preparing again needs the network: the user decides
+    where = builder.data_dir if builder else os.path.join(
+        data_dir or tfds.core.constants.DATA_DIR, config.dataset)
+    raise DataError(f'The prepared {config.dataset} in {where} is damaged ({damage}); delete '
+                    'that folder to prepare it again (TFDS downloads it again if its '
+                    'downloads folder is gone).')
   if process_index == 0:
     download_and_prepare(builder)  # a no-op when already prepared; needs the network otherwise
   else:
-    builder = _wait_until_prepared(builder, make_builder, process_index, timeout_s, poll_s)
+    builder = prepared.wait_until_prepared(make_builder, builder.data_dir, process_index, timeout_s,
+                                   poll_s)
   tfds_split = _WMT_SPLITS.get(split, split)
   if tfds_split not in builder.info.splits:
     raise MissingDataError(f'{config.dataset} has no split {tfds_split!r} (has '

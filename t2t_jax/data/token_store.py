@@ -50,8 +50,8 @@ from typing import Any, Optional, Sequence
 from absl import logging
 import numpy as np
 
-from t2t_jax.data import bucketing, corpora
-from t2t_jax.storage import paths
+from t2t_jax.data import bucketing, prepared
+from t2t_jax.storage import manifest, paths
 
 FORMAT = 't2t_jax-token-store-v1'
 SIDES = ('source', 'target')
@@ -275,14 +275,6 @@ def _assemble(partial: str, bounds: Sequence[tuple[int, int]], folder: str,
   paths.write_atomic(meta_path, json.dumps(meta, indent=1).encode(), overwrite=True)
 
 
-def _crc32(path: str) -> int:
-  crc = 0
-  with open(path, 'rb') as f:
-    for block in iter(lambda: f.read(1 << 24), b''):
-      crc = zlib.crc32(block, crc)
-  return crc
-
-
 def _open(folder: str, num_pairs: int) -> tuple[Optional[TokenStore], str]:
   """(the store in `folder`, '') if it is complete and intact, else (None, what is wrong)."""
   meta_path = os.path.join(folder, 'meta.json')
@@ -294,14 +286,9 @@ def _open(folder: str, num_pairs: int) -> tuple[Optional[TokenStore], str]:
     if meta.get('format') != FORMAT or meta.get('pairs') != num_pairs:
       return None, f'meta.json describes {meta.get("pairs")} pairs of {meta.get("format")}'
     dtype = np.dtype(meta['dtype'])
-    for name, want in meta['files'].items():
-      path = os.path.join(folder, name)
-      if not os.path.isfile(path):
-        return None, f'{name} is missing'
-      if os.path.getsize(path) != want['bytes']:
-        return None, f'{name} has {os.path.getsize(path)} bytes, not {want["bytes"]}'
-      if _crc32(path) != want['crc32']:
-        return None, f'{name} fails its crc32 check'
+    wrong = manifest.problem(folder, meta['files'])
+    if wrong:
+      return None, wrong
   except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
     return None, f'meta.json is unreadable ({e})'
   tokens, offsets = {}, {}
@@ -334,7 +321,7 @@ def load_or_build(source: Any, tokenizer: Any, cache_dir: Optional[str], *,
   store, _ = _open(folder, len(source))
   if store is not None:
     return store
-  with corpora.host_lock(root):  # another process of this host may have built it by now
+  with prepared.host_lock(root):  # another process of this host may have built it by now
     store, problem = _open(folder, len(source))
     if store is not None:
       return store

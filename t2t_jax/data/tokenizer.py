@@ -27,17 +27,24 @@ from etils import epath
 import numpy as np
 import sentencepiece as spm
 
-from t2t_jax.storage import paths
+from t2t_jax.storage import layout, paths
 
 PAD_ID = 0
 EOS_ID = 1
 UNK_ID = 2
-VOCAB_SUBDIR = 'vocab'
-MODEL_FILE = 'spm.model'
 
 
 class TokenizerError(ValueError):
   """A vocabulary that cannot be used, trained or found."""
+
+
+# What a damaged or missing vocabulary of a trained run means (`storage/layout.VOCAB`).
+_PRECIOUS = ('the checkpoints of this workdir were trained with it, so a new vocabulary '
+             'cannot replace it: restore the file from a copy, or train in a new --workdir')
+
+
+def _damaged(path: str, what: str) -> TokenizerError:
+  return TokenizerError(f'{path} is damaged ({what}); {_PRECIOUS}')
 
 
 class Tokenizer:
@@ -49,7 +56,13 @@ class Tokenizer:
 
   def _init_from_proto(self, proto: bytes) -> None:
     self._proto = proto
-    self._sp = spm.SentencePieceProcessor(model_proto=proto)
+    try:
+      self._sp = spm.SentencePieceProcessor(model_proto=proto)
+    except RuntimeError:  # protobuf's ParseFromArray: truncated or garbled bytes
+      raise _damaged(self.path, f'{len(proto)} bytes that are not a SentencePiece model'
+                     ) from None
+    if self._sp.get_piece_size() == 0:
+      raise _damaged(self.path, f'{len(proto)} bytes holding no piece')
     ids = (self._sp.pad_id(), self._sp.eos_id(), self._sp.unk_id(), self._sp.bos_id())
     if ids != (PAD_ID, EOS_ID, UNK_ID, -1):
       raise TokenizerError(f'{self.path}: ids (pad, eos, unk, bos) are {ids}; t2t_jax needs '
@@ -114,11 +127,19 @@ class Tokenizer:
     return f'Tokenizer({self.path}, vocab_size={self.vocab_size})'
 
 
-def load(path: str) -> Tokenizer:
-  """Loads a SentencePiece model file written by `train`/`load_or_train`."""
+def load(path: str, vocab_size: Optional[int] = None) -> Tokenizer:
+  """Loads a SentencePiece model file written by `train`/`load_or_train`.
+
+  With `vocab_size` (the config saved with the checkpoints it is used with), a model of
+  another size is refused as damaged: ids would silently mean other pieces.
+  """
   if not epath.Path(path).is_file():
-    raise TokenizerError(f'No SentencePiece model at {path}.')
-  return Tokenizer(path)
+    raise TokenizerError(f'No SentencePiece model at {path}; {_PRECIOUS}.')
+  tok = Tokenizer(path)
+  if vocab_size is not None and tok.vocab_size != vocab_size:
+    raise _damaged(path, f'{tok.vocab_size} pieces, but the checkpoints were trained with '
+                   f'vocab_size={vocab_size}')
+  return tok
 
 
 def sample_sentences(source: Any, num_per_language: int, seed: int = 0) -> Iterator[str]:
@@ -198,6 +219,7 @@ def _checked(tok: Tokenizer, vocab_size: int) -> Tokenizer:
 def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable[str]],
                   process_index: int = 0, process_count: int = 1, *,
                   symbols_fn: Optional[Callable[[], Sequence[str]]] = None,
+                  trained: bool = False,
                   timeout_s: float = 7200.0, poll_s: float = 1.0) -> Tokenizer:
   """The workdir's vocabulary: loaded if `<workdir>/vocab/spm.model` exists, else trained.
 
@@ -209,6 +231,8 @@ def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable
       by process 0 and only when training; at most 2 * vocab_sample_sentences are used.
     process_index, process_count: `jax.process_index()`, `jax.process_count()`.
     symbols_fn: returns the user-defined symbols of `train` (called like `sentences_fn`).
+    trained: the workdir has checkpoints: its vocabulary must exist and match
+      `config.vocab_size` (TokenizerError naming the file otherwise), never be trained anew.
     timeout_s: how long processes other than 0 wait for process 0's file.
     poll_s: how often they look.
 
@@ -216,6 +240,8 @@ def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable
     The Tokenizer, whose vocab_size equals config.vocab_size (TokenizerError otherwise).
   """
   path = vocab_path(workdir)
+  if trained:
+    return load(path, config.vocab_size)
   if epath.Path(path).is_file():
     logging.info('Reusing the vocabulary %s', path)
     return _checked(Tokenizer(path), config.vocab_size)
@@ -249,7 +275,7 @@ def _appeared(path: str) -> bool:
 
 def vocab_path(workdir: str) -> str:
   """`<workdir>/vocab/spm.model`."""
-  return os.path.join(workdir, VOCAB_SUBDIR, MODEL_FILE)
+  return layout.of(workdir).vocab
 
 
 def maybe_load(workdir: str) -> Optional[Tokenizer]:

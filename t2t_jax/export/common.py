@@ -17,12 +17,26 @@ from typing import Any, Iterator, List, Optional
 
 from etils import epath
 
+from t2t_jax.data import tasks
 from t2t_jax.model import transformer as model
 from t2t_jax.storage import paths
 
 
 class ExportError(ValueError):
   """A model or an export request that cannot be honoured; the message says why."""
+
+
+def check_translation(config: Any, run: str) -> None:
+  """Refuses a run of a task other than translation (`config.dataset` naming a `tasks` entry,
+  e.g. a treebank): its `--mode=decode` turns the model's output tokens into trees, which
+  neither exported format does, so their output would not be the run's.
+
+  Raises:
+    ExportError: naming `run` (the workdir, or what the parameters are) and the dataset.
+  """
+  if tasks.get(config.dataset) is not None:
+    raise ExportError(f'export supports translation runs; {run} is a parsing run (dataset='
+                      f'{config.dataset}): use --mode=decode, which outputs trees')
 
 
 def _exists(path: str) -> bool:
@@ -121,8 +135,8 @@ def load_source(workdir: str, checkpoint: Optional[str] = None) -> ExportSource:
   from t2t_jax.inference import checkpoint_choice
   from t2t_jax import config as config_lib
   from t2t_jax.data import tokenizer
-  path = tokenizer.vocab_path(os.path.abspath(workdir))
+  path = tokenizer.vocab_path(workdir)
   inference = checkpoint_choice.load_inference_params(workdir, checkpoint)
-  tokenizer.load(path)  # fails early, in one line, when the vocabulary is missing
-  return ExportSource(config_lib.from_json(inference.config_json), inference.params, path,
-                      inference.description)
+  config = config_lib.from_json(inference.config_json)
+  tokenizer.load(path, config.vocab_size)  # one line when the vocabulary is missing or damaged
+  return ExportSource(config, inference.params, path, inference.description)

@@ -20,13 +20,11 @@ from absl import logging
 from etils import epath
 
 from t2t_jax.runtime import damage
-from t2t_jax.storage import paths
+from t2t_jax.storage import layout, paths
 from t2t_jax.runtime.checkpoint import (CheckpointError, first_readable, read_config_item,
                                         read_json_item)
 
 
-CHECKPOINTS_DIR = 'checkpoints'
-AVERAGED_DIR = 'averaged'
 _AVERAGED_NAME = re.compile(r'step_(\d+)_last_(\d+)')
 
 
@@ -59,7 +57,7 @@ def training_steps(workdir: str) -> List[int]:
 
   A plain directory listing: unlike a CheckpointManager it cannot delete or clean anything.
   """
-  directory = os.path.join(paths.absolute(workdir), CHECKPOINTS_DIR)
+  directory = layout.of(workdir).checkpoints
   paths.forget(directory)
   if not epath.Path(directory).is_dir():
     return []
@@ -69,7 +67,7 @@ def training_steps(workdir: str) -> List[int]:
 
 def averaged_checkpoints(workdir: str) -> List[Tuple[int, int, str]]:
   """[(last step, N, path)] of the averaged checkpoints, oldest first (newest last)."""
-  directory = os.path.join(paths.absolute(workdir), AVERAGED_DIR)
+  directory = layout.of(workdir).averaged
   paths.forget(directory)
   if not epath.Path(directory).is_dir():
     return []
@@ -217,11 +215,11 @@ def average_checkpoints(workdir: str, num: int) -> AveragedCheckpoint:
       named); an existing averaged checkpoint of the same name made from other steps; a read
       that failed for a passing reason (I/O error, memory).
   """
-  workdir = paths.absolute(workdir)
-  source = os.path.join(workdir, CHECKPOINTS_DIR)
+  workdir = layout.of(workdir)
+  source = workdir.checkpoints
   available = _available_steps(source, workdir, num)
   existing = _existing_average(
-      os.path.join(workdir, AVERAGED_DIR, f'step_{available[-1]}_last_{num}'),
+      workdir.averaged_checkpoint(available[-1], num),
       tuple(available[-num:]))
   if existing is not None:
     return existing  # made before any damage: nothing to read
@@ -230,7 +228,7 @@ def average_checkpoints(workdir: str, num: int) -> AveragedCheckpoint:
     # Check every tree against the newest before reading any array: a mismatch costs nothing.
     metadata = _pick_readable(source, available, num, damaged)
     steps = tuple(sorted(metadata))
-    target = os.path.join(workdir, AVERAGED_DIR, f'step_{steps[-1]}_last_{num}')
+    target = workdir.averaged_checkpoint(steps[-1], num)
     existing = _existing_average(target, steps)
     if existing is not None:
       return existing

@@ -14,11 +14,11 @@ import numpy as np
 from absl import logging
 from etils import epath
 
-from t2t_jax.inference.averaging import (AVERAGED_DIR, CHECKPOINTS_DIR, checkpoint_config, is_finalized,
+from t2t_jax.inference.averaging import (checkpoint_config, is_finalized,
                                          checkpoint_name, params_metadata, restore_params,
                                          averaged_checkpoints, training_steps)
 from t2t_jax.runtime.checkpoint import CheckpointError, first_readable, read_json_item
-from t2t_jax.storage import paths
+from t2t_jax.storage import layout, paths
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +40,7 @@ class InferenceParams:
 def latest_training_config(workdir: str) -> Dict[str, Any]:
   """The config JSON saved with the newest training checkpoint whose config reads (read-only;
   damaged ones are skipped with a warning)."""
-  source = os.path.join(paths.absolute(workdir), CHECKPOINTS_DIR)
+  source = layout.of(workdir).checkpoints
   steps = training_steps(workdir)
   if not steps:
     raise CheckpointError(f'no training checkpoint in {source}')
@@ -55,14 +55,14 @@ def latest_training_config(workdir: str) -> Dict[str, Any]:
 def _default_candidates(workdir: str) -> List[str]:
   """Eval/decode's preference: the averaged checkpoints, newest first (highest last step,
   then largest N), then the training checkpoints, newest first."""
-  source = os.path.join(workdir, CHECKPOINTS_DIR)
+  source = layout.of(workdir).checkpoints
   return ([path for _, _, path in reversed(averaged_checkpoints(workdir))]
           + [os.path.join(source, str(s)) for s in reversed(training_steps(workdir))])
 
 
 def _resolve(workdir: str, checkpoint: str) -> str:
   """The directory an explicit --checkpoint (a step, or a path) names."""
-  source = os.path.join(workdir, CHECKPOINTS_DIR)
+  source = layout.of(workdir).checkpoints
   available = training_steps(workdir)
   listing = (f'training steps available in {source}: '
              f'{", ".join(map(str, available)) if available else "none"}')
@@ -126,13 +126,12 @@ def load_inference_params(workdir: str, checkpoint: Optional[str] = None) -> Inf
     CheckpointError: no (readable) checkpoint, the requested one does not exist (available
       listed) or is damaged, or a read failed for a passing reason (I/O error, memory).
   """
-  workdir = paths.absolute(workdir)
+  workdir = layout.of(workdir)
   candidates = _default_candidates(workdir) if checkpoint is None else [
       _resolve(workdir, checkpoint)]
   if not candidates:
     raise CheckpointError(f'no checkpoint in workdir {workdir}: looked in '
-                          f'{os.path.join(workdir, CHECKPOINTS_DIR)} and '
-                          f'{os.path.join(workdir, AVERAGED_DIR)}')
+                          f'{workdir.checkpoints} and {workdir.averaged}')
   inference, path, skipped = first_readable(candidates, _read_inference, checkpoint_name,
                                             warn=checkpoint is None)
   if inference is None and checkpoint is not None:

@@ -2,7 +2,6 @@
 or for a treebank the EVALB F1 of the decoded trees (§6.3)."""
 
 import json
-import os
 from typing import Any, Dict, Optional, Sequence
 
 import jax
@@ -14,7 +13,7 @@ from t2t_jax.data import tasks
 from t2t_jax.inference import bleu, translate
 from t2t_jax.model import transformer as model
 from t2t_jax.runtime import multihost, parallel
-from t2t_jax.storage import textio
+from t2t_jax.storage import layout, textio
 
 
 def summarize(sums: Dict[str, Any]) -> Dict[str, float]:
@@ -79,16 +78,16 @@ def examples(pairs: Sequence[Dict[str, str]], hypotheses: Sequence[str],
 
 def write_result(workdir: str, split: str, step: int, result: Dict[str, Any]) -> str:
   """Writes `eval_<split>_<step>.json` atomically; an existing file is kept (suffix .1, .2...)."""
-  base = os.path.join(workdir, f'eval_{split}_{step}')
+  workdir = layout.of(workdir)
   text = json.dumps(result, indent=2, sort_keys=True) + '\n'
   for n in range(1000):
-    path = f'{base}.json' if n == 0 else f'{base}.{n}.json'
+    path = workdir.eval_result(split, step, n)
     try:
       textio.write_text_atomic(path, text)
       return path
     except FileExistsError:
       continue
-  raise FileExistsError(f'{base}.json and 999 numbered variants exist')
+  raise FileExistsError(f'{workdir.eval_result(split, step)} and 999 numbered variants exist')
 
 
 def evaluate(config: ml_collections.ConfigDict, workdir: str, split: str = 'dev',
@@ -107,7 +106,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str, split: str = 'dev'
   from t2t_jax.data import corpora, pipeline, tokenizer
   if inference is None:
     inference = checkpoint_choice.load_inference_params(workdir, checkpoint)
-  tok = tokenizer.load(tokenizer.vocab_path(workdir))
+  tok = tokenizer.load(tokenizer.vocab_path(workdir), config.vocab_size)
   source = corpora.load_split(config, split, corpora.default_data_dir(config, workdir),
                              process_index=jax.process_index())
   cfg = model.TransformerConfig.from_config(config)

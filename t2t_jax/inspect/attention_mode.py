@@ -228,7 +228,7 @@ def run(workdir: str, overrides: modes.Overrides, checkpoint: Optional[str],
   sources, targets = read_sentences(input_path, targets_path)
   config, inference = modes.load(workdir, checkpoint, overrides)
   layer = check_layer(attention_layer, config.num_layers)
-  tok = tokenizer_lib.load(tokenizer_lib.vocab_path(workdir))
+  tok = tokenizer_lib.load(tokenizer_lib.vocab_path(workdir), config.vocab_size)
   sentences = prepare(config, inference.params, tok, sources, targets, input_path,
                       targets_path)
   if multihost.is_writer():

@@ -28,7 +28,7 @@ from absl import logging
 from etils import epath
 
 from t2t_jax.storage import paths
-from t2t_jax.data import corpora
+from t2t_jax.data import corpora, prepared
 from t2t_jax.data.textfiles import DataError, EncodingError, MissingDataError
 from t2t_jax.parsing import linearize, trees
 
@@ -160,7 +160,7 @@ def builder(config: Any, data_dir: str, *, process_index: int = 0, timeout_s: fl
   """The treebank of `config`, checked and prepared once under `data_dir` (module doc); with
   `per_host` (`corpora.prepared_per_host`) once per host, its processes taking turns."""
   if per_host:
-    with corpora.host_lock(data_dir):
+    with prepared.host_lock(data_dir):
       return builder(config, data_dir)
   folder, splits, sha, _ = locate(config)
   slug = re.sub(r'[^a-z0-9]+', '_', os.path.basename(folder).lower()).strip('_') or 'treebank'
@@ -179,10 +179,11 @@ def builder(config: Any, data_dir: str, *, process_index: int = 0, timeout_s: fl
                    len(files.paths))
     return {split: 0 for split in splits}  # nothing is dropped
 
-  return corpora.prepare_once(
+  return prepared.prepare_once(
       lambda dropped: TreebankCorpus(config=dataclasses.replace(cfg, dropped_empty=dropped),
                                      data_dir=data_dir),
-      sha, check, process_index=process_index, timeout_s=timeout_s, poll_s=poll_s)
+      sha, check, folder=prepared.folder_of(TreebankCorpus, cfg, data_dir),
+      process_index=process_index, timeout_s=timeout_s, poll_s=poll_s)
 
 
 def expected_files(config: Any, split: str) -> str:

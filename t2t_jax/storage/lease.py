@@ -87,6 +87,9 @@ class Lease:
   def acquire(self) -> 'Lease':
     """Takes the lease or raises LeaseError naming the live owner; starts the heartbeat."""
     current = self.read()
+    exists = current is not None or epath.Path(self.path).exists()  # read() forgot the cache
+    if current is None and exists:  # damaged (a crash cannot leave half a record): not a run
+      logging.warning('the lease %s does not hold a lease record; taking it over', self.path)
     if current is not None:
       age = self._clock() - float(current.get('heartbeat', 0))
       if age < self.stale_s:
@@ -98,7 +101,7 @@ class Lease:
         'host': socket.gethostname(), 'pid': os.getpid(), 'token': uuid.uuid4().hex,
         'started': datetime.datetime.now().isoformat(timespec='seconds')}
     try:
-      self._write(create=current is None)
+      self._write(create=not exists)
     except FileExistsError:
       raise LeaseError(f'another run created the lease {self.path} at the same moment') from None
     self._settle()

@@ -29,10 +29,8 @@ import numpy as np
 from absl import logging
 from etils import epath
 
-from t2t_jax.storage import paths
+from t2t_jax.storage import layout, paths
 
-METRICS = 'metrics.jsonl'
-PLOTS_DIR = 'plots'
 FIGSIZE = (10, 4)  # inches; at DPI every PNG is 1000 x 400 pixels, whatever the run
 DPI = 100
 
@@ -200,21 +198,21 @@ def write_learning_curves(workdir: str) -> List[str]:
 
   Returns the paths written; PlotError when there is nothing to plot (see `load_curves`).
   """
-  curves = load_curves(os.path.join(workdir, METRICS))
+  workdir = layout.of(workdir)
+  curves = load_curves(workdir.metrics)
   try:
     import matplotlib  # noqa: F401 - imported here: load_curves and main.py do not need it
   except ImportError:
     raise PlotError('matplotlib is not installed; pip install -r requirements.txt') from None
-  out = os.path.join(workdir, PLOTS_DIR)
   last = max(curves.train_steps.max(initial=0), curves.eval_steps.max(initial=0))
-  title = f'{os.path.basename(paths.absolute(workdir))}: step {last}'
+  title = f'{os.path.basename(workdir.root)}: step {last}'
   views = [('step', 'step', curves.train_steps, curves.eval_steps)]
   if np.isfinite(curves.train_wall).any():
     views.append(('time', 'training wall time (minutes)', curves.train_wall / 60.0,
                   curves.eval_wall / 60.0))
   written = []
   for name, xlabel, train_x, eval_x in views:
-    path = os.path.join(out, f'learning_curves_{name}.png')
+    path = os.path.join(workdir.plots, f'learning_curves_{name}.png')
     _save_atomic(_figure(curves, train_x, eval_x, xlabel, title), path)
     written.append(path)
   return written

@@ -11,7 +11,6 @@ A rerun on a finished workdir reuses the averaged checkpoint and the eval JSON a
 """
 
 import json
-import os
 from typing import Any, Dict, Optional
 
 import ml_collections
@@ -20,17 +19,25 @@ from etils import epath
 
 from t2t_jax.inference import averaging, evaluate
 from t2t_jax.runtime import multihost
-from t2t_jax.storage import paths
+from t2t_jax.storage import layout, paths
 from t2t_jax.training import train
 
 
 def _existing_result(workdir: str, split: str, step: int,
                      description: str) -> Optional[Dict[str, Any]]:
   """An eval JSON of this split and step made from the same checkpoint, if one exists."""
-  paths.forget(workdir)  # list what is there now, not what this process saw before
-  for path in sorted(epath.Path(workdir).glob(f'eval_{split}_{step}*.json'), key=str):
-    result = json.loads(path.read_text(encoding='utf-8'))
-    if result.get('checkpoint') == description and 'examples' in result:
+  workdir = layout.of(workdir)
+  paths.forget(workdir.root)  # list what is there now, not what this process saw before
+  for path in sorted(epath.Path(workdir).glob(workdir.eval_result_pattern(split, step)),
+                     key=str):
+    try:
+      result = json.loads(path.read_text(encoding='utf-8'))
+      reusable = result.get('checkpoint') == description and 'examples' in result
+    except (OSError, ValueError, AttributeError) as e:  # garbled: not a JSON object
+      logging.warning('%s does not read (%s); evaluating again (a new result file is written '
+                      'beside it)', path, ' '.join(str(e).split())[:200])
+      continue
+    if reusable:
       return result
   return None
 
@@ -52,7 +59,7 @@ def finish(config: ml_collections.ConfigDict, workdir: str) -> Optional[Dict[str
   split = config.final_eval_split
   if not split:
     return None
-  workdir = paths.absolute(workdir)
+  workdir = layout.of(workdir)
   available = averaging.training_steps(workdir)
   num = min(config.average_last, len(available))
   if num < config.average_last:
@@ -82,13 +89,13 @@ def report(result: Dict[str, Any], workdir: str, averaged_path: str) -> str:
     lines += [f'  [{i}] source:    {example["source"]}',
               f'      reference: {example["reference"]}',
               f'      model:     {example["hypothesis"]}']
+  workdir = layout.of(workdir)
   lines += [
       '',
-      f'  checkpoints: {os.path.join(workdir, averaging.CHECKPOINTS_DIR)} '
+      f'  checkpoints: {workdir.checkpoints} '
       f'(averaged: {averaged_path})',
-      f'  metrics:     {os.path.join(workdir, "metrics.jsonl")} and '
-      f'{os.path.join(workdir, "tensorboard")}',
-      f'  plots:       {os.path.join(workdir, "plots")}',
+      f'  metrics:     {workdir.metrics} and {workdir.tensorboard}',
+      f'  plots:       {workdir.plots}',
       f'  eval result: {result.get("path", "")}',
       # A treebank run (scored by F1) decodes sentences into trees: it parses.
       f'  {"parse:    " if "f1" in result else "translate:"}   python main.py --mode=decode '

@@ -1,0 +1,26 @@
+"""Which exceptions are a user's mistake or a damaged file rather than a bug: main.py prints
+them as one line `error: ...` (their messages name the file, line or key and what was
+expected) instead of a traceback. Above every package, so that it may name them all."""
+
+from typing import Tuple, Type
+
+
+def user_errors() -> Tuple[Type[BaseException], ...]:
+  """The exception types main.py reports in one line."""
+  # Imported here: main.py asks only once something was raised, and `import t2t_jax.errors`
+  # stays as cheap as the packages a caller already loaded.
+  # pylint: disable=import-outside-toplevel
+  from t2t_jax import config as config_lib
+  from t2t_jax.data import corpora, pipeline, token_store, tokenizer
+  from t2t_jax.export.common import ExportError
+  from t2t_jax.inspect import attention_mode
+  from t2t_jax.plan import report, topology
+  from t2t_jax.runtime import checkpoint, parallel
+  from t2t_jax.storage import textio, workdir
+  from t2t_jax.training import plots, train
+  return (config_lib.ConfigError, report.PlanError, topology.TopologyError,
+          checkpoint.CheckpointError, train.TrainError,
+          attention_mode.AttentionInputError, ExportError,
+          workdir.WorkdirError, parallel.DistributedError, plots.PlotError,
+          corpora.DataError, pipeline.PipelineError, token_store.TokenStoreError,
+          tokenizer.TokenizerError, textio.TextFileError, FileNotFoundError, FileExistsError)

@@ -1,0 +1,203 @@
+"""The workdir's layout: every path the project writes there, what it is, and what a damaged
+copy costs. One place names them all; modules ask `Workdir` for a path instead of joining
+literals, and the damage tests iterate over `ENTRIES`, so a new file cannot appear without a
+class and a test.
+
+Classes (`Entry.kind`):
+  PRECIOUS  the run's own work, which cannot be made again: checkpoints, the vocabulary of a
+            trained run, metrics. Damage stops before any work with one line naming the file
+            and what to do, or falls back to an older copy (checkpoints).
+  DERIVED   made from other files that are still there (prepared corpus, token store, plots,
+            averaged checkpoints, eval results): one warning line, then rebuilt.
+  WRITTEN   written for people or other tools, never read back here (TensorBoard events,
+            checkpoints set aside as unreadable, the vocabulary listing).
+  LOCK      coordination files; recreated when missing, one line when unusable.
+
+`docs/architecture.md` ("Files a run writes") is the same inventory as a table, with the
+files written outside the workdir (outputs, the compilation cache, host caches).
+"""
+
+import dataclasses
+import os
+from typing import Tuple, Union
+
+from t2t_jax.storage import paths
+
+PRECIOUS, DERIVED, WRITTEN, LOCK = 'precious', 'derived', 'written', 'lock'
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+  """One path of a workdir.
+
+  Attributes:
+    name: its path relative to the workdir; `<...>` marks a part that varies (a step).
+    kind: PRECIOUS, DERIVED, WRITTEN or LOCK (see the module doc).
+    writer: what writes it.
+    readers: what reads it back ('' when nothing does).
+    on_damage: what happens when it is missing, truncated or garbled.
+  """
+  name: str
+  kind: str
+  writer: str
+  readers: str
+  on_damage: str
+
+
+VOCAB = Entry(
+    'vocab/spm.model', PRECIOUS, 'train (process 0, once, before the first step)',
+    'train, eval, decode, attention, export',
+    'missing before any checkpoint: trained; otherwise one line naming the file, which cannot '
+    'be retrained for the existing checkpoints (restore it, or use a new --workdir)')
+VOCAB_LISTING = Entry(
+    'vocab/spm.vocab', WRITTEN, 'train, beside spm.model', '',
+    'nothing reads it (the pieces and their scores, for people)')
+CHECKPOINTS = Entry(
+    'checkpoints/<step>', PRECIOUS, 'train (orbax, every N steps / T minutes, last K kept)',
+    'train (resume), eval, decode, attention, export, average',
+    'falls back to the newest readable older step with one warning line; training moves the '
+    'damaged step to checkpoints_unreadable/; none readable: one line')
+UNREADABLE = Entry(
+    'checkpoints_unreadable/<step>', WRITTEN, 'train, when a checkpoint is damaged', '',
+    'nothing reads it (kept for the user to inspect or delete)')
+AVERAGED = Entry(
+    'averaged/step_<last>_last_<n>', DERIVED, 'average; train at its end',
+    'eval, decode, attention, export (preferred over training checkpoints)',
+    'skipped with one warning line for the next candidate; the next average writes it again')
+METRICS = Entry(
+    'metrics.jsonl', PRECIOUS, 'train (one JSON object per line, appended)',
+    'plot, train (dev BLEU history), the final report',
+    'a torn last line is cut with one warning and training appends after it; --mode=plot '
+    'stops in one line naming the file and line of any other unreadable line (training only '
+    'warns); never rewritten')
+TENSORBOARD = Entry(
+    'tensorboard', WRITTEN, 'train (a new event file per run)', '',
+    'nothing here reads it; a new run writes a new event file beside damaged ones')
+PLOTS = Entry(
+    'plots', DERIVED, 'plot; train at its end', '',
+    'made again from metrics.jsonl by --mode=plot and at the end of training')
+EVAL_RESULT = Entry(
+    'eval_<split>_<step>.json', DERIVED, 'eval; train at its end (final report)',
+    'train (the final report reuses a result of the same checkpoint)',
+    'an unreadable one is ignored with one warning line and evaluated again')
+TOKEN_STORE = Entry(
+    'data_cache/tokens-<key>', DERIVED, 'train (once per corpus and vocabulary)',
+    'train', 'one warning line, then encoded again (`data/token_store.py`)')
+PREPARED = Entry(
+    'tfds/<builder>/<config>/<version>', DERIVED,
+    'train (local corpora and treebanks, TFDS array_record, once)', 'train, eval',
+    'one warning line, moved aside to tfds/damaged/, prepared again from the corpus files '
+    '(size and crc32 of every file checked against t2t_jax-manifest.json, `data/prepared.py`)')
+DOWNLOADS = Entry(
+    'tfds/downloads', DERIVED, 'TFDS during preparation', 'TFDS during preparation',
+    "TFDS's own download cache (local corpora are read in place; nothing is downloaded)")
+PREPARE_LOCK = Entry(
+    'tfds/.t2t_jax-prepare.lock', LOCK, 'train (processes of one host prepare in turn)',
+    'train', 'recreated when missing; one line when it cannot be opened (e.g. a folder)')
+STORE_LOCK = Entry(
+    'data_cache/.t2t_jax-prepare.lock', LOCK, 'train (one process encodes the token store)',
+    'train', 'recreated when missing; one line when it cannot be opened (e.g. a folder)')
+RUN_LOCK = Entry(
+    '.t2t_jax.lock', LOCK, 'train, average, eval: the live run (a local flock)', 'the same',
+    'recreated when missing, its text is only a note; one line when it cannot be opened')
+RUN_LEASE = Entry(
+    '.t2t_jax.lease', LOCK, 'the same, on object stores (a heartbeat lease)', 'the same',
+    'unreadable or stale: taken over with one warning line (`storage/lease.py`)')
+
+ENTRIES: Tuple[Entry, ...] = (
+    VOCAB, VOCAB_LISTING, CHECKPOINTS, UNREADABLE, AVERAGED, METRICS, TENSORBOARD, PLOTS,
+    EVAL_RESULT, TOKEN_STORE, PREPARED, DOWNLOADS, PREPARE_LOCK, STORE_LOCK, RUN_LOCK,
+    RUN_LEASE)
+
+
+class Workdir(os.PathLike):
+  """A run's directory, made absolute once, and the path of each of its entries.
+
+  Accepted wherever a workdir string is (`os.fspath` gives the root), so it can be passed down
+  a call chain without every module making the path absolute again (`of`).
+  """
+
+  def __init__(self, root: Union[str, os.PathLike]):
+    self.root = paths.absolute(root)
+
+  def __fspath__(self) -> str:
+    return self.root
+
+  def __str__(self) -> str:
+    return self.root
+
+  def __repr__(self) -> str:
+    return f'Workdir({self.root!r})'
+
+  def __eq__(self, other) -> bool:
+    return isinstance(other, Workdir) and other.root == self.root
+
+  def __hash__(self) -> int:
+    return hash(self.root)
+
+  def join(self, *parts: str) -> str:
+    return os.path.join(self.root, *parts)
+
+  @property
+  def vocab(self) -> str:
+    return self.join(VOCAB.name)
+
+  @property
+  def checkpoints(self) -> str:
+    return self.join('checkpoints')
+
+  @property
+  def unreadable(self) -> str:
+    return self.join('checkpoints_unreadable')
+
+  @property
+  def averaged(self) -> str:
+    return self.join('averaged')
+
+  def averaged_checkpoint(self, last_step: int, num: int) -> str:
+    return os.path.join(self.averaged, f'step_{last_step}_last_{num}')
+
+  @property
+  def metrics(self) -> str:
+    return self.join(METRICS.name)
+
+  @property
+  def tensorboard(self) -> str:
+    return self.join(TENSORBOARD.name)
+
+  @property
+  def plots(self) -> str:
+    return self.join(PLOTS.name)
+
+  def eval_result(self, split: str, step: int, copy: int = 0) -> str:
+    """`eval_<split>_<step>.json`, or `eval_<split>_<step>.<copy>.json` for copy > 0 (an
+    existing result is never replaced)."""
+    return self.join(f'eval_{split}_{step}' + (f'.{copy}' if copy else '') + '.json')
+
+  def eval_result_pattern(self, split: str, step: int) -> str:
+    """The glob, relative to the root, of every `eval_result(split, step, copy)`."""
+    return f'eval_{split}_{step}*.json'
+
+  @property
+  def data_cache(self) -> str:
+    return self.join('data_cache')
+
+  @property
+  def tfds(self) -> str:
+    return self.join('tfds')
+
+  @property
+  def lock(self) -> str:
+    return self.join(RUN_LOCK.name)
+
+  @property
+  def lease(self) -> str:
+    return self.join(RUN_LEASE.name)
+
+
+PREPARE_LOCK_NAME = os.path.basename(PREPARE_LOCK.name)
+
+
+def of(workdir: Union[str, os.PathLike, Workdir]) -> Workdir:
+  """`workdir` as a `Workdir` (itself when it is one already)."""
+  return workdir if isinstance(workdir, Workdir) else Workdir(workdir)
