@@ -31,7 +31,7 @@ from absl import logging
 
 from t2t_jax.data.textfiles import DataError
 from t2t_jax.data.tfds_prepare import download_and_prepare
-from t2t_jax.storage import layout, manifest, paths
+from t2t_jax.storage import layout, leftovers, manifest, paths
 
 MANIFEST = 't2t_jax-manifest.json'
 
@@ -190,6 +190,8 @@ def prepare_once(make_builder: Callable[[Optional[dict]], Any], sha: str,
   if process_index != 0:
     return wait_until_prepared(lambda: make_builder(None), folder, process_index, timeout_s,
                                 poll_s)
+  # TFDS prepares into `incomplete.*` beside the result; a killed preparation leaves one.
+  leftovers.remove_idle(os.path.dirname(folder), 'incomplete.')
   builder = make_builder(checked)
   download_and_prepare(builder)
   write_manifest(builder)

@@ -18,7 +18,6 @@ trailing space and collapses runs of spaces).
 import hashlib
 import os
 import shutil
-import tempfile
 import time
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
@@ -27,7 +26,7 @@ from etils import epath
 import numpy as np
 import sentencepiece as spm
 
-from t2t_jax.storage import layout, paths
+from t2t_jax.storage import layout, leftovers, paths
 
 PAD_ID = 0
 EOS_ID = 1
@@ -175,7 +174,7 @@ def train(sentences: Iterable[str], vocab_size: int, model_path: str,
   """
   model_path = paths.absolute(model_path)
   prefix = os.path.splitext(os.path.basename(model_path))[0]
-  tmp = tempfile.mkdtemp(prefix='t2t_jax-spm-')
+  tmp = leftovers.owned_temp_dir('t2t_jax-spm-')  # also removes those of killed runs
   try:
     count = [0]
 

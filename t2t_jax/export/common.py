@@ -19,7 +19,7 @@ from etils import epath
 
 from t2t_jax.data import tasks
 from t2t_jax.model import transformer as model
-from t2t_jax.storage import paths
+from t2t_jax.storage import leftovers, paths
 
 
 class ExportError(ValueError):
@@ -83,8 +83,8 @@ def new_directory(output: str) -> Iterator[str]:
         raise _appeared(output)
       paths.upload_directory(temp, path)
     return
-  temp = tempfile.mkdtemp(prefix=f'.{os.path.basename(path)}.', suffix='.tmp',
-                          dir=os.path.dirname(path))
+  # A killed export's folder (its pid gone) is removed by the next export to the same name.
+  temp = leftovers.owned_temp_dir(f'.{os.path.basename(path)}.', os.path.dirname(path), '.tmp')
   umask = os.umask(0)
   os.umask(umask)
   os.chmod(temp, 0o777 & ~umask)  # mkdtemp's 0700 would make the export private
