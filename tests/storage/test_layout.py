@@ -224,3 +224,15 @@ def test_workdir_paths_are_absolute_and_made_once(tmp_path, monkeypatch):
   assert wd.eval_result('dev', 7, 2) == str(tmp_path / 'run' / 'eval_dev_7.2.json')
   assert wd.averaged_checkpoint(9, 5) == str(tmp_path / 'run' / 'averaged' / 'step_9_last_5')
   assert layout.of('gs://bucket/run/').root == 'gs://bucket/run'
+
+
+def test_the_documented_inventory_is_the_layout():
+  with open(os.path.join(os.path.dirname(__file__), '..', '..', 'docs', 'architecture.md'),
+            encoding='utf-8') as f:
+    rows = [line for line in f.read().split('## Files a run writes')[1].split('\n## ')[0]
+            .split('\n') if line.startswith('| `')]
+  documented = [row.split('`')[1] for row in rows]
+  assert documented[:len(layout.ENTRIES)] == [e.name for e in layout.ENTRIES]
+  for row, entry in zip(rows, layout.ENTRIES):
+    assert row == (f'| `{entry.name}` | {entry.kind} | {entry.writer} | '
+                   f'{entry.readers or "-"} | {entry.on_damage} |')
