@@ -5,6 +5,7 @@ expected and what was given, so a typo in `--config.key=value` fails in millisec
 """
 
 import difflib
+import math
 from typing import Any, Iterable, Sequence
 
 import ml_collections
@@ -82,6 +83,13 @@ def check_override_paths(paths: Iterable[str]) -> None:
                         f'write --config.{key}=VALUE')
 
 
+def _is_finite(value: Any) -> bool:
+  try:
+    return math.isfinite(value)
+  except OverflowError:  # an int too large for a float
+    return False
+
+
 def _check_type(key: str, value: Any, reference: Any) -> None:
   if isinstance(reference, bool):
     if not isinstance(value, bool):
@@ -92,6 +100,10 @@ def _check_type(key: str, value: Any, reference: Any) -> None:
   elif isinstance(reference, float):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
       _fail(key, 'a number', value)
+    # No float key has a meaning at nan or +-inf (a nan length penalty decodes every line
+    # to nothing), and a range check such as `value < 0` lets nan through.
+    if not _is_finite(value):
+      _fail(key, 'a finite number', value)
   elif isinstance(reference, str):
     if not isinstance(value, str):
       _fail(key, 'a string', value)

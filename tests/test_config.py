@@ -118,3 +118,20 @@ def test_override_paths_refuse_unknown_keys_and_sub_keys():
   with pytest.raises(config_lib.ConfigError, match=r"^config key 'dtype.x': 'dtype' holds a "
                      r"single str and has no sub-keys; write --config.dtype=VALUE$"):
     config_lib.check_override_paths(['beam_size', 'dtype.x'])
+
+
+_FLOAT_KEYS = sorted(k for k, v in default.get_config().items() if isinstance(v, float))
+
+
+@pytest.mark.parametrize('value', [float('nan'), float('inf'), float('-inf')])
+@pytest.mark.parametrize('key', _FLOAT_KEYS)
+def test_float_keys_must_be_finite(key, value):
+  with pytest.raises(config_lib.ConfigError) as e:
+    config_lib.validate(_with(**{key: value}))
+  assert str(e.value) == f'config key {key!r}: expected a finite number, got {value!r}'
+
+
+def test_every_float_key_is_checked():
+  # The parametrisation above is read from configs/default.py; an empty list would pass.
+  assert {'length_penalty_alpha', 'checkpoint_every_minutes', 'learning_rate_scale'} <= set(
+      _FLOAT_KEYS)

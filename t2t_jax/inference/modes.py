@@ -1,10 +1,11 @@
 """`--mode=eval`, `--mode=decode` and `--mode=average`, and what every mode that reads a trained
 run shares: its parameters and config (`load`)."""
 
+import contextlib
 import dataclasses
 import json
 import sys
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Iterator, Optional, Sequence, Tuple
 
 import ml_collections
 from absl import logging
@@ -58,13 +59,20 @@ def evaluate_split(workdir: str, overrides: Overrides, checkpoint: Optional[str]
 def decode(workdir: str, overrides: Overrides, checkpoint: Optional[str],
            input_path: Optional[str], output: Optional[str]) -> None:
   """Translates (a treebank: parses) every line of `input_path` (stdin) into `output`
-  (stdout), which must not exist."""
+  (stdout), which must not exist: it is claimed before the checkpoint loads (`_claimed`)."""
   if output and epath.Path(output).exists():  # local or gs://...
-    raise FileExistsError(f'{output} already exists; choose another --output or remove it')
+    raise _taken(output)
   lines = (textio.read_lines(input_path) if input_path
            else textio.decode_lines(sys.stdin.buffer.read(), '<stdin>'))
+  multihost.barrier('decode_output_checked')  # every process checked before the writer claims
+  with _claimed(output):
+    _decode_lines(workdir, overrides, checkpoint, lines, output)
+
+
+def _decode_lines(workdir: str, overrides: Overrides, checkpoint: Optional[str],
+                  lines: Sequence[str], output: Optional[str]) -> None:
   config, inference = load(workdir, checkpoint, overrides)
-  tok = tokenizer.load(tokenizer.vocab_path(workdir))
+  tok = tokenizer.load(tokenizer.vocab_path(workdir), config.vocab_size)
   translator = translate.from_config(config, inference.params, tok)
   task = tasks.get(config.dataset)  # a treebank: sentences in, one-line bracketed trees out
   if task is not None:
@@ -74,6 +82,42 @@ def decode(workdir: str, overrides: Overrides, checkpoint: Optional[str],
   if not multihost.is_writer():
     return
   if output:
-    textio.write_lines_atomic(output, outputs)
+    try:
+      textio.write_lines_atomic(output, outputs, overwrite=True)  # over this decode's claim
+    except OSError as e:  # a full disk, a quota, ...: one line, nothing half-written
+      raise textio.TextFileError(f'cannot write {output}: {e.strerror or e}') from e
   else:
     sys.stdout.write(''.join(line + '\n' for line in outputs))
+
+
+@contextlib.contextmanager
+def _claimed(output: Optional[str]) -> Iterator[None]:
+  """Holds `output` for one decode: the writer creates it empty now, atomically refusing an
+  existing file (another decode's claim included), so a second decode into the same file
+  stops before any work rather than after all of it. If the body fails or is interrupted,
+  the placeholder is removed again (only while still empty: never a file with content) so
+  that the same command can be rerun; a killed decode leaves it (`_taken` says so)."""
+  if not output or not multihost.is_writer():
+    yield
+    return
+  try:
+    textio.write_bytes_atomic(output, b'')
+  except FileExistsError:
+    raise _taken(output) from None
+  try:
+    yield
+  except BaseException:
+    path = epath.Path(output)
+    if path.exists() and path.stat().length == 0:
+      path.unlink()
+    raise
+
+
+def _taken(output: str) -> FileExistsError:
+  """The refusal of an existing `output`; an empty one is likely another decode's claim."""
+  try:
+    empty = epath.Path(output).stat().length == 0
+  except OSError:
+    empty = False
+  hint = ' (empty: another decode may be writing it, or one was killed)' if empty else ''
+  return FileExistsError(f'{output} already exists{hint}; choose another --output or remove it')

@@ -50,7 +50,7 @@ def _peak(stats: List[compile_lib.StepStats]) -> int:
   return max(s.hbm_bytes for s in stats)
 
 
-def _search(run: compile_lib.Run, first, capacity: float) -> Optional[int]:
+def _search(run: compile_lib.Run, first, capacity: float) -> batch_search.Found:
   """Largest tokens_per_batch whose train step fits, starting from the config's result."""
   _, length = _train_shape(run)
 
@@ -97,6 +97,16 @@ def _shape_compiles(run: compile_lib.Run, train: List[compile_lib.StepStats],
   return records
 
 
+def _search_fields(run: compile_lib.Run, train, capacity: float,
+                   search_batch: bool) -> Dict[str, Any]:
+  """The plan's keys of the batch search (see `make_plan`)."""
+  found = (_search(run, train, capacity) if search_batch
+           else batch_search.Found(None, None, None))
+  return dict(largest_tokens_per_batch=found.tokens, batch_searched=search_batch,
+              batch_search_converged=found.converged,
+              smallest_unfit_tokens_per_batch=found.smallest_unfit)
+
+
 def make_plan(config: ml_collections.ConfigDict, topology_name: str, *,
               search_batch: bool = True, all_shapes: bool = True) -> Dict[str, Any]:
   """The plan of `config` on `topology_name` as a JSON-ready dict.
@@ -106,12 +116,15 @@ def make_plan(config: ml_collections.ConfigDict, topology_name: str, *,
   config evaluates during training, the eval (and dev-BLEU decode) step beside the optimizer
   state), hbm_capacity_bytes_per_chip,
   memory (per chip: params, optimizer_state, temporaries of the train step), fits,
-  largest_tokens_per_batch (None unless searched), flops_per_step (XLA's per-chip count x
-  chips), analytic_flops_per_step, collectives (the train step's [{kind, count, bytes}]),
-  roofline (compute_s, hbm_s, ici_s, step_s, bound), step_time_s, xla_loop_scale (what
-  XLA's train-step FLOPs were multiplied by, `loop_scale`), tokens_per_s (padded
-  target tokens, what tokens_per_batch counts), num_train_steps, train_hours, steps (train /
-  eval / decode: every compiled program's numbers of the largest batch), versions;
+  largest_tokens_per_batch (None unless searched), batch_search_converged (False: the probes
+  ran out first and largest_tokens_per_batch is only a lower bound; None unless searched),
+  smallest_unfit_tokens_per_batch (the smallest probed that does not fit), flops_per_step
+  (XLA's per-chip count x chips), analytic_flops_per_step, collectives (the train step's
+  [{kind, count, bytes}]), roofline (compute_s, hbm_s, ici_s, step_s, bound), step_time_s,
+  xla_loop_scale (what XLA's train-step FLOPs were multiplied by, `loop_scale`),
+  tokens_per_s (padded target tokens, what tokens_per_batch counts), num_train_steps,
+  train_hours, steps (train / eval / decode: every compiled program's numbers of the
+  largest batch), versions;
   train_compiles ([{batch, compile_s, hbm_bytes}] per train batch shape the run compiles:
   each bucket, or the packed shape; the largest alone unless `all_shapes`), train_compile_s
   (their sum: what a run spends compiling across its first steps), train_shape_count,
@@ -134,9 +147,7 @@ def make_plan(config: ml_collections.ConfigDict, topology_name: str, *,
       'versions': {'jax': jax.__version__, 'libtpu': _libtpu_version()},
       'memory': run.state_bytes(), 'steps': {},
   }
-  plan['largest_tokens_per_batch'] = (_search(run, train, chip.hbm_bytes) if search_batch
-                                      else None)
-  plan['batch_searched'] = search_batch
+  plan.update(_search_fields(run, train, chip.hbm_bytes, search_batch))
   if isinstance(train, compile_lib.DoesNotFit):
     plan.update(fits=False, hbm_bytes_per_chip=train.needed_bytes,
                 compiler_message=str(train))
@@ -224,10 +235,7 @@ def format_plan(plan: Dict[str, Any], config_name: str = '') -> str:
           f'{plan["versions"]["libtpu"]}, jax {plan["versions"]["jax"]}')
   lines = [head, f'train batch: {rows} rows x {length} tokens (the largest bucket; '
                  f'tokens_per_batch={plan["tokens_per_batch"]:,})']
-  largest = plan['largest_tokens_per_batch']
-  largest_line = ('largest tokens_per_batch that fits: ' + (
-      'not searched' if not plan['batch_searched'] else f'{largest:,} (found by compiling)'
-      if largest else 'none of those compiled'))
+  largest_line = _largest_line(plan)
   memory = plan['memory']
   if 'compiler_message' in plan:
     lines += [f'does not fit: the TPU compiler says: {plan["compiler_message"]}', largest_line]
@@ -262,6 +270,19 @@ def format_plan(plan: Dict[str, Any], config_name: str = '') -> str:
   return '\n'.join(lines + _compiles_lines(plan))
 
 
+def _largest_line(plan: Dict[str, Any]) -> str:
+  """What the batch search found, as one line; 'at least' where it stopped unconverged."""
+  largest, unfit = plan['largest_tokens_per_batch'], plan.get('smallest_unfit_tokens_per_batch')
+  if not plan['batch_searched']:
+    found = 'not searched'
+  elif plan.get('batch_search_converged') is False:
+    found = (f'at least {largest:,}' if largest else 'none of those compiled') + (
+        ' (search stopped' + (f'; {unfit:,} does not fit)' if unfit else ')'))
+  else:
+    found = f'{largest:,} (found by compiling)' if largest else 'none of those compiled'
+  return 'largest tokens_per_batch that fits: ' + found
+
+
 def _compiles_lines(plan: Dict[str, Any]) -> List[str]:
   """One line per train batch shape with its compile seconds, then their sum."""
   compiles, count = plan['train_compiles'], plan['train_shape_count']
@@ -287,10 +308,17 @@ def check_fits(plan: Dict[str, Any]) -> None:
           f"{plan['chip']}'s {_gib(capacity)}" if needed else
           f"does not fit {plan['chip']}'s {_gib(capacity)} of HBM")
   largest = plan['largest_tokens_per_batch']
+  stopped = plan.get('batch_search_converged') is False
   if not plan['batch_searched']:
     remedy = 'drop --search_batch=false to find the largest batch that fits'
+  elif largest and stopped:
+    remedy = (f'--config.tokens_per_batch={largest} fits (the search stopped before finding '
+              'the largest)')
   elif largest:
     remedy = f'the largest batch that fits is --config.tokens_per_batch={largest}'
+  elif stopped:
+    remedy = ('the search stopped before any batch fitted, at --config.tokens_per_batch='
+              f'{plan["smallest_unfit_tokens_per_batch"]}: try a smaller one')
   else:
     remedy = ('no batch of one row per chip fits: try --config.dtype=bfloat16, '
               '--config.remat_policy=full or --config.shard_optimizer_state=True')

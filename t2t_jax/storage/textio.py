@@ -17,7 +17,9 @@ def decode_lines(data: bytes, name: str) -> List[str]:
   """UTF-8 bytes -> lines without their endings; TextFileError naming `name` and the line.
 
   Lines are split on '\\n' only (a trailing '\\r' removed), so the count agrees with
-  `wc -l` even when a sentence holds U+2028 or similar characters.
+  `wc -l` even when a sentence holds U+2028 or similar characters. One leading byte-order
+  mark (U+FEFF, which Windows editors write) is dropped: it marks the encoding, it is not
+  text, and a model would read it as an unknown token (the corpus reader drops it too).
   """
   try:
     text = data.decode('utf-8')
@@ -25,6 +27,8 @@ def decode_lines(data: bytes, name: str) -> List[str]:
     line_no = data.count(b'\n', 0, e.start) + 1
     raise TextFileError(
         f'{name} is not valid UTF-8: byte {e.start} (line {line_no}): {e.reason}') from None
+  if text.startswith('\ufeff'):
+    text = text[1:]
   lines = text.split('\n')
   if lines and lines[-1] == '':
     lines.pop()  # the newline that ends the last line starts no new line

@@ -20,20 +20,26 @@ from typing import Any
 from etils import epath
 
 from t2t_jax.storage import lease as lease_lib
-from t2t_jax.storage import paths
+from t2t_jax.storage import layout, paths
 
 
 class WorkdirError(RuntimeError):
   """The workdir cannot be used: not writable, or locked by another live run."""
 
 
-LOCK_NAME = '.t2t_jax.lock'
-LEASE_NAME = '.t2t_jax.lease'
+LOCK_NAME = layout.RUN_LOCK.name
+LEASE_NAME = layout.RUN_LEASE.name
 
 
-def check_writable(workdir: str) -> str:
-  """Creates `workdir` if needed and proves it is writable; returns its absolute path."""
+def check_writable(workdir: str, create: bool = True) -> str:
+  """Creates `workdir` if needed and proves it is writable; returns its absolute path.
+
+  With create=False a missing `workdir` is left missing and passes (the mode that reads it
+  says what it lacks); an existing one must be writable.
+  """
   workdir = paths.absolute(workdir)
+  if not create and not epath.Path(workdir).exists():
+    return workdir
   try:
     paths.makedirs(workdir)
     probe = epath.Path(workdir) / f'.write_test.{socket.gethostname()}.{os.getpid()}'
@@ -52,7 +58,14 @@ class _Flock:
     self._fd = None
 
   def acquire(self) -> None:
-    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+      fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    except IsADirectoryError:
+      raise WorkdirError(f'{self.path} is a directory; expected the run\'s lock file (no run '
+                         'makes a folder there): remove it') from None
+    except OSError as e:
+      raise WorkdirError(f'cannot open the run\'s lock file {self.path}: {e.strerror or e}; '
+                         'make it readable and writable or use another --workdir') from None
     try:
       fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -82,10 +95,10 @@ class WorkdirLock:
   def __init__(self, workdir: str, **lease_options: Any):
     workdir = paths.absolute(workdir)
     if paths.is_local(workdir):
-      self.path = os.path.join(workdir, LOCK_NAME)
+      self.path = layout.of(workdir).lock
       self._impl = _Flock(self.path)
     else:
-      self.path = os.path.join(workdir, LEASE_NAME)
+      self.path = layout.of(workdir).lease
       self._impl = lease_lib.Lease(self.path, **lease_options)
 
   def acquire(self) -> 'WorkdirLock':

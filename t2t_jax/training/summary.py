@@ -45,6 +45,7 @@ def _existing_result(workdir: str, split: str, step: int,
 def train_and_finish(config: ml_collections.ConfigDict, workdir: str) -> None:
   """`--mode=train`: trains (`train.train`), then, unless a stop request ended the run early,
   averages, evaluates and prints the report (`finish`)."""
+  workdir = layout.of(workdir)  # absolute once, for every module below
   if 'stopped_at' not in train.train(config, workdir):
     finish(config, workdir)
 

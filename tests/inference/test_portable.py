@@ -2,7 +2,6 @@
 
 import os
 import threading
-import time
 
 import numpy as np
 
@@ -13,20 +12,27 @@ def _encode(sentence):
   return [2 + ord(c) % 50 for c in sentence]
 
 
-def _echo_decoder(active):
-  """Decodes a batch as its first source token then EOS, slower for earlier batches (so
-  concurrent batches finish out of order); records the most batches seen at once."""
-  lock = threading.Lock()
+def _echo_decoder(active, overlap):
+  """Decodes a batch as its first source token then EOS; records the most batches seen at
+  once. With `overlap`, the first batch to start waits until another batch has finished, so
+  batches overlap and finish out of order by construction, not by how fast threads run (a
+  generous deadline only turns a decode that never overlaps into a failure, not a hang)."""
+  lock, another_done, started = threading.Lock(), threading.Event(), []
 
   def decode(inputs, max_lengths, max_decode_len):
     with lock:
+      first = not started
+      started.append(True)
       active['now'] += 1
       active['most'] = max(active['most'], active['now'])
-    time.sleep(0.05 / (1 + inputs[0, 0] % 7))
+    if overlap and first:
+      assert another_done.wait(timeout=120), 'no other batch ran while the first one decoded'
     out = np.zeros((inputs.shape[0], max_decode_len), np.int32)
     out[:, 0], out[:, 1] = inputs[:, 0], portable.EOS_ID
     with lock:
       active['now'] -= 1
+    if not first:
+      another_done.set()
     return out
   return decode
 
@@ -38,7 +44,7 @@ def test_concurrent_batches_translate_in_order_as_one_at_a_time():
   for threads in (1, 3):
     active, calls = {'now': 0, 'most': 0}, []
     results[threads] = portable.translate_ids(
-        sentences, _encode, _echo_decoder(active), threads=threads,
+        sentences, _encode, _echo_decoder(active, overlap=threads > 1), threads=threads,
         progress=lambda done, total, _: calls.append(done), **kwargs)
     assert (active['most'] > 1) == (threads > 1)  # batches overlapped only with threads
     assert calls == sorted(calls) and calls[-1] == len(sentences)

@@ -14,7 +14,7 @@ import pytest
 from configs import quickstart, wmt_base
 from conftest import run_main
 from t2t_jax.model import transformer as model
-from t2t_jax.plan import analytic, batch_search, chips, compile as compile_lib, hlo, report
+from t2t_jax.plan import analytic, chips, compile as compile_lib, hlo, report
 from t2t_jax.plan import roofline, topology
 
 
@@ -157,28 +157,6 @@ def test_analytic_flops_match_xla_on_the_forward_pass():
   assert scanned == pytest.approx(unrolled, rel=0.02)
 
 
-def test_batch_search_finds_the_capacity_of_a_linear_memory():
-  calls = []
-
-  def probe(tokens):  # 1 GiB fixed + 100 kB per token, a chip of 16 GiB
-    calls.append(tokens)
-    used = 2 ** 30 + 1e5 * tokens
-    return used <= 16 * 2 ** 30, used
-
-  granule = 8 * 256
-  best = batch_search.largest_fitting(probe, 25000, probe(25000), 16 * 2 ** 30, granule)
-  exact = (15 * 2 ** 30 / 1e5) // granule * granule
-  assert exact * 0.95 <= best <= exact and best % granule == 0
-  assert len(calls) <= 1 + 5
-  # A start that does not fit halves first and still converges.
-  calls.clear()
-  best = batch_search.largest_fitting(probe, 400000, probe(400000), 16 * 2 ** 30, granule)
-  assert exact * 0.95 <= best <= exact
-  # Nothing fits: None.
-  assert batch_search.largest_fitting(lambda t: (False, None), 4096, (False, None), 1.0,
-                                      granule) is None
-
-
 def test_out_of_memory_messages_are_parsed():
   e = compile_lib._parse_out_of_memory(
       'Ran out of memory on HBM, the total memory required for HLO temporaries (27.71G) '
@@ -226,6 +204,22 @@ def test_a_config_that_does_not_fit_says_by_how_much_and_what_fits():
   assert _unfit(hbm_bytes_per_chip=None).startswith(
       "tokens_per_batch=25000 on v5e:2x4 does not fit TPU v5 lite's 16.00 GiB of HBM;")
   report.check_fits({'fits': True})  # fits: nothing to say
+
+
+def test_a_search_that_stopped_says_at_least():
+  plan = {'batch_searched': True, 'largest_tokens_per_batch': 1453056,
+          'batch_search_converged': False, 'smallest_unfit_tokens_per_batch': 2680320}
+  assert report._largest_line(plan) == ('largest tokens_per_batch that fits: at least '
+                                        '1,453,056 (search stopped; 2,680,320 does not fit)')
+  assert report._largest_line({**plan, 'batch_search_converged': True}) == (
+      'largest tokens_per_batch that fits: 1,453,056 (found by compiling)')
+  assert report._largest_line({**plan, 'batch_searched': False}).endswith(': not searched')
+  assert _unfit(largest_tokens_per_batch=18432, batch_search_converged=False).endswith(
+      '; --config.tokens_per_batch=18432 fits (the search stopped before finding the largest)')
+  assert _unfit(largest_tokens_per_batch=None, batch_search_converged=False,
+                smallest_unfit_tokens_per_batch=32768).endswith(
+      '; the search stopped before any batch fitted, at --config.tokens_per_batch=32768: try '
+      'a smaller one')
 
 
 @pytest.mark.parametrize('name,message', [

@@ -1,6 +1,7 @@
 """Work split across processes, and multi-process runs through jax.distributed on localhost
 (gloo collectives on CPU)."""
 
+import functools
 import json
 import os
 import shutil
@@ -14,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import ROOT, TINY, main_command, read_metrics, run_main
+from conftest import ROOT, TINY, main_command, main_command_with, read_metrics, run_main
 from t2t_jax.inference import averaging, checkpoint_choice
 from t2t_jax.runtime import multihost
 
@@ -140,16 +141,18 @@ def test_unreachable_coordinator_fails_fast_with_a_clear_error(tmp_path):
   assert time.monotonic() - start < 60
 
 
-def _launch(workdir, args, envs=(None, None), devices=4):
-  """Starts `main.py` as 2 processes of one jax.distributed run; returns the Popens."""
+def _launch(workdir, args, envs=(None, None), devices=4, prelude=''):
+  """Starts `main.py` as 2 processes of one jax.distributed run (each running `prelude`
+  first); returns the Popens."""
   address = f'127.0.0.1:{_free_port()}'
   processes = []
   for i in range(2):
     env = _env(devices)
     env.update(envs[i] or {})
+    command = functools.partial(main_command_with, prelude) if prelude else main_command
     processes.append(subprocess.Popen(
-        main_command(f'--workdir={workdir}', *args, f'--coordinator_address={address}',
-                     '--num_processes=2', f'--process_id={i}', '--distributed_timeout_s=120'),
+        command(f'--workdir={workdir}', *args, f'--coordinator_address={address}',
+                '--num_processes=2', f'--process_id={i}', '--distributed_timeout_s=120'),
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
   return processes
 
@@ -165,34 +168,51 @@ def _finish(processes, timeout=300):
   return [(p.returncode, out, err) for p, (out, err) in zip(processes, outputs)]
 
 
-def _run_two(workdir, *args, envs=(None, None), timeout=300):
-  results = _finish(_launch(workdir, args, envs), timeout)
+def _run_two(workdir, *args, envs=(None, None), timeout=300, prelude=''):
+  results = _finish(_launch(workdir, args, envs, prelude=prelude), timeout)
   for rc, _, err in results:
     assert rc == 0, err[-3000:]
   return results
 
 
+# The save policy's clock in each process, faked: T2T_TEST_CLOCK_TICK_S seconds pass at every
+# reading, so which steps save does not depend on how fast the machine runs them.
+_FAKE_CLOCK = """
+import itertools, os
+from t2t_jax.training import save_policy
+_readings, _tick = itertools.count(), float(os.environ['T2T_TEST_CLOCK_TICK_S'])
+class _FakeClockPolicy(save_policy.SavePolicy):
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, clock=lambda: _tick * next(_readings), **kwargs)
+save_policy.SavePolicy = _FakeClockPolicy
+"""
+
+
 @pytest.fixture(scope='module')
 def pod_run(corpus, tmp_path_factory):
-  """A 2-process run with time-based checkpoints every 0.6 s while process 1 is slowed
-  (T2T_TEST_STEP_DELAY_S), with dev loss and dev BLEU at steps 8 and 16."""
+  """A 2-process run with checkpoints every minute of process 0's fake clock (45 s a
+  reading) while process 1 is slowed (T2T_TEST_STEP_DELAY_S) and its own fake clock would
+  call every decision step due (1000 s a reading), with dev loss and dev BLEU at steps 8
+  and 16."""
   workdir = str(tmp_path_factory.mktemp('pod') / 'run')
   args = [f'--config.local_corpus_dir={corpus}', *TINY, '--config.num_train_steps=16',
-          '--config.checkpoint_every_steps=0', '--config.checkpoint_every_minutes=0.01',
+          '--config.checkpoint_every_steps=0', '--config.checkpoint_every_minutes=1.0',
           '--config.log_every_steps=2', '--config.eval_every_steps=8',
           '--config.eval_bleu_sentences=6', '--config.keep_checkpoints=20']
-  results = _run_two(workdir, *args, envs=(None, {'T2T_TEST_STEP_DELAY_S': '0.25'}))
+  results = _run_two(workdir, *args, prelude=_FAKE_CLOCK, envs=(
+      {'T2T_TEST_CLOCK_TICK_S': '45'},
+      {'T2T_TEST_CLOCK_TICK_S': '1000', 'T2T_TEST_STEP_DELAY_S': '0.25'}))
   return workdir, results
 
 
 @pytest.mark.slow
 def test_time_based_checkpoints_agree_when_one_process_is_slowed(pod_run):
   workdir, results = pod_run
-  steps = averaging.training_steps(workdir)
-  # Saved at decision steps only (multiples of log_every_steps), the same on both processes
-  # (a disagreement deadlocks the collective save), and at the end.
-  assert steps[-1] == 16 and len(steps) >= 3, steps
-  assert all(s % 2 == 0 for s in steps), steps
+  # Process 0's clock reads 0 at the start, then 45 s more at every decision step (every
+  # 2 steps) and after every save: due at steps 4 (90 s since the start), 8 and 12 (90 s
+  # since the last save), and the last step. Process 1 saves with it (a disagreement would
+  # deadlock the collective save), whatever its own clock says.
+  assert averaging.training_steps(workdir) == [4, 8, 12, 16]
   records = [r for r in read_metrics(workdir) if 'eval_dev/bleu' in r]
   assert [r['step'] for r in records] == [8, 16]  # dev BLEU decoded on 2 processes
   assert all(0.0 <= r['eval_dev/bleu'] <= 100.0 for r in records)

@@ -63,15 +63,19 @@ def test_stale_lease_is_taken_over_with_a_warning(gcs_dir, caplog):
 
 
 def test_heartbeat_keeps_the_lease_fresh(gcs_dir):
-  path = f'{gcs_dir}/.lease'
-  lease = lease_lib.Lease(path, **FAST).acquire()
+  # A fake wall clock that only the test moves: how long the heartbeat thread takes to run
+  # (a loaded machine) changes no age the leases compute.
+  path, now = f'{gcs_dir}/.lease', [1000.0]
+  lease = lease_lib.Lease(path, **FAST, clock=lambda: now[0]).acquire()
   try:
-    first = json.loads(epath.Path(path).read_text())['heartbeat']
-    _wait_for(lambda: json.loads(epath.Path(path).read_text())['heartbeat'] > first)
-    # A second run is refused however long the first has been running.
-    time.sleep(FAST['stale_s'])
-    with pytest.raises(lease_lib.LeaseError, match='in use by another live run'):
-      lease_lib.Lease(path, **FAST).acquire()
+    for _ in range(3):  # the first run lives on, many stale_s later
+      now[0] += 10 * FAST['stale_s']
+      _wait_for(lambda: json.loads(epath.Path(path).read_text())['heartbeat'] == now[0],
+                timeout=120)
+      # A second run is refused however long the first has been running.
+      with pytest.raises(lease_lib.LeaseError, match=r'in use by another live run \(pid '
+                         rf'{os.getpid()} .*, last heartbeat 0 s ago'):
+        lease_lib.Lease(path, **FAST, clock=lambda: now[0]).acquire()
   finally:
     lease.release()
 
