@@ -22,11 +22,13 @@ if _HERE not in sys.path:
 
 from t2t_jax import cli  # noqa: E402
 from t2t_jax import config as config_lib  # noqa: E402
+from t2t_jax import errors  # noqa: E402
 from t2t_jax.export import formats as export_formats  # noqa: E402
 from t2t_jax.inference import modes as inference_modes  # noqa: E402
 from t2t_jax.inspect import attention_mode  # noqa: E402
 from t2t_jax.model import info  # noqa: E402
 from t2t_jax.plan import mode as plan_mode  # noqa: E402
+from t2t_jax.storage import workdir as workdir_lib  # noqa: E402
 from t2t_jax.training import plots, summary  # noqa: E402
 
 MODES = ('train', 'eval', 'decode', 'average', 'info', 'plot', 'attention', 'export', 'plan')
@@ -139,6 +141,10 @@ MODE_FUNCTIONS = {
 # elsewhere: no cluster, no cache, no workdir. Neither validates --config up front.
 BARE_MODES = ('plot', 'plan')
 WORKDIR_FREE_MODES = ('info', 'plan')
+# What writes into the workdir (checkpoints and metrics; eval_<split>_<step>.json; averaged/;
+# plots/) proves it writable before any work, not after it; decode, attention and export
+# only read it (they write --output). A missing workdir is left missing here.
+WORKDIR_WRITING_MODES = ('train', 'eval', 'average', 'plot')
 
 
 def _start_runtime() -> None:
@@ -169,27 +175,13 @@ def main(argv) -> None:
     config = config_lib.validate(FLAGS.config)
   if FLAGS.mode not in WORKDIR_FREE_MODES and not FLAGS.workdir:
     raise app.UsageError(f'--workdir is required for --mode={FLAGS.mode}')
+  if FLAGS.mode in WORKDIR_WRITING_MODES:
+    workdir_lib.check_writable(FLAGS.workdir, create=False)  # train creates it, once checked
   MODE_FUNCTIONS[FLAGS.mode](config)
-
-
-def _user_errors():
-  """Exceptions that mean bad input, reported as one line instead of a traceback."""
-  from t2t_jax.data import corpora, pipeline, tokenizer
-  from t2t_jax.export.common import ExportError
-  from t2t_jax.plan import report, topology
-  from t2t_jax.runtime import checkpoint, parallel
-  from t2t_jax.storage import textio, workdir
-  from t2t_jax.training import train
-  return (config_lib.ConfigError, report.PlanError, topology.TopologyError,
-          checkpoint.CheckpointError, train.TrainError,
-          attention_mode.AttentionInputError, ExportError,
-          workdir.WorkdirError, parallel.DistributedError, plots.PlotError,
-          corpora.DataError, pipeline.PipelineError, tokenizer.TokenizerError,
-          textio.TextFileError, FileNotFoundError, FileExistsError)
 
 
 if __name__ == '__main__':
   try:
     app.run(main, flags_parser=cli.parse_flags)
-  except _user_errors() as e:
+  except errors.user_errors() as e:
     sys.exit(f'error: {e}')

@@ -239,11 +239,11 @@ def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable
     The Tokenizer, whose vocab_size equals config.vocab_size (TokenizerError otherwise).
   """
   path = vocab_path(workdir)
-  if trained:
-    return load(path, config.vocab_size)
-  if epath.Path(path).is_file():
+  if trained or epath.Path(path).is_file():
+    tok = load(path, config.vocab_size) if trained else _checked(Tokenizer(path),
+                                                                 config.vocab_size)
     logging.info('Reusing the vocabulary %s', path)
-    return _checked(Tokenizer(path), config.vocab_size)
+    return tok
   if process_index == 0:
     limit = 2 * int(config.vocab_sample_sentences)
 

@@ -5,7 +5,7 @@
 from typing import Optional
 
 from t2t_jax.data import tokenizer
-from t2t_jax.export.common import ExportError, ExportSource, check_output
+from t2t_jax.export.common import ExportError, ExportSource, check_output, check_translation
 from t2t_jax.inference import modes
 
 FORMATS = ('ctranslate2', 'stablehlo')
@@ -38,8 +38,9 @@ def check_request(export_format: Optional[str], output: Optional[str],
 def export(export_format: str, source: ExportSource, output: str,
            quantization: Optional[str] = None) -> str:
   """Writes `source` in `export_format` ('ctranslate2' or 'stablehlo') into the new directory
-  `output`; returns its absolute path."""
+  `output`; returns its absolute path. A parsing run's model is refused (`check_translation`)."""
   check_request(export_format, output, quantization)
+  check_translation(source.config, f'the model ({source.description})')
   if export_format == 'ctranslate2':
     from t2t_jax.export import ctranslate2_export
     return ctranslate2_export.convert(source, output, quantization)
@@ -51,10 +52,12 @@ def run(workdir: str, overrides: modes.Overrides, checkpoint: Optional[str],
         export_format: Optional[str], output: Optional[str],
         quantization: Optional[str]) -> None:
   """`--mode=export`: checks the request, then exports the run's parameters (averaged, or
-  `checkpoint`) and vocabulary into the new directory `output` and prints its path."""
+  `checkpoint`) and vocabulary into the new directory `output` and prints its path. A parsing
+  run is refused before anything is written (`check_translation`)."""
   check_request(export_format, output, quantization)
   config, inference = modes.load(workdir, checkpoint, overrides)
+  check_translation(config, workdir)
   source = ExportSource(config, inference.params, tokenizer.vocab_path(workdir),
                         inference.description)
-  tokenizer.load(source.tokenizer_path)
+  tokenizer.load(source.tokenizer_path, config.vocab_size)
   print(export(export_format, source, output, quantization))

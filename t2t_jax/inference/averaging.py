@@ -19,8 +19,10 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
+from t2t_jax.runtime import checkpoint as checkpoint_lib
 from t2t_jax.runtime import damage
 from t2t_jax.storage import layout, paths
+from t2t_jax.storage import workdir as workdir_lib
 from t2t_jax.runtime.checkpoint import (CheckpointError, first_readable, read_config_item,
                                         read_json_item)
 
@@ -277,7 +279,9 @@ def _write_average(target: str, mean: Any, config: Dict[str, Any], steps: Tuple[
   """Saves the mean parameters with the newest config and the steps averaged (orbax writes a
   temporary directory and renames it, so `target` is complete or absent)."""
   paths.makedirs(os.path.dirname(target))
-  with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
+  checkpoint_lib.quiet_failed_save_reports()  # a full disk: one line, not orbax's tracebacks
+  with workdir_lib.writing(target, ' and average again'), ocp.Checkpointer(
+      ocp.CompositeCheckpointHandler()) as checkpointer:
     checkpointer.save(target, args=ocp.args.Composite(
         state=ocp.args.PyTreeSave({'params': mean}), config=ocp.args.JsonSave(config),
         averaging=ocp.args.JsonSave({'steps': list(steps), 'num': num, 'source': source})))

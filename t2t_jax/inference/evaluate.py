@@ -14,6 +14,7 @@ from t2t_jax.inference import bleu, translate
 from t2t_jax.model import transformer as model
 from t2t_jax.runtime import multihost, parallel
 from t2t_jax.storage import layout, textio
+from t2t_jax.storage import workdir as workdir_lib
 
 
 def summarize(sums: Dict[str, Any]) -> Dict[str, float]:
@@ -83,7 +84,8 @@ def write_result(workdir: str, split: str, step: int, result: Dict[str, Any]) ->
   for n in range(1000):
     path = workdir.eval_result(split, step, n)
     try:
-      textio.write_text_atomic(path, text)
+      with workdir_lib.writing(path):  # a full disk: one line (a read-only one is refused first)
+        textio.write_text_atomic(path, text)
       return path
     except FileExistsError:
       continue

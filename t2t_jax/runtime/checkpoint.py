@@ -17,6 +17,8 @@ barrier a failed read would miss.
 Averaging the last N checkpoints for eval and decode lives in `averaging.py`.
 """
 
+import contextlib
+import logging as pylogging
 import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
@@ -29,7 +31,8 @@ from etils import epath
 
 from t2t_jax import config as config_lib
 from t2t_jax.runtime import damage
-from t2t_jax.storage import paths
+from t2t_jax.storage import layout, paths
+from t2t_jax.storage.workdir import write_failure
 from t2t_jax.data import fingerprint as fingerprint_lib
 from jax.experimental import multihost_utils
 
@@ -45,6 +48,32 @@ RESUME_KEYS = config_lib.MODEL_KEYS + (
 
 class CheckpointError(RuntimeError):
   """A checkpoint is missing, unreadable or incompatible with the run's config."""
+
+
+class _FailedSaveReports(pylogging.Filter):
+  """Drops orbax's ERROR records (each with a traceback, one per background thread the
+  failure passes through) of a save that failed for want of space: `Checkpointer` raises
+  that failure as one line. Once it has, also the threads of that save still running when
+  the run closes orbax: 'RuntimeError: cannot schedule new futures after shutdown'."""
+
+  raised = False  # a Checkpointer raised a write failure in this process
+
+  def filter(self, record: pylogging.LogRecord) -> bool:
+    if '/orbax/' not in record.pathname or record.levelno < pylogging.ERROR:
+      return True
+    error = record.exc_info[1] if record.exc_info else None
+    if error is None:
+      return True
+    closed = (type(error) is RuntimeError
+              and str(error).startswith('cannot schedule new futures after'))
+    return write_failure(error) is None and not (closed and _FailedSaveReports.raised)
+
+
+def quiet_failed_save_reports() -> None:
+  """Installs `_FailedSaveReports` on the absl logger orbax logs through (idempotent)."""
+  absl_logger = pylogging.getLogger('absl')
+  if not any(isinstance(f, _FailedSaveReports) for f in absl_logger.filters):
+    absl_logger.addFilter(_FailedSaveReports())
 
 
 T = TypeVar('T')
@@ -135,9 +164,13 @@ class Checkpointer:
 
   def __init__(self, workdir: str, keep: int = 20,
                data_fingerprint: Optional[Dict[str, Any]] = None):
-    self.directory = os.path.join(paths.absolute(workdir), 'checkpoints')
+    self.directory = layout.of(workdir).checkpoints
     self.data_fingerprint = data_fingerprint
     self._damaged: Dict[int, str] = {}  # step -> reason, found (and agreed on) while reading
+    self._pending: Optional[int] = None  # the step being saved in the background
+    self._last_saved: Optional[int] = None  # the step of the latest save started
+    self._failed: Optional[int] = None  # the step whose failed save was raised
+    quiet_failed_save_reports()
     self._manager = ocp.CheckpointManager(
         self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
 
@@ -149,14 +182,23 @@ class Checkpointer:
 
   def save(self, step: int, state, data_state: Dict[str, Any],
            config: ml_collections.ConfigDict) -> None:
-    """Writes a checkpoint at `step` (asynchronously; `wait()` blocks until it is on disk)."""
+    """Writes a checkpoint at `step` (asynchronously; `wait()` blocks until it is on disk).
+
+    Raises:
+      CheckpointError: this save, or the previous one still in the background, failed for
+        want of space or on a read-only file system (`write_failure`); one line naming the
+        step and the checkpoint that is intact.
+    """
     if step in self._manager.all_steps():
       return
+    self.wait()  # a failure of the previous save is that step's
     items = dict(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state),
                  config=ocp.args.JsonSave(config_to_json(config)))
     if self.data_fingerprint is not None:
       items[FINGERPRINT_ITEM] = ocp.args.JsonSave(self.data_fingerprint)
-    self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+    with self._writing(step):
+      self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+    self._pending = self._last_saved = step
     logging.info('checkpoint: saving step %d to %s', step, self.directory)
 
   def _step_dir(self, step: int) -> str:
@@ -273,7 +315,7 @@ class Checkpointer:
     return restored[0], restored[1], step
 
   def _set_aside(self, steps: List[int]) -> None:
-    aside = os.path.join(os.path.dirname(self.directory), 'checkpoints_unreadable')
+    aside = layout.of(os.path.dirname(self.directory)).unreadable
     if jax.process_index() == 0:
       for step in steps:
         target = os.path.join(aside, f'{step}-{int(time.time())}')
@@ -284,12 +326,42 @@ class Checkpointer:
       self._damaged.pop(step, None)
     self._manager.reload()
 
+  @contextlib.contextmanager
+  def _writing(self, step: Optional[int]):
+    """Turns a `write_failure` of the save of `step` into one CheckpointError."""
+    try:
+      yield
+    except Exception as e:  # noqa: BLE001  orbax and tensorstore raise many types
+      failure = write_failure(e)
+      if failure is None:
+        raise
+      if step is not None and step == self._failed:
+        return  # the same failure again (orbax keeps two of them): already raised
+      self._failed = step
+      _FailedSaveReports.raised = True
+      reason, remedy = failure
+      previous = max((s for s in self._manager.all_steps() if s != step), default=None)
+      kept = ('nothing earlier was saved' if previous is None else
+              f'the previous checkpoint (step {previous}) is intact')
+      raise CheckpointError(
+          f'cannot write checkpoint step {step} in {self.directory}: {reason}; {kept}; '
+          f'{remedy} and rerun to {"start" if previous is None else "resume"}') from e
+
   def wait(self) -> None:
-    self._manager.wait_until_finished()
+    """Blocks until the save in the background is on disk (CheckpointError: as `save`)."""
+    step, self._pending = self._pending, None
+    with self._writing(self._last_saved if step is None else step):
+      self._manager.wait_until_finished()
 
   def close(self) -> None:
-    self._manager.wait_until_finished()
-    self._manager.close()
+    """Waits for the last save (CheckpointError: as `save`) and closes the manager."""
+    try:
+      self.wait()
+    finally:
+      # orbax keeps a second error of a failed save (the items' own, beside the checkpoint
+      # metadata's) and raises it here; raised once (`_writing`).
+      with self._writing(self._last_saved):
+        self._manager.close()
 
 
 def abstract_like(tree) -> Any:

@@ -11,11 +11,13 @@ Remote workdir (gs://...; object stores have no locks): a heartbeat lease file
 then a restart is refused with the old owner named.
 """
 
+import contextlib
 import datetime
+import errno
 import fcntl
 import os
 import socket
-from typing import Any
+from typing import Any, Iterator, Optional, Tuple
 
 from etils import epath
 
@@ -25,6 +27,44 @@ from t2t_jax.storage import layout, paths
 
 class WorkdirError(RuntimeError):
   """The workdir cannot be used: not writable, or locked by another live run."""
+
+
+# A full disk, a quota, a read-only file system: a save fails until the user acts, and says so
+# in one line. Each with what the user can do about it.
+_FULL = {errno.ENOSPC: 'free space', errno.EDQUOT: 'free space or raise the quota',
+         errno.EROFS: 'make it writable'}
+
+
+def write_failure(error: BaseException) -> Optional[Tuple[str, str]]:
+  """(strerror, remedy) when `error` (or what it wraps) is a write refused for want of space
+  or by a read-only file system, else None: an OSError with ENOSPC, EDQUOT or EROFS, or
+  tensorstore's ValueError of one (observed, orbax-checkpoint 0.12.8 on a full tmpfs:
+  'RESOURCE_EXHAUSTED: Error writing ... Failed to write 11782 bytes to file 27: No space
+  left on device [os_error_code='28']')."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, OSError) and error.errno in _FULL:
+      return os.strerror(error.errno), _FULL[error.errno]
+    if type(error) is ValueError:  # tensorstore's
+      for code, remedy in _FULL.items():
+        if os.strerror(code) in str(error) or f"os_error_code='{code}'" in str(error):
+          return os.strerror(code), remedy
+    error = error.__cause__ or error.__context__
+  return None
+
+
+@contextlib.contextmanager
+def writing(path: str, then: str = '') -> Iterator[None]:
+  """Turns a `write_failure` while writing `path` into one WorkdirError naming it, what the
+  user can do and `then` (e.g. ' and rerun to resume'); other errors pass unchanged."""
+  try:
+    yield
+  except Exception as e:  # noqa: BLE001  orbax and tensorstore wrap OSErrors in many types
+    failure = write_failure(e)
+    if failure is None:
+      raise
+    raise WorkdirError(f'cannot write {path}: {failure[0]}; {failure[1]}{then}') from e
 
 
 LOCK_NAME = layout.RUN_LOCK.name

@@ -10,15 +10,17 @@ registered with tensorboardX for the workdir's scheme (its own gs:// writer need
 google-cloud-storage and uploads again, at interpreter exit, from `__del__`).
 """
 
+import contextlib
 import io
 import json
 import math
-import os
 from typing import Dict, Optional
 
 from absl import logging
 
-from t2t_jax.storage import paths
+from t2t_jax.storage import layout, paths
+from t2t_jax.storage import workdir as workdir_lib
+from t2t_jax.storage.workdir import WorkdirError
 
 
 class _WholeObjectWriter:
@@ -81,13 +83,25 @@ class MetricsWriter:
     self.enabled = enabled
     self._tb = None
     self._jsonl = None
+    self._failed = False
     if not enabled:
       return
-    self._jsonl = paths.AppendFile(os.path.join(workdir, 'metrics.jsonl'), _is_record)
+    self._jsonl = paths.AppendFile(layout.of(workdir).metrics, _is_record)
     if self._jsonl.torn is not None:  # a killed run's partial record: new ones start clean
       logging.warning('%s: dropped a torn last line (a run killed while writing it): %s',
                       self._jsonl.path, self._jsonl.torn[:200])
-    self._tb = _tensorboard(os.path.join(workdir, 'tensorboard'))
+    with self._writing(layout.of(workdir).tensorboard):  # writes its first event now
+      self._tb = _tensorboard(layout.of(workdir).tensorboard)
+
+  @contextlib.contextmanager
+  def _writing(self, path: str):
+    """`workdir.writing` of `path`, remembering that it failed (`close` then stays quiet)."""
+    try:
+      with workdir_lib.writing(path, ' and rerun to resume from the last checkpoint'):
+        yield
+    except WorkdirError:
+      self._failed = True
+      raise
 
   def write(self, step: int, scalars: Dict[str, float], prefix: Optional[str] = None) -> None:
     if not self.enabled:
@@ -99,10 +113,14 @@ class MetricsWriter:
       record[name] = value if math.isfinite(value) else str(value)
       if self._tb is not None:
         self._tb.add_scalar(name, value, int(step))
-    self._jsonl.write(json.dumps(record) + '\n')
+    with self._writing(self._jsonl.path):
+      self._jsonl.write(json.dumps(record) + '\n')
 
   def close(self) -> None:
-    if self._jsonl is not None:
-      self._jsonl.close()
-    if self._tb is not None:
-      self._tb.close()
+    for sink in (self._jsonl, self._tb):
+      try:
+        if sink is not None:
+          sink.close()
+      except OSError:
+        if not self._failed:  # else what was not written fails again: already reported
+          raise

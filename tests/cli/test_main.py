@@ -1,10 +1,13 @@
 """The command line: `--mode=info`, `--help` and bad-input handling, as a user runs it."""
 
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
+import write_faults
+from checkpoint_helpers import snapshot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 
@@ -82,3 +85,71 @@ def test_help_says_how_to_override_config_keys_and_exits_0(flag):
   assert 'Override any config key after --config with\n--config.KEY=VALUE' in result.stdout
   assert 'in configs/default.py' in result.stdout
   assert '--split: <train|dev|test>: eval: the split to evaluate' in result.stdout
+
+
+@pytest.mark.parametrize('mode', ['eval', 'average', 'plot', 'train'])
+def test_modes_that_write_the_workdir_refuse_a_read_only_one_before_any_work(
+    tiny_workdir, tmp_path, mode):
+  # eval used to decode the whole split before failing to write its JSON; average and plot
+  # failed with tracebacks. The tests run as root, which `chmod -R a-w` does not stop: the
+  # file system is made read-only under the workdir by `write_faults`.
+  workdir = str(tmp_path / 'run')
+  shutil.copytree(tiny_workdir, workdir)
+  before = snapshot(workdir)
+  result = subprocess.run(
+      write_faults.command('EROFS', workdir, f'--mode={mode}', f'--workdir={workdir}',
+                           '--config.average_last=1'),  # the one checkpoint there is
+      cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True,
+      timeout=300)
+  assert result.returncode == 1
+  assert result.stderr.splitlines()[-1] == (
+      f'error: workdir {workdir} is not writable: Read-only file system'), result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr and result.stderr.count('error:') == 1
+  # Before any work: no checkpoint read (its log line), nothing decoded (no progress bar).
+  assert 'inference parameters' not in result.stderr and 'sentences' not in result.stderr
+  assert result.stdout == '' and snapshot(workdir) == before
+
+
+def test_decode_onto_a_full_disk_fails_in_one_line_and_leaves_no_output(tiny_workdir, tmp_path):
+  # It used to decode everything and then end in an OSError traceback.
+  sentences = tmp_path / 'in.txt'
+  sentences.write_text('In the beginning\nAmen.\n')
+  full = tmp_path / 'full'  # a full file system there (`write_faults`): files are created
+  full.mkdir()              # empty, writing their bytes fails
+  output = full / 'out.txt'
+  result = subprocess.run(
+      write_faults.command('ENOSPC', str(full), '--mode=decode', f'--workdir={tiny_workdir}',
+                           f'--input={sentences}', f'--output={output}'),
+      cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True,
+      timeout=300)
+  assert result.returncode == 1
+  assert result.stderr.splitlines()[-1] == (
+      f'error: cannot write {output}: No space left on device'), result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr and result.stderr.count('error:') == 1
+  assert '2/2 sentences' in result.stderr  # decoded: the write at the end failed
+  assert os.listdir(full) == []  # neither the output nor a temporary file is left
+
+
+@pytest.mark.parametrize('mode', ['eval', 'average'])
+def test_eval_and_average_onto_a_full_disk_fail_in_one_line(tiny_workdir, tmp_path, mode):
+  # eval used to decode the whole split and end in an OSError traceback writing its JSON;
+  # average in orbax's tracebacks.
+  workdir = str(tmp_path / 'run')
+  shutil.copytree(tiny_workdir, workdir)
+  before = snapshot(os.path.join(workdir, 'checkpoints'))
+  # Full where the result is written (its temporary file, `paths.write_atomic`): a disk full
+  # from the start is refused before any work (`check_writable`'s probe).
+  full = {'eval': os.path.join(workdir, '.eval_'),
+          'average': os.path.join(workdir, 'averaged')}[mode]
+  result = subprocess.run(
+      write_faults.command('ENOSPC', full, f'--mode={mode}', f'--workdir={workdir}',
+                           '--config.average_last=1'),
+      cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True,
+      timeout=300)
+  assert result.returncode == 1 and 'Traceback' not in result.stderr, result.stderr[-3000:]
+  last = result.stderr.splitlines()[-1]
+  target = (os.path.join(workdir, 'eval_dev_10.json') if mode == 'eval'
+            else os.path.join(workdir, 'averaged', 'step_10_last_1'))
+  assert last.startswith(f'error: cannot write {target}: No space left on device; free space')
+  assert result.stderr.count('error:') == 1
+  assert snapshot(os.path.join(workdir, 'checkpoints')) == before

@@ -188,3 +188,43 @@ def test_requests_are_checked_before_any_checkpoint_is_read(tmp_path, export_for
   assert str(error.value) == message
   assert os.listdir(tmp_path) == []
 
+
+
+def test_a_parsing_model_is_refused_before_anything_is_written(workdir, tmp_path):
+  config, params, _ = _ours(workdir, dataset='treebank')
+  source = common.ExportSource(config, params, tokenizer.vocab_path(workdir), 'tiny parser')
+  for export_format in formats.FORMATS:
+    with pytest.raises(common.ExportError) as error:
+      formats.export(export_format, source, str(tmp_path / export_format))
+    assert str(error.value) == (
+        'export supports translation runs; the model (tiny parser) is a parsing run '
+        '(dataset=treebank): use --mode=decode, which outputs trees')
+  assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_exporting_a_parsing_run_fails_in_one_line_and_writes_nothing(tmp_path):
+  # What --mode=decode of a parsing run prints are trees made from the model's tokens; an
+  # exported model would print the tokens, so export refuses instead of serving another output.
+  from t2t_jax.parsing import grammar
+  bank, run = str(tmp_path / 'treebank'), str(tmp_path / 'run')
+  grammar.write_treebank(bank, {'train': 300, 'dev': 8, 'test': 12}, seed=5)
+  result = run_main(
+      '--config=configs/parsing_synthetic.py', f'--workdir={run}', f'--config.treebank_dir={bank}',
+      '--config.vocab_size=200', '--config.d_model=32', '--config.d_ff=64',
+      '--config.num_heads=4', '--config.num_layers=1', '--config.max_len=160',
+      '--config.max_length=128', '--config.bucket_lengths=(128,)',
+      '--config.tokens_per_batch=2048', '--config.num_train_steps=1',
+      '--config.checkpoint_every_steps=1', '--config.eval_every_steps=0',
+      '--config.final_eval_split=')
+  assert result.returncode == 0, result.stderr[-3000:]
+  before = sorted(os.listdir(tmp_path))
+  for export_format in formats.FORMATS:
+    result = run_main('--mode=export', f'--format={export_format}', f'--workdir={run}',
+                      f'--output={tmp_path}/exported')
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f'error: export supports translation runs; {run} is a parsing run (dataset=treebank): '
+        'use --mode=decode, which outputs trees')
+    assert 'Traceback' not in result.stderr and result.stdout == ''
+    assert sorted(os.listdir(tmp_path)) == before  # no --output, no temporary directory

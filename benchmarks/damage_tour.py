@@ -1,0 +1,260 @@
+"""The damage tour of issue 30, rerun through main.py: bad input, damaged files of a trained
+workdir, a read-only workdir and a full disk, each classified by what the user sees.
+
+  python benchmarks/damage_tour.py [--scratch=DIR] [--out=FILE.jsonl]
+
+It first trains a small model on the bundled corpus for 20 steps (`SMALL`, about a minute),
+the run every try copies. Every try runs
+`python main.py ...` on a fresh copy and is classified as:
+  one-line error  exit status 1, exactly one `error:` line, no traceback;
+  warned          exit status 0 with a warning line that names the damaged path;
+  ok              exit status 0 and the expected output;
+  traceback       a Python traceback on stderr (a fault);
+  wrong           exit status 0 but the output or the files are not what they should be.
+Read-only workdirs and full disks are real: a read-only bind mount and a 4 MiB tmpfs, so the
+tour must run as root on Linux (tries that cannot mount are reported as skipped). Writes one
+JSON line per try to --out and prints the counts per class.
+"""
+
+import argparse
+import collections
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+  sys.path.insert(0, ROOT)
+
+from benchmarks import harness  # noqa: E402
+# A small model on the bundled corpus: quick to compile, so the tour takes minutes.
+SMALL = ['--config.vocab_size=400', '--config.vocab_sample_sentences=1200', '--config.d_model=32',
+         '--config.d_ff=64', '--config.num_heads=4', '--config.num_layers=1',
+         '--config.max_len=64', '--config.max_length=32', '--config.bucket_lengths=(16,32)',
+         '--config.tokens_per_batch=2048', '--config.checkpoint_every_steps=10',
+         '--config.eval_every_steps=0', '--config.final_eval_split=']
+SENTENCES = ['En el principio creó Dios los cielos y la tierra.', 'Y dijo Dios: Sea la luz.']
+
+
+def main_py(*args, stdin=None, env=None, timeout=900):
+  command = [sys.executable, os.path.join(ROOT, 'main.py'), *args]
+  return harness.time_call(subprocess.run, command, capture_output=True, text=True,
+                           input=stdin, cwd=ROOT, timeout=timeout,
+                           env=dict(os.environ, **(env or {})))
+
+
+def classify(result, damaged=None, expect_output=None):
+  errors = [line for line in result.stderr.splitlines() if line.startswith('error:')]
+  if 'Traceback (most recent call last)' in result.stderr:
+    return 'traceback'
+  if result.returncode != 0:
+    return 'one-line error' if len(errors) == 1 and result.stderr.rstrip().endswith(
+        errors[0]) else 'other failure'
+  if expect_output is not None and not expect_output(result):
+    return 'wrong'
+  if damaged and any(damaged in line for line in result.stderr.splitlines()
+                     if 'WARNING' in line or line.startswith('W')):
+    return 'warned'
+  return 'ok'
+
+
+@contextlib.contextmanager
+def mounted(kind, source=None, size_mb=4):
+  """A read-only bind mount of `source`, or a tmpfs of `size_mb`; None when mounting is
+  refused."""
+  point = tempfile.mkdtemp(prefix=f'tour-{kind}-')
+  steps = ([['mount', '--bind', source, point], ['mount', '-o', 'remount,bind,ro', point]]
+           if kind == 'ro' else
+           [['mount', '-t', 'tmpfs', '-o', f'size={size_mb}m', 'tmpfs', point]])
+  try:
+    for step in steps:
+      if subprocess.run(step, capture_output=True).returncode != 0:
+        yield None
+        return
+    yield point
+  finally:
+    subprocess.run(['umount', point], capture_output=True)
+    os.rmdir(point)
+
+
+class Tour:
+
+  def __init__(self, trained, scratch, out):
+    self.trained, self.scratch, self.out = trained, scratch, out
+    self.counts = collections.Counter()
+    self.n = 0
+
+  def copy(self):
+    self.n += 1
+    path = os.path.join(self.scratch, f'w{self.n}')
+    shutil.copytree(self.trained, path)
+    os.remove(os.path.join(path, '.t2t_jax.lock')) if os.path.exists(
+        os.path.join(path, '.t2t_jax.lock')) else None
+    return path
+
+  def record(self, name, outcome, result=None, seconds=None, expected=None):
+    self.counts[outcome] += 1
+    line = {'try': name, 'outcome': outcome, 'expected': expected, 'seconds': seconds,
+            'stderr_tail': (result.stderr.strip().splitlines() or [''])[-1][:300]
+            if result else ''}
+    print(json.dumps(line), flush=True)
+    with open(self.out, 'a', encoding='utf-8') as f:
+      f.write(json.dumps(line) + '\n')
+
+  def run(self, name, args, expected, damaged=None, expect_output=None, stdin=None):
+    result, seconds = main_py(*args, stdin=stdin)
+    self.record(name, classify(result, damaged, expect_output), result, round(seconds, 1),
+                expected)
+    return result
+
+
+def damage_file(path, how):
+  if how == 'missing':
+    (shutil.rmtree if os.path.isdir(path) else os.remove)(path)
+    return
+  files = [path] if os.path.isfile(path) else [
+      os.path.join(d, n) for d, _, names in os.walk(path) for n in names]
+  for name in files:
+    with open(name, 'r+b') as f:
+      data = f.read()
+      if how == 'truncated':
+        f.truncate(len(data) // 2)
+      else:
+        f.seek(len(data) // 2)
+        f.write(b'\xff{junk\x00' * 4)
+
+
+def tour(t):
+  source = os.path.join(t.scratch, 'input.txt')
+  with open(source, 'w', encoding='utf-8') as f:
+    f.write('\n'.join(SENTENCES) + '\n')
+  bom = os.path.join(t.scratch, 'bom.txt')
+  with open(bom, 'wb') as f:
+    f.write(b'\xef\xbb\xbf' + open(source, 'rb').read())
+  w = t.copy()
+  plain = t.run('decode', ['--mode=decode', f'--workdir={w}', f'--input={source}'], 'ok')
+  t.run('decode a BOM input', ['--mode=decode', f'--workdir={w}', f'--input={bom}'], 'ok',
+        expect_output=lambda r: r.stdout == plain.stdout)
+  for key, value, mode in (('length_penalty_alpha', 'nan', 'decode'),
+                           ('length_penalty_alpha', 'inf', 'decode'),
+                           ('checkpoint_every_minutes', 'nan', 'train')):
+    t.run(f'--config.{key}={value} ({mode})', [f'--mode={mode}', f'--workdir={w}',
+          f'--input={source}', *SMALL, f'--config.{key}={value}'], 'one-line error')
+  out = os.path.join(t.scratch, 'twice.txt')
+  t.run('decode to a new --output', ['--mode=decode', f'--workdir={w}', f'--input={source}',
+        f'--output={out}'], 'ok', expect_output=lambda r: os.path.exists(out))
+  t.run('decode to an existing --output', ['--mode=decode', f'--workdir={w}',
+        f'--input={source}', f'--output={out}'], 'one-line error')
+  # Damaged vocabulary: precious, in every mode that reads it.
+  for how in ('truncated', 'garbled', 'missing'):
+    for mode in ('decode', 'eval', 'export', 'train'):
+      w = t.copy()
+      damage_file(os.path.join(w, 'vocab', 'spm.model'), how)
+      extra = {'decode': [f'--input={source}'], 'eval': ['--config.eval_bleu_sentences=8'],
+               'export': ['--format=stablehlo', f'--output={w}/export'],
+               'train': [*SMALL, '--config.num_train_steps=30']}[mode]
+      t.run(f'vocab {how}, {mode}', [f'--mode={mode}', f'--workdir={w}', *extra],
+            'one-line error')
+  # Derived files: rebuilt after one warning.
+  for what, how in (('data_cache', 'garbled'), ('data_cache', 'truncated'), ('tfds', 'garbled'),
+                    ('tfds', 'truncated'), ('tfds info', 'garbled'), ('tfds', 'missing')):
+    w = t.copy()
+    if what == 'data_cache':
+      target = [os.path.join(w, 'data_cache', n) for n in os.listdir(os.path.join(
+          w, 'data_cache')) if n.startswith('tokens-')][0]
+    else:
+      corpus = os.path.join(w, 'tfds', 'local_parallel_corpus')
+      config = os.path.join(corpus, os.listdir(corpus)[0])
+      version = os.path.join(config, os.listdir(config)[0])
+      target = (os.path.join(version, 'dataset_info.json') if what == 'tfds info' else
+                os.path.join(version, [n for n in os.listdir(version) if 'train' in n][0]))
+    damage_file(target, how)
+    steps = _latest_step(w) + 1
+    t.run(f'{what} {how}, train', ['--mode=train', f'--workdir={w}', *SMALL,
+          f'--config.num_train_steps={steps}'], 'warned',
+          damaged=os.path.dirname(target) if what != 'data_cache' else target)
+  # Lock file replaced by a folder.
+  w = t.copy()
+  os.makedirs(os.path.join(w, '.t2t_jax.lock', 'x'))
+  t.run('.t2t_jax.lock is a folder, train', ['--mode=train', f'--workdir={w}', *SMALL],
+        'one-line error')
+  # Read-only workdir: every mode that writes stops before any work.
+  w = t.copy()
+  with mounted('ro', w) as ro:
+    if ro is None:
+      t.record('read-only workdir', 'skipped (cannot mount)')
+    else:
+      for mode in ('eval', 'average', 'plot', 'train'):
+        t.run(f'read-only workdir, {mode}', [f'--mode={mode}', f'--workdir={ro}'] + (
+            SMALL if mode == 'train' else []), 'one-line error')
+  # Full disk: a tmpfs filled to the last byte, then a tmpfs holding the run with room for
+  # less than one more checkpoint.
+  with mounted('full') as full:
+    if full is None:
+      t.record('full disk', 'skipped (cannot mount)')
+    else:
+      w = t.copy()
+      fill(full)
+      t.run('decode to a full disk', ['--mode=decode', f'--workdir={w}', f'--input={source}',
+            f'--output={full}/out.txt'], 'one-line error')
+  size_mb = sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(t.trained)
+                for n in names) // (1 << 20) + 8
+  with mounted('full', size_mb=size_mb) as full:
+    if full is not None:
+      w = os.path.join(full, 'run')
+      shutil.copytree(t.trained, w)
+      fill(full, keep=2 << 20)
+      steps = _latest_step(w) + 20
+      before = sorted(os.listdir(os.path.join(w, 'checkpoints')))
+      t.run('train into a full disk', ['--mode=train', f'--workdir={w}', *SMALL,
+            f'--config.num_train_steps={steps}'], 'one-line error')
+      after = sorted(n for n in os.listdir(os.path.join(w, 'checkpoints')) if n.isdigit())
+      t.record('full disk: the checkpoints before are intact',
+               'ok' if [n for n in before if n.isdigit()] == after else 'wrong')
+
+
+def fill(folder, keep=0):
+  """Fills the file system of `folder`, leaving about `keep` bytes."""
+  free = shutil.disk_usage(folder).free - keep
+  with open(os.path.join(folder, 'filler'), 'wb') as f:
+    try:
+      while free > 0:
+        block = min(free, 1 << 20)
+        f.write(b'\0' * block)
+        f.flush()
+        free -= block
+    except OSError:
+      pass  # full
+
+
+def _latest_step(workdir):
+  return max(int(n) for n in os.listdir(os.path.join(workdir, 'checkpoints')) if n.isdigit())
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--scratch', default=None)
+  parser.add_argument('--out', default=os.path.join(ROOT, 'benchmarks', 'results',
+                                                    'damage_tour.jsonl'))
+  args = parser.parse_args()
+  scratch = args.scratch or tempfile.mkdtemp(prefix='t2t_jax-tour-')
+  trained = os.path.join(scratch, 'trained')
+  result, seconds = main_py('--mode=train', f'--workdir={trained}', *SMALL,
+                            '--config.num_train_steps=20')
+  if result.returncode != 0:
+    sys.exit(f'training the run to copy failed:\n{result.stderr[-3000:]}')
+  print(json.dumps({'trained': trained, 'seconds': round(seconds, 1)}), flush=True)
+  t = Tour(trained, scratch, args.out)
+  try:
+    tour(t)
+  finally:
+    shutil.rmtree(scratch, ignore_errors=True)
+  print(json.dumps({'counts': dict(t.counts)}))
+
+
+if __name__ == '__main__':
+  main()
