@@ -104,6 +104,14 @@ def main_command(*args):
   return [sys.executable, os.path.join(ROOT, 'main.py'), *args]
 
 
+def main_command_with(prelude, *args):
+  """`main_command(*args)` with the Python source `prelude` run first in the same process:
+  a test's seam (a fake clock, a pause at a step) inside a run it starts as a child."""
+  python, main, *rest = main_command(*args)
+  run = f'import runpy, sys\nsys.argv[0] = {main!r}\nrunpy.run_path({main!r}, run_name="__main__")'
+  return [python, '-c', prelude + '\n' + run, *rest]
+
+
 def run_main(*args, timeout=600, env=None, input=None):
   return subprocess.run(main_command(*args), cwd=ROOT, capture_output=True, text=True,
                         timeout=timeout, env=env, input=input)
@@ -118,3 +126,10 @@ def pytest_collection_modifyitems(items):
   """The slow tests first: with pytest-xdist's workers, long jobs started early and short ones
   filling the gaps end the run sooner than a long test started last (longest first)."""
   items.sort(key=lambda item: item.get_closest_marker('slow') is None)
+
+
+def pytest_configure(config):
+  """A test skipped because a package of requirements-dev.txt fails to import fails the run
+  (tests/skip_guard.py); other skips (no GPU, no C compiler) stay skips."""
+  import skip_guard  # noqa: E402 - tests/ is on the path (pyproject.toml: pythonpath)
+  skip_guard.register(config, os.path.join(ROOT, 'requirements-dev.txt'))

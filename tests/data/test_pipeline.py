@@ -182,6 +182,36 @@ def test_state_restores_the_exact_continuation(source, tok, where):
   assert _same(_take(it, 5), expected)
 
 
+def test_state_from_another_topology_resumes_at_the_same_fraction_of_the_epoch(
+    source, tok, tmp_path):
+  """1 process of 4 devices (27 batches an epoch) saves, 2 processes of 8 devices (30 batches:
+  other rows per bucket) resume, and back: batch b of n resumes at floor(b * n' / n)."""
+  make = lambda rows, p=0, count=1: pipeline.make_train_iterator(  # noqa: E731
+      _config(), source, tok, rows_multiple=rows, process_index=p, process_count=count,
+      cache_dir=str(tmp_path))
+  one = make(4)
+  assert one.info.batches_per_epoch == 27
+  _take(one, 27 + 20)
+  saved = json.loads(json.dumps(one.get_state()))
+  assert (saved['epoch'], saved['batch_in_epoch']) == (1, 20)
+  two = [make(8, p, 2) for p in range(2)]
+  assert two[0].info.batches_per_epoch == 30
+  for it in two:
+    it.set_state(saved)
+    assert (it.get_state()['epoch'], it.get_state()['batch_in_epoch']) == (1, 22)  # 20*30/27
+  for p, it in enumerate(two):  # what a fresh 2-process run yields at epoch 1, batch 22
+    fresh = make(8, p, 2)
+    _take(fresh, 30 + 22)
+    assert _same(_take(it, 3), _take(fresh, 3))
+  back = json.loads(json.dumps(two[0].get_state()))
+  assert (back['epoch'], back['batch_in_epoch'], back['process_count']) == (1, 25, 2)
+  one.set_state(back)
+  assert (one.get_state()['epoch'], one.get_state()['batch_in_epoch']) == (1, 22)  # 25*27/30
+  fresh = make(4)
+  _take(fresh, 27 + 22)
+  assert _same(_take(one, 3), _take(fresh, 3))
+
+
 def test_state_from_other_data_is_refused(source, tok):
   it = pipeline.make_train_iterator(_config(), source, tok, rows_multiple=ROWS_MULTIPLE)
   state = it.get_state()

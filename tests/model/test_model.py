@@ -188,7 +188,13 @@ def test_bfloat16_activations_keep_float32_params_and_logits():
   src, tgt = _batch()
   logits = _logits(cfg, params, src, tgt)
   assert logits.dtype == jnp.float32
-  np.testing.assert_allclose(logits, _logits(TINY, params, src, tgt), atol=0.1)
+  reference = _logits(TINY, params, src, tgt)
+  # bf16 keeps 8 significant bits (relative rounding 2^-9 per value) and the rounding compounds
+  # over 2 layers: measured max 0.024, mean 0.0065 against logits up to 3.4. The lower bounds
+  # show the bfloat16 setting was honoured (float32 all through would differ by 0).
+  diff = np.abs(np.asarray(logits) - np.asarray(reference))
+  assert diff.mean() > 1e-3 and diff.max() > 5e-3, diff.max()
+  assert diff.max() < 0.06, diff.max()  # 2.5x the measured worst case
 
 
 def test_sequence_longer_than_max_len_is_refused():

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ROOT, TINY, main_command, main_command_with, read_metrics, run_main
 from t2t_jax.inference import averaging, checkpoint_choice
-from t2t_jax.runtime import multihost
+from t2t_jax.runtime import checkpoint, multihost
 
 
 class FakeProcesses:
@@ -324,3 +324,43 @@ def test_sigterm_to_one_process_stops_both_at_the_same_step_with_one_checkpoint(
   assert len(steps) == 1, steps
   for _, _, err in results:
     assert f'at step {steps[0]}: checkpoint written' in err, err[-2000:]
+
+
+@pytest.mark.slow
+def test_resume_on_another_topology_continues_at_the_same_fraction_of_the_epoch(
+    corpus, tmp_path):
+  """1 process of 8 devices trains 10 steps, 2 processes of 3 devices go on to step 14, 1
+  process to 18. One length bucket, no packing: an epoch is 20 batches of 40 rows on 8 devices
+  and 23 of 36 (2 x 18) on 6, so batch b of the one resumes at floor(b * 23 / 20) of the other
+  (pipeline.TrainIterator.set_state), not at the epoch's start."""
+  workdir = str(tmp_path / 'run')
+  args = [f'--config.local_corpus_dir={corpus}', *TINY, '--config.pack_examples=False',
+          '--config.max_length=64', '--config.bucket_lengths=(64,)',
+          '--config.tokens_per_batch=2560', '--config.eval_every_steps=0',
+          '--config.checkpoint_every_steps=10']
+
+  def data_state(step):
+    return checkpoint.read_json_item(os.path.join(workdir, 'checkpoints', str(step), 'data'))
+
+  result = run_main(f'--workdir={workdir}', *args, '--config.num_train_steps=10', env=_env(8))
+  assert result.returncode == 0, result.stderr[-3000:]
+  state = data_state(10)
+  assert (state['epoch'], state['batch_in_epoch'], state['batches_per_epoch'],
+          state['process_count']) == (0, 10, 20, 1)
+
+  results = _finish(_launch(workdir, [*args, '--config.num_train_steps=14'], devices=3))
+  assert [rc for rc, _, _ in results] == [0, 0], results[0][2][-3000:]
+  err = results[0][2]
+  assert 'mesh: 6 devices over 2 processes' in err and 'resumed from step 10' in err
+  state = data_state(14)  # resumed at 10 * 23 / 20 = 11.5 -> 11, then 4 steps
+  assert (state['epoch'], state['batch_in_epoch'], state['batches_per_epoch'],
+          state['process_count']) == (0, 15, 23, 2)
+  assert 'resuming at batch 11 of epoch 0' in err
+
+  result = run_main(f'--workdir={workdir}', *args, '--config.num_train_steps=18', env=_env(8))
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'resumed from step 14' in result.stderr
+  state = data_state(18)  # resumed at 15 * 20 / 23 = 13.04 -> 13, then 4 steps
+  assert (state['epoch'], state['batch_in_epoch'], state['process_count']) == (0, 17, 1)
+  assert 'resuming at batch 13 of epoch 0' in result.stderr
+  assert [r['step'] for r in read_metrics(workdir) if 'loss' in r] == [10, 14, 18]

@@ -11,18 +11,23 @@ import time
 import pytest
 import jax
 import numpy as np
+import write_faults
 
-from conftest import ROOT, TINY, main_command, read_metrics, run_main
+from conftest import ROOT, TINY, main_command, main_command_with, read_metrics, run_main
 from t2t_jax.inference import checkpoint_choice
 from t2t_jax.storage import workdir as workdir_lib
 
 NO_EVAL = '--config.eval_every_steps=0'
 
 
-def _wait_for(predicate, process, timeout=300):
+def _wait_for(predicate, process, timeout=300, log=None):
+  """Polls until `predicate()`; fails if `process` ends first (with the tail of its stderr,
+  from `log` when it goes to that file) or after `timeout` seconds."""
   deadline = time.monotonic() + timeout
   while not predicate():
-    assert process.poll() is None, process.communicate()[1][-3000:]
+    if process.poll() is not None:
+      tail = log.read_text() if log else process.communicate()[1]
+      raise AssertionError(tail[-3000:])
     assert time.monotonic() < deadline, 'timed out'
     time.sleep(0.2)
 
@@ -52,6 +57,23 @@ def test_sigterm_writes_a_checkpoint_and_exits_zero(corpus, tmp_path):
   assert f'stopped by SIGTERM at step {steps[0]}' in stderr
 
 
+# Run in the child before main.py: it stops at step 25 (after the checkpoint of step 20, before
+# that of step 30) and waits to be killed, so the kill lands mid-run however loaded the
+# machine is.
+_HOLD_AT_25 = """
+import time
+from t2t_jax.training import preemption
+_stop_requested = preemption.PreemptionHandler.stop_requested
+def _hold(self, step):
+  if step == 25:
+    print('held at step 25', flush=True)
+    while True:
+      time.sleep(60)
+  return _stop_requested(self, step)
+preemption.PreemptionHandler.stop_requested = _hold
+"""
+
+
 @pytest.mark.slow
 def test_sigkill_then_resume_is_bitwise_exact(corpus, tmp_path):
   common = [f'--config.local_corpus_dir={corpus}', *TINY, NO_EVAL,
@@ -62,14 +84,22 @@ def test_sigkill_then_resume_is_bitwise_exact(corpus, tmp_path):
   assert result.returncode == 0, result.stderr[-3000:]
   # Same vocabulary in both runs, so only the interruption differs.
   shutil.copytree(os.path.join(straight, 'vocab'), os.path.join(interrupted, 'vocab'))
-  process = _start(f'--workdir={interrupted}', *common)
-  _wait_for(lambda: 20 in _steps(interrupted), process)
-  process.kill()
-  process.wait()
-  assert max(_steps(interrupted)) < 40
+  out, err = tmp_path / 'held.out', tmp_path / 'held.err'  # files: a full pipe would block
+  with open(out, 'w') as stdout, open(err, 'w') as stderr:
+    process = subprocess.Popen(
+        main_command_with(_HOLD_AT_25, f'--workdir={interrupted}', *common), cwd=ROOT,
+        stdout=stdout, stderr=stderr)
+  try:
+    # Held at step 25: checkpoint 20 was started before and completes in the background.
+    _wait_for(lambda: 'held at step 25' in out.read_text() and 20 in _steps(interrupted),
+              process, log=err)
+  finally:
+    process.kill()
+    process.wait()
+  assert _steps(interrupted) == [10, 20]  # steps 21-25 are lost with the process
   result = run_main(f'--workdir={interrupted}', *common)
   assert result.returncode == 0, result.stderr[-3000:]
-  assert 'resumed from step' in result.stderr
+  assert 'resumed from step 20' in result.stderr
   a = checkpoint_choice.load_inference_params(straight, '40').params
   b = checkpoint_choice.load_inference_params(interrupted, '40').params
   jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(a), jax.device_get(b))
@@ -162,3 +192,42 @@ def test_decode_skips_a_damaged_checkpoint_and_resume_refuses_edited_data(corpus
       f'now {_sha(train["es"])}...). Restore those files, or train in another --workdir; '
       'nothing was changed.')
   assert _steps(workdir) == [2, 4]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('full, message, kept', [
+    # The save of step 20 fails in orbax's threads; the save of step 30 finds it.
+    ('checkpoints/20', 'cannot write checkpoint step 20 in {w}/checkpoints: No space left on '
+     'device; the previous checkpoint (step 10) is intact; free space and rerun to resume',
+     [10]),
+    # The last save's failure is found when the run closes its checkpointer.
+    ('checkpoints/30', 'cannot write checkpoint step 30 in {w}/checkpoints: No space left on '
+     'device; the previous checkpoint (step 20) is intact; free space and rerun to resume',
+     [10, 20]),
+    ('metrics.jsonl', 'cannot write {w}/metrics.jsonl: No space left on device; free space and '
+     'rerun to resume from the last checkpoint', [10]),
+], ids=['background-save', 'last-save', 'metrics'])
+def test_a_full_disk_stops_training_in_one_line_and_the_rerun_resumes(
+    tiny_workdir, corpus, tmp_path, full, message, kept):
+  # A full file system (simulated under {w}/FULL: `write_faults`) used to end the run with
+  # hundreds of lines of orbax's thread tracebacks.
+  workdir = str(tmp_path / 'run')
+  shutil.copytree(tiny_workdir, workdir)  # trained to step 10 with these flags
+  args = (f'--workdir={workdir}', f'--config.local_corpus_dir={corpus}', *TINY, NO_EVAL,
+          '--config.num_train_steps=30')
+  result = subprocess.run(write_faults.command('ENOSPC', os.path.join(workdir, full), *args),
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert result.returncode == 1
+  lines = result.stderr.splitlines()
+  assert lines[-1] == f'error: {message.format(w=workdir)}', result.stderr[-3000:]
+  assert all(line[:1] in 'IW' for line in lines[:-1]), result.stderr[-3000:]  # log lines only
+  assert 'Traceback' not in result.stderr
+  assert _steps(workdir) == kept
+  restored = checkpoint_choice.load_inference_params(workdir, str(kept[-1]))
+  assert restored.step == kept[-1]
+
+  rerun = run_main(*args)  # space freed
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  assert f'resumed from step {kept[-1]} of {workdir}/checkpoints' in rerun.stderr
+  assert _steps(workdir) == [10, 20, 30]
+  assert [r['step'] for r in read_metrics(workdir) if 'loss' in r][-1] == 30

@@ -190,3 +190,46 @@ def test_embedded_default_reports_dev_bleu_curves_and_final_test_score(corpus, t
   assert again.returncode == 0, again.stderr[-3000:]
   assert f'BLEU {final["bleu"]:.2f}' in again.stdout
   assert not os.path.exists(os.path.join(workdir, 'eval_test_30.1.json'))
+
+
+def _step_metrics(workdir):
+  """{step: (loss, nll, accuracy, tokens)} of the per-step metrics lines."""
+  return {r['step']: (r['loss'], r['nll'], r['accuracy'], r['tokens'])
+          for r in _metrics(workdir) if 'loss' in r}
+
+
+@pytest.mark.slow
+def test_gradient_accumulation_in_the_loop_equals_the_big_batch_and_resumes_exactly(
+    corpus, tmp_path):
+  """grad_accum_steps=2 at tokens_per_batch=T: each update sums the gradients of 2 consecutive
+  batches of T padded slots (configs/default.py). With one bucket length and no packing the
+  pipeline's batch k holds the k-th run of R rows of the epoch's order (R = 32 rows of 64 at
+  2048, 64 at 4096), so batches 2k and 2k+1 at T are exactly the pairs of batch k at 2T: the
+  accumulated run must see the losses of grad_accum_steps=1 at 2T, update after update, and
+  stopped after its checkpoint at step 2 and rerun, the same metrics bit for bit."""
+  one_bucket = [f'--config.local_corpus_dir={corpus}', *TINY, '--config.pack_examples=False',
+                '--config.max_length=64', '--config.bucket_lengths=(64,)',
+                '--config.eval_every_steps=0', '--config.log_every_steps=1',
+                '--config.checkpoint_every_steps=2']
+  accumulating = [*one_bucket, '--config.grad_accum_steps=2', '--config.tokens_per_batch=2048']
+  runs = {'accumulated': accumulating, 'resumed': accumulating,
+          'big': [*one_bucket, '--config.grad_accum_steps=1', '--config.tokens_per_batch=4096']}
+  for name, args in runs.items():
+    if name == 'resumed':  # stopped after the checkpoint of step 2, then rerun to the end
+      first = run_main(f'--workdir={tmp_path / name}', *args, '--config.num_train_steps=2')
+      assert first.returncode == 0, first.stderr[-3000:]
+    result = run_main(f'--workdir={tmp_path / name}', *args, '--config.num_train_steps=4')
+    assert result.returncode == 0, result.stderr[-3000:]
+    if name == 'resumed':
+      assert 'resumed from step 2' in result.stderr
+  accumulated, resumed, big = (_step_metrics(tmp_path / name) for name in runs)
+  assert sorted(accumulated) == sorted(big) == [1, 2, 3, 4]
+  assert resumed == accumulated  # bitwise
+  # The same pairs in every update (real target tokens counted exactly), and the same losses
+  # up to the order of float32 sums.
+  assert [m[3] for m in accumulated.values()] == [m[3] for m in big.values()]
+  np.testing.assert_allclose(np.array(list(accumulated.values())), np.array(list(big.values())),
+                             rtol=2e-6)
+  # The updates matter: the loss moves by far more than the tolerance between steps.
+  losses = [m[0] for m in big.values()]
+  assert min(abs(a - b) for a, b in zip(losses, losses[1:])) > 1e-3, losses
