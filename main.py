@@ -184,4 +184,4 @@ if __name__ == '__main__':
   try:
     app.run(main, flags_parser=cli.parse_flags)
   except errors.user_errors() as e:
-    sys.exit(f'error: {e}')
+    errors.exit_with(e)

@@ -2,7 +2,9 @@
 them as one line `error: ...` (their messages name the file, line or key and what was
 expected) instead of a traceback. Above every package, so that it may name them all."""
 
-from typing import Tuple, Type
+import os
+import sys
+from typing import NoReturn, Tuple, Type
 
 
 def user_errors() -> Tuple[Type[BaseException], ...]:
@@ -24,3 +26,22 @@ def user_errors() -> Tuple[Type[BaseException], ...]:
           workdir.WorkdirError, parallel.DistributedError, plots.PlotError,
           corpora.DataError, pipeline.PipelineError, token_store.TokenStoreError,
           tokenizer.TokenizerError, textio.TextFileError, FileNotFoundError, FileExistsError)
+
+
+def exit_with(error: BaseException) -> NoReturn:
+  """Ends the process with the one line `error: ...` of a `user_errors()` (exit status 1).
+
+  After a write refused for want of space or by a read-only file system the process exits at
+  once: what is left to flush (TensorBoard's writer thread and exit handler, orbax's pending
+  writes) would only fail again, each with a traceback under the one line.
+  """
+  from t2t_jax.storage import workdir  # pylint: disable=import-outside-toplevel
+  if not workdir.write_failures_reported():
+    sys.exit(f'error: {error}')
+  sys.stderr.write(f'error: {error}\n')
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except OSError:
+      pass  # stdout on the full disk
+  os._exit(1)  # pylint: disable=protected-access

@@ -17,6 +17,8 @@ import errno
 import fcntl
 import os
 import socket
+import sys
+import threading
 from typing import Any, Iterator, Optional, Tuple
 
 from etils import epath
@@ -54,6 +56,35 @@ def write_failure(error: BaseException) -> Optional[Tuple[str, str]]:
   return None
 
 
+_reported = [0]  # write failures this process reported as one line
+
+
+def write_failures_reported() -> int:
+  """How many write failures this process has reported as one line so far."""
+  return _reported[0]
+
+
+def report_write_failure() -> None:
+  """Counts a write failure about to be reported as one line. From then on the same
+  condition's reports from elsewhere (a writer's thread, an atexit flush, a coroutine closed
+  at exit: tensorboardX, orbax) are dropped: the one line said it all."""
+  _reported[0] += 1
+  if getattr(threading.excepthook, 'quiet_writes', False):
+    return
+  thread_hook, unraisable_hook = threading.excepthook, sys.unraisablehook
+
+  def on_thread(args):
+    if write_failure(args.exc_value) is None:
+      thread_hook(args)
+
+  def on_unraisable(unraisable):
+    if write_failure(unraisable.exc_value) is None:
+      unraisable_hook(unraisable)
+
+  on_thread.quiet_writes = True
+  threading.excepthook, sys.unraisablehook = on_thread, on_unraisable
+
+
 @contextlib.contextmanager
 def writing(path: str, then: str = '') -> Iterator[None]:
   """Turns a `write_failure` while writing `path` into one WorkdirError naming it, what the
@@ -64,6 +95,7 @@ def writing(path: str, then: str = '') -> Iterator[None]:
     failure = write_failure(e)
     if failure is None:
       raise
+    report_write_failure()
     raise WorkdirError(f'cannot write {path}: {failure[0]}; {failure[1]}{then}') from e
 
 

@@ -117,10 +117,14 @@ class MetricsWriter:
       self._jsonl.write(json.dumps(record) + '\n')
 
   def close(self) -> None:
+    """Closes both sinks. A write failure closing them is raised as one line, unless one was
+    reported already (the run stops for it anyway: what was not written fails again)."""
+    reported = self._failed or workdir_lib.write_failures_reported()
     for sink in (self._jsonl, self._tb):
       try:
         if sink is not None:
-          sink.close()
-      except OSError:
-        if not self._failed:  # else what was not written fails again: already reported
+          with self._writing(getattr(sink, 'path', None) or getattr(sink, 'logdir', '')):
+            sink.close()
+      except WorkdirError:
+        if not reported:
           raise
