@@ -133,3 +133,15 @@ def pytest_configure(config):
   (tests/skip_guard.py); other skips (no GPU, no C compiler) stay skips."""
   import skip_guard  # noqa: E402 - tests/ is on the path (pyproject.toml: pythonpath)
   skip_guard.register(config, os.path.join(ROOT, 'requirements-dev.txt'))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_write_failure_state(monkeypatch):
+  """Each test starts as a fresh process would: no write failure reported yet
+  (`storage.workdir.report_write_failure` counts them and quiets later reports of the same
+  condition through the thread and unraisable hooks)."""
+  import threading
+  from t2t_jax.storage import workdir
+  monkeypatch.setattr(workdir, '_reported', [0])
+  monkeypatch.setattr(threading, 'excepthook', threading.excepthook)
+  monkeypatch.setattr(sys, 'unraisablehook', sys.unraisablehook)

@@ -16,6 +16,7 @@ from t2t_jax.data import tasks, tokenizer
 from t2t_jax.inference import averaging, checkpoint_choice, evaluate, translate
 from t2t_jax.runtime import multihost
 from t2t_jax.storage import textio
+from t2t_jax.storage import workdir as workdir_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,13 +82,13 @@ def _decode_lines(workdir: str, overrides: Overrides, checkpoint: Optional[str],
     outputs = multihost.translate_all(translator, lines, progress=translate.print_progress)
   if not multihost.is_writer():
     return
-  if output:
-    try:
+  # A full disk, a quota, a read-only file system: one line, nothing half-written.
+  with workdir_lib.writing(output or '<stdout>'):
+    if output:
       textio.write_lines_atomic(output, outputs, overwrite=True)  # over this decode's claim
-    except OSError as e:  # a full disk, a quota, ...: one line, nothing half-written
-      raise textio.TextFileError(f'cannot write {output}: {e.strerror or e}') from e
-  else:
-    sys.stdout.write(''.join(line + '\n' for line in outputs))
+    else:
+      sys.stdout.write(''.join(line + '\n' for line in outputs))
+      sys.stdout.flush()
 
 
 @contextlib.contextmanager
@@ -101,7 +102,8 @@ def _claimed(output: Optional[str]) -> Iterator[None]:
     yield
     return
   try:
-    textio.write_bytes_atomic(output, b'')
+    with workdir_lib.writing(output):
+      textio.write_bytes_atomic(output, b'')
   except FileExistsError:
     raise _taken(output) from None
   try:

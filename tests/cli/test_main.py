@@ -124,7 +124,7 @@ def test_decode_onto_a_full_disk_fails_in_one_line_and_leaves_no_output(tiny_wor
       timeout=300)
   assert result.returncode == 1
   assert result.stderr.splitlines()[-1] == (
-      f'error: cannot write {output}: No space left on device'), result.stderr[-3000:]
+      f'error: cannot write {output}: No space left on device; free space'), result.stderr[-3000:]
   assert 'Traceback' not in result.stderr and result.stderr.count('error:') == 1
   assert '2/2 sentences' in result.stderr  # decoded: the write at the end failed
   assert os.listdir(full) == []  # neither the output nor a temporary file is left

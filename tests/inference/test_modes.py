@@ -110,3 +110,18 @@ def test_a_failed_decode_never_removes_a_file_with_content(tmp_path):
   with pytest.raises(FileExistsError, match=f'^{out} already exists; choose another'):
     modes.decode('w', modes.Overrides(default.get_config()), None, None, str(out))
   assert out.read_text() == 'someone else\n'
+
+
+def test_stdout_on_a_full_disk_is_one_line(stubbed, monkeypatch):
+  import errno
+  import io
+  from t2t_jax.storage.workdir import WorkdirError
+
+  class Full(io.StringIO):
+    def flush(self):
+      raise OSError(errno.ENOSPC, 'No space left on device')
+
+  monkeypatch.setattr(modes.sys, 'stdout', Full())
+  with pytest.raises(WorkdirError, match='^cannot write <stdout>: No space left on device; '
+                                         'free space$'):
+    stubbed.decode('first', None)
