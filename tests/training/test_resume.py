@@ -225,6 +225,8 @@ def test_a_full_disk_stops_training_in_one_line_and_the_rerun_resumes(
   assert _steps(workdir) == kept
   restored = checkpoint_choice.load_inference_params(workdir, str(kept[-1]))
   assert restored.step == kept[-1]
+  if full != 'checkpoints/20':
+    return  # the rerun resumes from the intact checkpoint alike: once is enough (suite time)
 
   rerun = run_main(*args)  # space freed
   assert rerun.returncode == 0, rerun.stderr[-3000:]
