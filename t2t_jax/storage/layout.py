@@ -91,9 +91,6 @@ PREPARED = Entry(
 DOWNLOADS = Entry(
     'tfds/downloads', DERIVED, 'TFDS during preparation', 'TFDS during preparation',
     "TFDS's own download cache (local corpora are read in place; nothing is downloaded)")
-PREPARE_LOCK = Entry(
-    'tfds/.t2t_jax-prepare.lock', LOCK, 'train (processes of one host prepare in turn)',
-    'train', 'recreated when missing; one line when it cannot be opened (e.g. a folder)')
 STORE_LOCK = Entry(
     'data_cache/.t2t_jax-prepare.lock', LOCK, 'train (one process encodes the token store)',
     'train', 'recreated when missing; one line when it cannot be opened (e.g. a folder)')
@@ -106,8 +103,7 @@ RUN_LEASE = Entry(
 
 ENTRIES: Tuple[Entry, ...] = (
     VOCAB, VOCAB_LISTING, CHECKPOINTS, UNREADABLE, AVERAGED, METRICS, TENSORBOARD, PLOTS,
-    EVAL_RESULT, TOKEN_STORE, PREPARED, DOWNLOADS, PREPARE_LOCK, STORE_LOCK, RUN_LOCK,
-    RUN_LEASE)
+    EVAL_RESULT, TOKEN_STORE, PREPARED, DOWNLOADS, STORE_LOCK, RUN_LOCK, RUN_LEASE)
 
 
 class Workdir(os.PathLike):
@@ -195,7 +191,9 @@ class Workdir(os.PathLike):
     return self.join(RUN_LEASE.name)
 
 
-PREPARE_LOCK_NAME = os.path.basename(PREPARE_LOCK.name)
+# The lock processes of one host take in turn to prepare or encode into a shared folder
+# (`data/prepared.host_lock`): STORE_LOCK in a workdir, and in the host caches of remote ones.
+PREPARE_LOCK_NAME = os.path.basename(STORE_LOCK.name)
 
 
 def of(workdir: Union[str, os.PathLike, Workdir]) -> Workdir:

@@ -41,7 +41,7 @@ EXPECTED = {
     layout.EVAL_RESULT: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
     layout.TOKEN_STORE: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
     layout.PREPARED: WARN, layout.DOWNLOADS: WORKS,
-    layout.PREPARE_LOCK: WORKS, layout.STORE_LOCK: WORKS, layout.RUN_LOCK: WORKS,
+    layout.STORE_LOCK: WORKS, layout.RUN_LOCK: WORKS,
     layout.RUN_LEASE: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
 }
 # Derived entries their reader makes again at once (averaged checkpoints and eval results are
@@ -74,7 +74,7 @@ def trained(tiny_workdir, tmp_path_factory):
   lease_lib.Lease(wd.lease, settle_s=0.0).acquire().release()
   lease_lib.Lease(wd.lease + '.kept', settle_s=0.0).acquire()  # a record to damage
   os.replace(wd.lease + '.kept', wd.lease)
-  with prepared.host_lock(wd.tfds), prepared.host_lock(wd.data_cache):
+  with prepared.host_lock(wd.data_cache):
     pass
   with workdir_lib.WorkdirLock(root):
     pass
@@ -144,7 +144,7 @@ def _exercise(wd, entry, config):
     tok = tokenizer.load(wd.vocab, config.vocab_size)
     store = token_store.load_or_build(source, tok, wd.data_cache, num_workers=1)
     assert len(store) == len(source) == 1200
-  elif entry in (layout.PREPARE_LOCK, layout.STORE_LOCK):
+  elif entry is layout.STORE_LOCK:
     with prepared.host_lock(os.path.dirname(os.path.join(wd.root, entry.name))):
       pass
   elif entry is layout.RUN_LOCK:
@@ -194,7 +194,7 @@ def test_damaged_entry_gives_its_class_of_outcome(trained, tmp_path, caplog, ent
                 and path in r.getMessage()], entry.name
 
 
-@pytest.mark.parametrize('entry', [layout.RUN_LOCK, layout.PREPARE_LOCK, layout.STORE_LOCK],
+@pytest.mark.parametrize('entry', [layout.RUN_LOCK, layout.STORE_LOCK],
                          ids=lambda e: e.name)
 def test_a_folder_in_place_of_a_lock_stops_in_one_line(trained, tmp_path, entry):
   root = str(tmp_path / 'run')
