@@ -33,9 +33,10 @@ def describe(folder: str, names: Iterable[str]) -> Files:
   return result
 
 
-def problem(folder: str, files: Files) -> Optional[str]:
+def problem(folder: str, files: Files, crc: bool = True) -> Optional[str]:
   """What is wrong with `folder` against its recorded `files` (the first difference, e.g.
-  'x has 10 bytes, not 20'), or None when every file is there with its size and crc32.
+  'x has 10 bytes, not 20'), or None when every file is there with its size and crc32
+  (with crc=False: its size only).
 
   Raises:
     KeyError, TypeError: `files` is not what `describe` returns (a garbled record).
@@ -47,6 +48,6 @@ def problem(folder: str, files: Files) -> Optional[str]:
     size = os.path.getsize(path)
     if size != want['bytes']:
       return f'{name} has {size} bytes, not {want["bytes"]}'
-    if crc32(path) != want['crc32']:
+    if crc and crc32(path) != want['crc32']:
       return f'{name} fails its crc32 check'
   return None
