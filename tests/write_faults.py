@@ -36,6 +36,15 @@ def command(code: str, prefix: str, *args: str):
                            f'write_faults.install({code!r}, {prefix!r})', *args)
 
 
+def run(code: str, prefix: str, *args: str, timeout: float = 600):
+  """`python main.py ARGS` run to its end with writes under `prefix` failing (`command`);
+  the CompletedProcess, text captured."""
+  import subprocess
+  from conftest import ROOT
+  return subprocess.run(command(code, prefix, *args), cwd=ROOT, capture_output=True, text=True,
+                        timeout=timeout, env=dict(os.environ, JAX_PLATFORMS='cpu'))
+
+
 def install(code_name: str, prefix: str) -> None:
   """Makes this process's writes under `prefix` fail with errno `code_name` (module doc)."""
   code, prefix = getattr(errno, code_name), os.path.abspath(prefix)

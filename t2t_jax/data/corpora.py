@@ -36,7 +36,7 @@ from absl import logging
 from etils import epath
 import tensorflow_datasets as tfds
 
-from t2t_jax.storage import layout, paths
+from t2t_jax.storage import layout, paths, textio
 from t2t_jax.data import prepared, tasks, textfiles, wmt
 from t2t_jax.data.tfds_prepare import download_and_prepare
 from t2t_jax.data.textfiles import (LOCAL_SPLITS, DataError, MissingDataError, SplitFiles,
@@ -232,7 +232,7 @@ class ParallelTextSource:
     try:
       items = getitems(list(indices)) if getitems else [self._ds[i] for i in indices]
     except RuntimeError as e:  # array_record: "Corrupted Riegeli/records file", ...
-      raise DataError(f'{self.name}: its prepared records do not read ({" ".join(str(e).split())[:200]}); '
+      raise DataError(f'{self.name}: its prepared records do not read ({textio.one_line(e)}); '
                       'the prepared folder is damaged: delete it to prepare it again') from None
     return [self._convert(ex) for ex in items]
 

@@ -31,13 +31,9 @@ from absl import logging
 
 from t2t_jax.data.textfiles import DataError
 from t2t_jax.data.tfds_prepare import download_and_prepare
-from t2t_jax.storage import layout, leftovers, manifest, paths
+from t2t_jax.storage import layout, leftovers, manifest, paths, textio
 
 MANIFEST = 't2t_jax-manifest.json'
-
-
-def _one_line(error: BaseException) -> str:
-  return ' '.join(str(error).split())[:200]
 
 
 def _files(folder: str) -> list:
@@ -69,7 +65,7 @@ def _split_counts(builder: Any) -> Optional[str]:
     try:
       count = len(builder.as_data_source(split=name))
     except (RuntimeError, OSError, ValueError) as e:
-      return f'split {name} does not open: {_one_line(e)}'
+      return f'split {name} does not open: {textio.one_line(e)}'
     if count != split.num_examples:
       return f'split {name} holds {count} records, not {split.num_examples}'
   return None
@@ -120,7 +116,7 @@ def open_checked(make_builder: Callable[[], Any]) -> Tuple[Any, Optional[str]]:
   except Exception as e:  # pylint: disable=broad-except
     # TFDS reading its own files: json and protobuf errors (protobuf's ParseError is no
     # ValueError), OSError; whatever it raises, the folder does not open.
-    return None, f'its TFDS files do not read ({type(e).__name__}: {_one_line(e)})'
+    return None, f'its TFDS files do not read ({type(e).__name__}: {textio.one_line(e)})'
 
 
 def set_aside(folder: str, reason: str) -> str:

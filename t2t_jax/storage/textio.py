@@ -13,6 +13,12 @@ class TextFileError(ValueError):
   message names the file (and line)."""
 
 
+def one_line(error: BaseException, limit: int = 200) -> str:
+  """The message of `error` on one line (library messages span lines), at most `limit`
+  characters: for a one-line error or warning that quotes it."""
+  return ' '.join(str(error).split())[:limit]
+
+
 def decode_lines(data: bytes, name: str) -> List[str]:
   """UTF-8 bytes -> lines without their endings; TextFileError naming `name` and the line.
 

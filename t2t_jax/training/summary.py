@@ -19,7 +19,7 @@ from etils import epath
 
 from t2t_jax.inference import averaging, evaluate
 from t2t_jax.runtime import multihost
-from t2t_jax.storage import layout, paths
+from t2t_jax.storage import layout, paths, textio
 from t2t_jax.training import train
 
 
@@ -35,7 +35,7 @@ def _existing_result(workdir: str, split: str, step: int,
       reusable = result.get('checkpoint') == description and 'examples' in result
     except (OSError, ValueError, AttributeError) as e:  # garbled: not a JSON object
       logging.warning('%s does not read (%s); evaluating again (a new result file is written '
-                      'beside it)', path, ' '.join(str(e).split())[:200])
+                      'beside it)', path, textio.one_line(e))
       continue
     if reusable:
       return result

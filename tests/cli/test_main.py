@@ -98,11 +98,9 @@ def test_modes_that_write_the_workdir_refuse_a_read_only_one_before_any_work(
   workdir = str(tmp_path / 'run')
   shutil.copytree(tiny_workdir, workdir)
   before = snapshot(workdir)
-  result = subprocess.run(
-      write_faults.command('EROFS', workdir, f'--mode={mode}', f'--workdir={workdir}',
-                           '--config.average_last=1'),  # the one checkpoint there is
-      cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True,
-      timeout=300)
+  result = write_faults.run('EROFS', workdir, f'--mode={mode}', f'--workdir={workdir}',
+                            '--config.average_last=1',  # the one checkpoint there is
+                            timeout=300)
   assert result.returncode == 1
   assert result.stderr.splitlines()[-1] == (
       f'error: workdir {workdir} is not writable: Read-only file system'), result.stderr[-3000:]
@@ -119,11 +117,8 @@ def test_decode_onto_a_full_disk_fails_in_one_line_and_leaves_no_output(tiny_wor
   full = tmp_path / 'full'  # a full file system there (`write_faults`): files are created
   full.mkdir()              # empty, writing their bytes fails
   output = full / 'out.txt'
-  result = subprocess.run(
-      write_faults.command('ENOSPC', str(full), '--mode=decode', f'--workdir={tiny_workdir}',
-                           f'--input={sentences}', f'--output={output}'),
-      cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True,
-      timeout=300)
+  result = write_faults.run('ENOSPC', str(full), '--mode=decode', f'--workdir={tiny_workdir}',
+                            f'--input={sentences}', f'--output={output}', timeout=300)
   assert result.returncode == 1
   assert result.stderr.splitlines()[-1] == (
       f'error: cannot write {output}: No space left on device; free space'), result.stderr[-3000:]
@@ -143,11 +138,8 @@ def test_eval_and_average_onto_a_full_disk_fail_in_one_line(tiny_workdir, tmp_pa
   # from the start is refused before any work (`check_writable`'s probe).
   full = {'eval': os.path.join(workdir, '.eval_'),
           'average': os.path.join(workdir, 'averaged')}[mode]
-  result = subprocess.run(
-      write_faults.command('ENOSPC', full, f'--mode={mode}', f'--workdir={workdir}',
-                           '--config.average_last=1'),
-      cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True,
-      timeout=300)
+  result = write_faults.run('ENOSPC', full, f'--mode={mode}', f'--workdir={workdir}',
+                            '--config.average_last=1', timeout=300)
   assert result.returncode == 1 and 'Traceback' not in result.stderr, result.stderr[-3000:]
   last = result.stderr.splitlines()[-1]
   target = (os.path.join(workdir, 'eval_dev_10.json') if mode == 'eval'

@@ -215,8 +215,7 @@ def test_a_full_disk_stops_training_in_one_line_and_the_rerun_resumes(
   shutil.copytree(tiny_workdir, workdir)  # trained to step 10 with these flags
   args = (f'--workdir={workdir}', f'--config.local_corpus_dir={corpus}', *TINY, NO_EVAL,
           '--config.num_train_steps=30')
-  result = subprocess.run(write_faults.command('ENOSPC', os.path.join(workdir, full), *args),
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+  result = write_faults.run('ENOSPC', os.path.join(workdir, full), *args)
   assert result.returncode == 1
   lines = result.stderr.splitlines()
   assert lines[-1] == f'error: {message.format(w=workdir)}', result.stderr[-3000:]
