@@ -21,7 +21,7 @@ from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from t2t_jax.inference import portable
-from t2t_jax.model import transformer as model, search
+from t2t_jax.model import transformer as model_lib, search
 from t2t_jax.runtime import multihost
 
 
@@ -55,7 +55,8 @@ class Translator:
   """Beam-search decoding of sentences with a trained model.
 
   Args:
-    cfg: the model config.
+    model: the model (`Transformer`, or a variant with its own extension points), or its
+      `TransformerConfig` (the paper's model).
     params: model parameters (host arrays, device arrays or the training mesh's replicated
       arrays); placed on the decoding devices once, at the first `translate` after they are
       set (assigning `translator.params` re-places them, and compiles nothing new).
@@ -80,11 +81,12 @@ class Translator:
       cut to fit `cfg.max_len` (a warning names them too).
   """
 
-  def __init__(self, cfg: model.TransformerConfig, params, tokenizer, *, beam_size: int = 4,
+  def __init__(self, model: model_lib.ModelLike, params, tokenizer, *, beam_size: int = 4,
                alpha: float = 0.6, max_decode_extra: int = 50, batch_sentences: int = 64,
                bucket_lengths: Sequence[int] = (16, 32, 64, 128, 256),
                threads: Optional[int] = None, parallelism: str = 'auto'):
-    self.cfg = cfg.replace(deterministic=True, decode=False)
+    self.model = model_lib.as_model(model, deterministic=True, decode=False)
+    self.cfg = self.model.cfg
     self.params = params
     self.tokenizer = tokenizer
     self.beam_size, self.alpha = beam_size, alpha
@@ -96,7 +98,7 @@ class Translator:
     self.bucket_lengths = tuple(sorted(bucket_lengths))
     self.threads = threads or (portable.default_threads() if self.parallelism == 'threads'
                                else 1)
-    self._decode = sharded_decoder(self.cfg, beam_size, alpha, self.mesh)
+    self._decode = sharded_decoder(self.model, beam_size, alpha, self.mesh)
     self.placements = 0
     self.compiled_shapes = set()
     self.truncated_lines: List[int] = []
@@ -154,7 +156,7 @@ class Translator:
     return outputs
 
 
-def sharded_decoder(cfg: model.TransformerConfig, beam_size: int, alpha: float,
+def sharded_decoder(model: model_lib.ModelLike, beam_size: int, alpha: float,
                     mesh: Mesh) -> Callable[..., jax.Array]:
   """Jitted `(params, inputs, max_lengths, max_decode_len) -> [rows, max_decode_len]` int32:
   `decode_batch` with the rows of `inputs` `[rows, src_len]` int32 and `max_lengths`
@@ -170,18 +172,18 @@ def sharded_decoder(cfg: model.TransformerConfig, beam_size: int, alpha: float,
   @functools.partial(jax.jit, static_argnums=3)
   def decode(params, inputs: jax.Array, max_lengths: jax.Array, max_decode_len: int):
     def per_device(params, inputs, max_lengths):
-      return decode_batch(cfg, beam_size, alpha, params, inputs, max_lengths, max_decode_len)
+      return decode_batch(model, beam_size, alpha, params, inputs, max_lengths, max_decode_len)
     return jax.shard_map(per_device, mesh=mesh, in_specs=(P(), rows, rows), out_specs=rows,
                          check_vma=False)(params, inputs, max_lengths)
   return decode
 
 
-def decode_batch(cfg: model.TransformerConfig, beam_size: int, alpha: float, params,
+def decode_batch(model: model_lib.ModelLike, beam_size: int, alpha: float, params,
                  inputs: jax.Array, max_lengths: jax.Array, max_decode_len: int,
                  grow_cache: bool = True) -> jax.Array:
   """`[rows, src_len]` ids -> best hypotheses `[rows, max_decode_len]` (EOS-terminated).
 
-  Jittable with `cfg`, `beam_size`, `max_decode_len` and `grow_cache` static; the StableHLO
+  Jittable with `model`, `beam_size`, `max_decode_len` and `grow_cache` static; the StableHLO
   export serializes exactly this function. The self-attention cache grows with the output
   (`search.cache_lengths`; `grow_cache=False`: one cache of max_decode_len positions, the
   same translations, slower).
@@ -189,18 +191,18 @@ def decode_batch(cfg: model.TransformerConfig, beam_size: int, alpha: float, par
   # Per sentence, closed over: the encoder-decoder keys/values and the transposed vocabulary.
   # Only the self-attention cache goes through the search, which tiles it over beams and
   # reorders it at every step.
-  context = model.decode_context(cfg, params, inputs)
+  context = model_lib.decode_context(model, params, inputs)
 
   def logits_fn(tokens, cache):
-    logits, cache = model.decode_step(cfg, params, cache, tokens, context)
+    logits, cache = model_lib.decode_step(model, params, cache, tokens, context)
     # Padding is never a translation token (search.py does not mask it).
-    return logits.at[:, model.PAD_ID].set(-1e9), cache
+    return logits.at[:, model_lib.PAD_ID].set(-1e9), cache
 
-  cache = model.init_cache(cfg, inputs.shape[0], 1 if grow_cache else max_decode_len)
+  cache = model_lib.init_cache(model, inputs.shape[0], 1 if grow_cache else max_decode_len)
   sequences, _ = search.beam_search(
       logits_fn, cache, batch_size=inputs.shape[0], beam_size=beam_size, alpha=alpha,
-      max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=model.EOS_ID,
-      bos_id=model.BOS_ID, grow_cache=model.grow_cache if grow_cache else None)
+      max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=model_lib.EOS_ID,
+      bos_id=model_lib.BOS_ID, grow_cache=model_lib.grow_cache if grow_cache else None)
   return sequences[:, 0]
 
 
@@ -230,7 +232,7 @@ def print_progress(done: int, total: int, elapsed: float, stream=sys.stderr) -> 
 def from_config(config, params, tokenizer) -> Translator:
   """A Translator with the inference settings of a run config (configs/default.py keys;
   `decode_parallelism`)."""
-  cfg = model.TransformerConfig.from_config(config)
+  cfg = model_lib.TransformerConfig.from_config(config)
   return Translator(cfg, params, tokenizer, beam_size=config.beam_size,
                     alpha=config.length_penalty_alpha, max_decode_extra=config.max_decode_extra,
                     batch_sentences=config.decode_batch_sentences,

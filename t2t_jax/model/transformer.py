@@ -12,15 +12,15 @@ pair's logits are those it would get alone in a row. None everywhere means unpac
 computation is then exactly the unpacked one.
 """
 
-import dataclasses
 import math
-from typing import Any, NamedTuple, Optional, Sequence, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple, Union
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from t2t_jax.model import attention, stack
+from t2t_jax.model.transformer_config import TransformerConfig
 from t2t_jax.model.stack import REMAT_POLICIES, layer_class  # noqa: F401  (model.REMAT_POLICIES)
 from t2t_jax.model.layers import (AddPositions, FeedForward, MultiHeadAttention, Residual,
                                   SharedEmbedding, head_projection)
@@ -29,60 +29,6 @@ Array = jax.Array
 PAD_ID = 0
 EOS_ID = 1
 BOS_ID = EOS_ID
-
-
-@dataclasses.dataclass(frozen=True)
-class TransformerConfig:
-  """Everything the model needs, frozen; modes derive by `dataclasses.replace`.
-
-  Build it from a run configuration with `TransformerConfig.from_config(cfg)`, which validates.
-  """
-  vocab_size: int = 37000
-  d_model: int = 512
-  d_ff: int = 2048
-  num_heads: int = 8
-  d_k: int = 64
-  d_v: int = 64
-  num_layers: int = 6
-  dropout_rate: float = 0.1
-  attention_dropout_rate: float = 0.0
-  positional: str = 'sinusoidal'
-  norm_position: str = 'post'
-  max_len: int = 512
-  dtype: Any = jnp.float32
-  deterministic: bool = False
-  decode: bool = False
-  attention_impl: Optional[str] = None
-  # Sow every attention layer's weights into 'intermediates' (see `attention_maps`); off in
-  # training and decoding, whose fused attention path it would replace.
-  capture_attention: bool = False
-  # Rematerialisation of each encoder/decoder layer on the backward pass (`REMAT_POLICIES`);
-  # decode mode (the cache) never remats.
-  remat_policy: str = 'none'
-  # Run each stack's N layers as one `jax.lax.scan` (`stack.py`): the same parameter tree and
-  # numbers to float tolerance, one compiled layer body instead of N (base on v5e:2x4: ~3x
-  # less compile CPU per bucket shape), but about twice the step's HBM temporaries, and not
-  # bit-identical to the unrolled stack; off by default (`config.scan_layers`).
-  scan_layers: bool = False
-
-  @classmethod
-  def from_config(cls, config, **overrides) -> 'TransformerConfig':
-    """Validated model config from a run config (`configs/default.py` keys)."""
-    from t2t_jax import config as config_lib  # local import: config imports this module
-    config_lib.validate(config)
-    heads = config.num_heads
-    return cls(
-        vocab_size=config.vocab_size, d_model=config.d_model, d_ff=config.d_ff,
-        num_heads=heads, d_k=config.d_k or config.d_model // heads,
-        d_v=config.d_v or config.d_model // heads, num_layers=config.num_layers,
-        dropout_rate=config.dropout_rate, attention_dropout_rate=config.attention_dropout_rate,
-        positional=config.positional, norm_position=config.norm_position,
-        max_len=config.max_len, dtype=jnp.dtype(config.dtype),
-        attention_impl=config.attention_impl or None, remat_policy=config.remat_policy,
-        scan_layers=bool(config.scan_layers), **overrides)
-
-  def replace(self, **changes) -> 'TransformerConfig':
-    return dataclasses.replace(self, **changes)
 
 
 def shift_right(targets: Array, bos_id: int = BOS_ID,
@@ -274,16 +220,30 @@ class Transformer(nn.Module):
                        inputs_segmentation=inputs_segmentation)
 
 
-def init_params(cfg: TransformerConfig, rng: Array, batch: int = 1, length: int = 8):
-  """Initial parameters (a nested dict of float32 arrays) for `cfg`."""
-  model = Transformer(cfg.replace(deterministic=True, decode=False))
+ModelLike = Union[TransformerConfig, 'Transformer']
+
+
+def as_model(model: ModelLike, **cfg_changes) -> 'Transformer':
+  """The model a builder works with: `model` itself (a `Transformer`, its variant or subclass,
+  with its extension points) or, for a `TransformerConfig`, the paper's `Transformer(cfg)`;
+  `cfg_changes` (e.g. `decode=True`) replace fields of its config, nothing else changes."""
+  if isinstance(model, TransformerConfig):
+    model = Transformer(model)
+  elif not isinstance(model, Transformer):
+    raise TypeError(f'expected a Transformer or a TransformerConfig, got {type(model).__name__}')
+  return model.clone(cfg=model.cfg.replace(**cfg_changes)) if cfg_changes else model
+
+
+def init_params(model: ModelLike, rng: Array, batch: int = 1, length: int = 8):
+  """Initial parameters (a nested dict of float32 arrays) of `model` (or `Transformer(cfg)`)."""
+  net = as_model(model, deterministic=True, decode=False)
   dummy = jnp.ones((batch, length), jnp.int32)
-  return model.init(rng, dummy, dummy)['params']
+  return net.init(rng, dummy, dummy)['params']
 
 
-def param_shapes(cfg: TransformerConfig):
+def param_shapes(model: ModelLike):
   """Parameter shapes without computing anything: a tree of `jax.ShapeDtypeStruct`."""
-  return jax.eval_shape(lambda rng: init_params(cfg, rng), jax.random.PRNGKey(0))
+  return jax.eval_shape(lambda rng: init_params(model, rng), jax.random.PRNGKey(0))
 
 
 def count_params(tree) -> int:
@@ -291,17 +251,17 @@ def count_params(tree) -> int:
   return sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(tree))
 
 
-def init_cache(cfg: TransformerConfig, batch: int, max_decode_len: int):
+def init_cache(model: ModelLike, batch: int, max_decode_len: int):
   """A zero decode cache for `batch` rows and up to `max_decode_len` target positions.
 
   Leaves: per-layer `cached_key` `[batch, heads, max_decode_len, d_k]`, `cached_value`
   `[batch, heads, max_decode_len, d_v]` (heads-first, see `attention.cached_attention`), and
   0-d int32 indices (`cache_index`, `position`).
   """
-  model = Transformer(cfg.replace(deterministic=True, decode=True))
+  net = as_model(model, deterministic=True, decode=True)
   src = jnp.ones((batch, 1), jnp.int32)
   tgt = jnp.ones((batch, max_decode_len), jnp.int32)
-  shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), src, tgt)['cache'])
+  shapes = jax.eval_shape(lambda: net.init(jax.random.PRNGKey(0), src, tgt)['cache'])
   return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
@@ -317,11 +277,11 @@ def grow_cache(cache, length: int):
   return jax.tree_util.tree_map_with_path(grow, cache)
 
 
-def cross_key_values(cfg: TransformerConfig, params, encoded: Array):
+def cross_key_values(model: ModelLike, params, encoded: Array):
   """Every decoder layer's encoder-decoder keys and values, projected once per sentence.
 
   Args:
-    cfg: model config.
+    model: the model (or its config).
     params: model parameters.
     encoded: `[batch, src_len, d_model]` encoder output.
 
@@ -330,6 +290,8 @@ def cross_key_values(cfg: TransformerConfig, params, encoded: Array):
     same numbers the cross-attention computes from `encoded` (same modules, same dtype),
     heads-first (`attention.heads_first_attention`: no transposed copy at every step).
   """
+  cfg = as_model(model).cfg
+
   def project(kernel, features):
     return head_projection(cfg.num_heads, features, cfg.dtype).apply(
         {'params': kernel}, encoded).transpose(0, 2, 1, 3)
@@ -349,34 +311,34 @@ class DecodeContext(NamedTuple):
                      # pre-softmax projection.
 
 
-def decode_context(cfg: TransformerConfig, params, inputs: Array,
+def decode_context(model: ModelLike, params, inputs: Array,
                    encoded: Optional[Array] = None) -> DecodeContext:
   """Encodes `[batch, src_len]` source ids (unless `encoded` is given) and precomputes what
   the decode steps share: the encoder-decoder keys/values and the transposed vocabulary."""
   if encoded is None:
-    encoded = Transformer(cfg.replace(deterministic=True, decode=False)).apply(
+    encoded = as_model(model, deterministic=True, decode=False).apply(
         {'params': params}, inputs, method=Transformer.encode)
-  return DecodeContext(inputs, cross_key_values(cfg, params, encoded),
+  return DecodeContext(inputs, cross_key_values(model, params, encoded),
                        params['shared_embedding']['embedding'].T)
 
 
-def decode_step(cfg: TransformerConfig, params, cache, tokens: Array, context: DecodeContext):
+def decode_step(model: ModelLike, params, cache, tokens: Array, context: DecodeContext):
   """One incremental decoder step with the key/value cache.
 
   Args:
-    cfg: model config (decode and deterministic are forced on).
+    model: the model, or its config (decode and deterministic are forced on).
     params: model parameters.
-    cache: from `init_cache(cfg, rows, max_decode_len)` or a previous step.
+    cache: from `init_cache(model, rows, max_decode_len)` or a previous step.
     tokens: `[rows, 1]` int32, the previous output token (BOS at the first step). `rows` is a
       multiple of the context's batch: row r belongs to sentence r // (rows // batch), as
       `search.beam_search` lays out beams.
-    context: `decode_context(cfg, params, inputs)` of the batch's sentences.
+    context: `decode_context(model, params, inputs)` of the batch's sentences.
 
   Returns:
     (`[rows, vocab]` float32 logits for the next position, the updated cache).
   """
-  model = Transformer(cfg.replace(deterministic=True, decode=True))
-  logits, updated = model.apply({'params': params, 'cache': cache}, tokens, None, context.inputs,
+  net = as_model(model, deterministic=True, decode=True)
+  logits, updated = net.apply({'params': params, 'cache': cache}, tokens, None, context.inputs,
                                 context.cross_kv, context.vocab_t, method=Transformer.decode,
                                 mutable=['cache'])
   return logits[:, 0], updated['cache']
