@@ -18,7 +18,7 @@ from typing import Any, Iterator, List, Optional
 from etils import epath
 
 from t2t_jax.data import tasks
-from t2t_jax.model import transformer as model
+from t2t_jax.model import transformer as model_lib
 from t2t_jax.storage import leftovers, paths
 
 
@@ -108,15 +108,24 @@ class ExportSource:
     params: the parameters, a nested dict of float32 arrays.
     tokenizer_path: the SentencePiece model of the run (`<workdir>/vocab/spm.model`).
     description: where the parameters came from, e.g. 'averaged steps 2400,2600,2700'.
+    model: the model the parameters are of, a `Transformer` variant (None: the paper's
+      `Transformer` of `config`).
   """
   config: Any
   params: Any
   tokenizer_path: str
   description: str
+  model: Optional[model_lib.Transformer] = None
 
   @property
-  def model_config(self) -> model.TransformerConfig:
-    return model.TransformerConfig.from_config(self.config)
+  def model_config(self) -> model_lib.TransformerConfig:
+    return (self.model.cfg if self.model is not None
+            else model_lib.TransformerConfig.from_config(self.config))
+
+  @property
+  def transformer(self) -> model_lib.Transformer:
+    """The model to export: `model`, or the paper's of `config`."""
+    return model_lib.as_model(self.model if self.model is not None else self.model_config)
 
   def pieces(self) -> List[str]:
     """The SentencePiece piece of every id, in id order."""
@@ -125,8 +134,10 @@ class ExportSource:
     return tok.pieces(range(tok.vocab_size))
 
 
-def load_source(workdir: str, checkpoint: Optional[str] = None) -> ExportSource:
-  """The averaged (or `checkpoint`'s) parameters, config and vocabulary of a run.
+def load_source(workdir: str, checkpoint: Optional[str] = None,
+                model_variant: Optional[model_lib.Transformer] = None) -> ExportSource:
+  """The averaged (or `checkpoint`'s) parameters, config and vocabulary of a run;
+  `model_variant`: the model they are of, when not the paper's (its `cfg` is kept).
 
   Raises:
     CheckpointError: no readable checkpoint (the message lists what there is).
@@ -139,4 +150,4 @@ def load_source(workdir: str, checkpoint: Optional[str] = None) -> ExportSource:
   inference = checkpoint_choice.load_inference_params(workdir, checkpoint)
   config = config_lib.from_json(inference.config_json)
   tokenizer.load(path, config.vocab_size)  # one line when the vocabulary is missing or damaged
-  return ExportSource(config, inference.params, path, inference.description)
+  return ExportSource(config, inference.params, path, inference.description, model_variant)

@@ -29,7 +29,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from t2t_jax.model import layers, transformer as model
+from t2t_jax.model import layers, parts, transformer as model
 from t2t_jax.storage import paths
 from t2t_jax.export.common import (ExportError, ExportSource, check_output, load_source,
                                    new_directory)
@@ -61,6 +61,17 @@ def check_quantization(quantization: Optional[str]) -> None:
   if quantization is not None and quantization not in quantizations():
     raise ExportError(f'--quantization={quantization}: unknown; CTranslate2 accepts '
                       f'{", ".join(quantizations())}')
+
+
+def check_paper_layers(transformer: model.Transformer) -> None:
+  """Raises ExportError naming the first extension point (`parts.py`) of a model variant:
+  CTranslate2 runs its own implementation of the paper's layers, not the model's code."""
+  changed = [name for name in parts.NAMES
+             if getattr(transformer.parts, name) is not getattr(parts.PAPER, name)]
+  if changed:
+    raise ExportError(f'CTranslate2 runs the paper\'s layers; this model replaces its '
+                      f'{", ".join(changed)}: export it with --format=stablehlo, which runs '
+                      'the model\'s own code')
 
 
 def check_expressible(cfg: model.TransformerConfig, params) -> None:
@@ -241,6 +252,7 @@ def convert(source: ExportSource, output: str, quantization: Optional[str] = Non
     vocab = os.path.join(scratch, 'spm.model')  # a local copy: the workdir may be gs://
     with open(vocab, 'wb') as f:
       f.write(paths.read_bytes(source.tokenizer_path))
+    check_paper_layers(source.transformer)
     return write_model(source.model_config, source.params, source.pieces(), output,
                        quantization=quantization,
                        files={'spm.model': vocab, DECODING_FILE: options})

@@ -49,7 +49,7 @@ def _param_names(params):
   return tuple('/'.join(str(k.key) for k in path) for path, _ in paths)
 
 
-def export_bucket(cfg: model.TransformerConfig, params, *, beam_size: int, alpha: float,
+def export_bucket(transformer: model.ModelLike, params, *, beam_size: int, alpha: float,
                   rows: int, src_len: int, max_decode_len: int,
                   platforms: Sequence[str] = PLATFORMS) -> jax.export.Exported:
   """`translate.decode_batch` for `[rows, src_len]` inputs, taking the parameters as a flat
@@ -57,7 +57,7 @@ def export_bucket(cfg: model.TransformerConfig, params, *, beam_size: int, alpha
   leaves, tree = jax.tree_util.tree_flatten(params)
 
   def decode(flat_params, inputs, max_lengths):
-    return translate.decode_batch(cfg, beam_size, alpha, jax.tree_util.tree_unflatten(
+    return translate.decode_batch(transformer, beam_size, alpha, jax.tree_util.tree_unflatten(
         tree, list(flat_params)), inputs, max_lengths, max_decode_len)
 
   shapes = (tuple(jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in leaves),
@@ -86,7 +86,7 @@ def write_artifact(source: ExportSource, output: str,
   with new_directory(output) as temp:
     for src_len in portable.source_lengths(config.bucket_lengths, cfg.max_len):
       max_decode_len = min(src_len + config.max_decode_extra, cfg.max_len)
-      exported = export_bucket(cfg, params, beam_size=config.beam_size,
+      exported = export_bucket(source.transformer, params, beam_size=config.beam_size,
                                alpha=config.length_penalty_alpha, rows=rows, src_len=src_len,
                                max_decode_len=max_decode_len, platforms=platforms)
       name = f'decode_{src_len}x{max_decode_len}.stablehlo'
@@ -113,9 +113,12 @@ def write_artifact(source: ExportSource, output: str,
   return paths.absolute(output)
 
 
-def export_stablehlo(workdir: str, output: str, *, checkpoint: Optional[str] = None) -> str:
+def export_stablehlo(workdir: str, output: str, *, checkpoint: Optional[str] = None,
+                     model_variant: Optional[model.Transformer] = None) -> str:
   """Exports a run as a StableHLO artifact (see the module docstring) into the new directory
   `output`, from the averaged parameters (or `checkpoint`) with the run's decoding settings.
+  `model_variant`: the run's model when it is not the paper's (`parts.py`); the artifact then
+  decodes with the variant's own layers.
 
   Returns the absolute path of `output`; translate with `python OUTPUT/serve.py < input` or
   `ExportedTranslator(output)` from `OUTPUT/serve.py`.
@@ -126,4 +129,4 @@ def export_stablehlo(workdir: str, output: str, *, checkpoint: Optional[str] = N
   """
   check_serialization()
   check_output(output)
-  return write_artifact(load_source(workdir, checkpoint), output)
+  return write_artifact(load_source(workdir, checkpoint, model_variant), output)

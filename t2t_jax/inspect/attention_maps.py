@@ -1,9 +1,9 @@
 """Attention weights of a trained model, read from the model's own forward pass.
 
-`attention_weights(cfg, params, inputs, targets)` runs the teacher-forced `Transformer` with
-`capture_attention` on: every `MultiHeadAttention` then computes Eq. 1 through the einsum
-reference path (`attention.dot_product_attention_with_weights`, the same numbers as the fused
-path) and sows the softmax weights it applied; nothing here recomputes attention.
+`attention_weights(model, params, inputs, targets)` runs the teacher-forced model with
+`capture_attention` on: every `MultiHeadAttention` then asks the model's `attention_fn` (Eq. 1,
+the same function training and decoding call) for the weights it applies
+(`return_weights=True`) and sows them; nothing here recomputes attention.
 
 Axes. Encoder positions are the source ids (EOS-terminated). Decoder position i reads the
 decoder input (BOS, then targets[:i]) and predicts targets[i]; the maps label it with
@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2t_jax.model import transformer as model
+from t2t_jax.model import transformer as model_lib
 
 Array = jax.Array
 
@@ -62,12 +62,13 @@ class AttentionWeights:
             for kind, w in self.items()}
 
 
-def attention_weights(cfg: model.TransformerConfig, params, inputs, targets) -> AttentionWeights:
+def attention_weights(model: model_lib.ModelLike, params, inputs, targets) -> AttentionWeights:
   """Encoder, decoder and encoder-decoder attention weights of every layer, teacher-forced.
 
   Args:
-    cfg: the model config (`TransformerConfig.from_config(run_config)`); deterministic mode
-      (no dropout) and `capture_attention` are set here.
+    model: the model (a `Transformer` or a variant), or its config
+      (`TransformerConfig.from_config(run_config)`); deterministic mode (no dropout) and
+      `capture_attention` are set here.
     params: model parameters (e.g. `load_inference_params(workdir).params`).
     inputs: `[batch, src_len]` int source ids, EOS-terminated, 0-padded.
     targets: `[batch, tgt_len]` int target ids, EOS-terminated, 0-padded (not shifted: the
@@ -80,22 +81,21 @@ def attention_weights(cfg: model.TransformerConfig, params, inputs, targets) -> 
   if inputs.ndim != 2 or targets.ndim != 2 or inputs.shape[0] != targets.shape[0]:
     raise ValueError(f'inputs and targets must be [batch, length] with the same batch; got '
                      f'shapes {inputs.shape} and {targets.shape}')
-  captured = _capture(cfg.replace(deterministic=True, decode=False, capture_attention=True),
-                      params, jnp.asarray(inputs, jnp.int32), jnp.asarray(targets, jnp.int32))
+  captured = _capture(model_lib.as_model(model, deterministic=True, decode=False,
+                                          capture_attention=True), params, jnp.asarray(inputs, jnp.int32), jnp.asarray(targets, jnp.int32))
   return AttentionWeights(**{kind: np.asarray(w) for kind, w in captured.items()})
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _capture(cfg: model.TransformerConfig, params, inputs: Array, targets: Array
+def _capture(model: model_lib.Transformer, params, inputs: Array, targets: Array
              ) -> Dict[str, Array]:
-  _, state = model.Transformer(cfg).apply({'params': params}, inputs, targets,
-                                          mutable=['intermediates'])
+  _, state = model.apply({'params': params}, inputs, targets, mutable=['intermediates'])
   sown = state['intermediates']
 
   def stack(stack_name: str, module: str) -> Array:
     # sow keeps a tuple per call; each attention module runs once per forward pass.
     layers = [sown[stack_name][f'layer_{i}'][module]['attention_weights'][0]
-              for i in range(cfg.num_layers)]
+              for i in range(model.cfg.num_layers)]
     return jnp.stack(layers).astype(jnp.float32)
 
   return {kind: stack(*_SOURCES[kind]) for kind in KINDS}

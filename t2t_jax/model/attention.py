@@ -5,7 +5,7 @@ Shapes follow one convention throughout: queries `[batch, q_length, heads, d_k]`
 broadcastable to `[batch, heads, q_length, kv_length]` with True meaning "may attend".
 """
 
-from typing import Optional, Tuple
+from typing import Optional, Protocol, Tuple, Union
 
 import jax
 import jax.numpy as jnp
@@ -64,54 +64,119 @@ def merge_heads(x: Array) -> Array:
   return x.reshape(batch, length, heads * d)
 
 
-def attention_weights(query: Array, key: Array, mask: Optional[Array] = None) -> Array:
-  """softmax(Q K^T / sqrt(d_k)) with masking, in float32 (Eq. 1).
+# Below this many queries per key/value row, the call is one decoding step (one query per
+# row over the self-attention cache; a sentence's few beams over its encoder output), and the
+# heads-first forms below serve it. Training and evaluation never get here: their shortest
+# padded length is 8 (`configs/default.py` bucket_lengths), and packed rows are longer.
+FEW_QUERIES = 8
+
+
+class AttentionFn(Protocol):
+  """Eq. 1 as every path calls it: training, evaluation, attention capture, the cached
+  self-attention step and the encoder-decoder step of decoding, the exported decoder.
+
+  A model's `attention_fn` (`Transformer(cfg, attention_fn=...)`) replaces it on all of them;
+  `dot_product_attention` is the paper's. A replacement takes the arguments below, ignores the
+  keywords it does not use, and usually ends by calling `dot_product_attention` with a
+  changed query/key, `bias` or `scale` (and `**kwargs` passed on), which keeps the fast paths
+  and `return_weights`.
+
+  Args:
+    query: `[batch, q_length, heads, d_k]`.
+    key: `[batch, kv_length, heads, d_k]`.
+    value: `[batch, kv_length, heads, d_v]`.
+    mask: bool, broadcastable to `[batch, heads, q_length, kv_length]`, True = may attend;
+      None: every key.
+    query_positions: `[batch or 1, q_length]` int32, each query's position in its sequence
+      (0-based; within its pair for packed rows; the step in incremental decoding).
+    key_positions: `[batch or 1, kv_length]` int32, likewise for the keys (a decoding cache's
+      unfilled slots have positions too; the mask excludes them).
+    kind: 'encoder' or 'decoder' (self-attention) or 'encoder_decoder' (§3.2.3).
+    dropout_rate: attention dropout (0 in the paper; > 0 only in training).
+    dropout_rng: PRNG key, given when dropout_rate > 0.
+    return_weights: also return the weights applied (attention capture).
+    implementation: `jax.nn.dot_product_attention`'s, when the config names one.
+
+  Returns:
+    `[batch, q_length, heads, d_v]` in the dtype of `value`; with `return_weights`, also the
+    `[batch, heads, q_length, kv_length]` float32 weights (before dropout).
+  """
+
+  def __call__(self, query: Array, key: Array, value: Array, mask: Optional[Array] = None, *,
+               query_positions: Optional[Array] = None, key_positions: Optional[Array] = None,
+               kind: Optional[str] = None, dropout_rate: float = 0.0,
+               dropout_rng: Optional[Array] = None, return_weights: bool = False,
+               implementation: Optional[str] = None) -> Union[Array, Tuple[Array, Array]]:
+    ...
+
+
+def _logits(query: Array, key: Array, mask: Optional[Array], bias: Optional[Array],
+            scale: Optional[float], keys: str = 'bkhd') -> Array:
+  """Q K^T * scale (+ bias), masked: `[batch, heads, q_length, kv_length]` float32. `keys`:
+  the key layout, 'bkhd' or heads-first 'bhkd'. scale None: 1/sqrt(d_k), Eq. 1's."""
+  logits = jnp.einsum(f'bqhd,{keys}->bhqk', query, key, preferred_element_type=jnp.float32)
+  return _scale_bias_mask(logits, query.shape[-1], mask, bias, scale)
+
+
+def _scale_bias_mask(dots: Array, d_k: int, mask: Optional[Array], bias: Optional[Array],
+                     scale: Optional[float]) -> Array:
+  """`[batch, heads, q_length, kv_length]` float32 Q.K products -> Eq. 1's masked logits."""
+  if scale is None:
+    logits = dots / jnp.sqrt(jnp.float32(d_k))
+  else:
+    logits = dots * jnp.float32(scale)
+  if bias is not None:
+    logits = logits + bias.astype(jnp.float32)
+  if mask is not None:
+    logits = jnp.where(mask, logits, _MASK_VALUE)
+  return logits
+
+
+def attention_weights(query: Array, key: Array, mask: Optional[Array] = None, *,
+                      bias: Optional[Array] = None, scale: Optional[float] = None) -> Array:
+  """softmax(Q K^T / sqrt(d_k) + bias) with masking, in float32 (Eq. 1).
 
   Args:
     query: `[batch, q_length, heads, d_k]`.
     key: `[batch, kv_length, heads, d_k]`.
     mask: bool, broadcastable to `[batch, heads, q_length, kv_length]`; False entries get
       exactly zero weight.
+    bias: float, broadcastable to `[batch, heads, q_length, kv_length]`, added to the logits.
+    scale: the logits' factor instead of 1/sqrt(d_k).
 
   Returns:
     `[batch, heads, q_length, kv_length]` float32 weights; each row sums to 1.
   """
-  d_k = query.shape[-1]
-  logits = jnp.einsum('bqhd,bkhd->bhqk', query, key,
-                      preferred_element_type=jnp.float32) / jnp.sqrt(jnp.float32(d_k))
-  if mask is not None:
-    logits = jnp.where(mask, logits, _MASK_VALUE)
-  return jax.nn.softmax(logits, axis=-1)
+  return jax.nn.softmax(_logits(query, key, mask, bias, scale), axis=-1)
 
 
-def heads_first_attention(query: Array, key: Array, value: Array, mask: Array) -> Array:
+def heads_first_attention(query: Array, key: Array, value: Array, mask: Optional[Array], *,
+                          bias: Optional[Array] = None, scale: Optional[float] = None) -> Array:
   """Eq. 1 over keys/values stored heads-first, the layout decoding keeps them in.
 
   Decoding reads the same keys/values at every step (the self-attention cache, the
   encoder-decoder keys/values of a sentence); stored `[batch, heads, length, d]`, the two
   matmuls read them as they are, where the `[batch, length, heads, d]` layout costs a
-  transposed copy of all of them at every step.
+  transposed copy of all of them at every step. (`dot_product_attention` gets them in that
+  layout and transposes them back; XLA cancels the two transposes.)
 
   Args:
     query: `[batch, q_length, heads, d_k]`.
     key: `[batch, heads, kv_length, d_k]`.
     value: `[batch, heads, kv_length, d_v]`.
-    mask: bool, broadcastable to `[batch, heads, q_length, kv_length]`; False entries get
-      exactly zero weight.
+    mask, bias, scale: as `attention_weights`.
 
   Returns:
     `[batch, q_length, heads, d_v]` in the dtype of `value`.
   """
-  d_k = query.shape[-1]
-  logits = jnp.einsum('bqhd,bhkd->bhqk', query, key,
-                      preferred_element_type=jnp.float32) / jnp.sqrt(jnp.float32(d_k))
-  weights = jax.nn.softmax(jnp.where(mask, logits, _MASK_VALUE), axis=-1)
+  weights = jax.nn.softmax(_logits(query, key, mask, bias, scale, 'bhkd'), axis=-1)
   out = jnp.einsum('bhqk,bhkd->bqhd', weights.astype(value.dtype), value,
                    preferred_element_type=jnp.float32)
   return out.astype(value.dtype)
 
 
-def few_query_attention(query: Array, key: Array, value: Array, mask: Array) -> Array:
+def few_query_attention(query: Array, key: Array, value: Array, mask: Optional[Array], *,
+                        bias: Optional[Array] = None, scale: Optional[float] = None) -> Array:
   """`heads_first_attention` for a few queries per key/value row (decoding's beams over
   their sentence's encoder output), as broadcast products and sums instead of matmuls.
 
@@ -119,99 +184,88 @@ def few_query_attention(query: Array, key: Array, value: Array, mask: Array) -> 
   XLA's CPU backend fuses the products and sums into loops that run the whole beam-4
   decode of the bundled test set 1.07x faster (the same translations). The self-attention
   cache (one query over up to hundreds of positions) is the opposite case: there this form
-  ran 5x slower than the matmuls, so `cached_attention` keeps them.
+  ran 5x slower than the matmuls, so `dot_product_attention` takes it only for 2 or more
+  queries.
 
   Arguments and result as `heads_first_attention`.
   """
   q = query.transpose(0, 2, 1, 3)                                      # [b, h, q, d_k]
-  logits = jnp.sum(q[:, :, :, None, :].astype(jnp.float32) * key[:, :, None, :, :], axis=-1)
-  logits = logits / jnp.sqrt(jnp.float32(query.shape[-1]))             # [b, h, q, kv]
-  weights = jax.nn.softmax(jnp.where(mask, logits, _MASK_VALUE), axis=-1)
+  dots = jnp.sum(q[:, :, :, None, :].astype(jnp.float32) * key[:, :, None, :, :], axis=-1)
+  weights = jax.nn.softmax(_scale_bias_mask(dots, query.shape[-1], mask, bias, scale), axis=-1)
   out = jnp.sum(weights[..., None] * value[:, :, None, :, :].astype(jnp.float32), axis=-2)
   return out.transpose(0, 2, 1, 3).astype(value.dtype)                 # [b, q, h, d_v]
 
 
-def cached_attention(query: Array, key_cache: Array, value_cache: Array,
-                     length: Array) -> Array:
-  """One decoding step of masked self-attention (Eq. 1, §3.2.3) over a key/value cache.
-
-  The cache is heads-first (`heads_first_attention`), so that writing a step into it is an
-  in-place slice update.
-
-  Args:
-    query: `[batch, 1, heads, d_k]`, the query of the newest position.
-    key_cache: `[batch, heads, max_length, d_k]`.
-    value_cache: `[batch, heads, max_length, d_v]`.
-    length: `[]` int32; positions `0..length-1` are filled and attended to, the rest are not.
-
-  Returns:
-    `[batch, 1, heads, d_v]` in the dtype of `value_cache`.
-  """
-  filled = jnp.arange(key_cache.shape[2]) < length
-  return heads_first_attention(query, key_cache, value_cache, filled)
-
-
 def dot_product_attention_reference(query: Array, key: Array, value: Array,
                                     mask: Optional[Array] = None, *,
+                                    bias: Optional[Array] = None, scale: Optional[float] = None,
                                     dropout_rate: float = 0.0,
-                                    dropout_rng: Optional[Array] = None) -> Array:
-  """Plain einsum form of Eq. 1, the reference the fast path is tested against.
+                                    dropout_rng: Optional[Array] = None,
+                                    return_weights: bool = False
+                                    ) -> Union[Array, Tuple[Array, Array]]:
+  """Plain einsum form of Eq. 1, the reference every faster form is tested against.
 
-  Also the path for attention dropout and for d_v != d_k (Table 3 row B), which the fused
-  kernel does not take.
+  Also the path for attention dropout, for d_v != d_k (Table 3 row B), which the fused
+  kernel does not take, and for capturing the weights.
 
   Args:
     query: `[batch, q_length, heads, d_k]`.
     key: `[batch, kv_length, heads, d_k]`.
     value: `[batch, kv_length, heads, d_v]`.
-    mask: bool, broadcastable to `[batch, heads, q_length, kv_length]`.
+    mask, bias, scale: as `attention_weights`.
     dropout_rate: dropout on the attention weights (0 in the paper).
     dropout_rng: PRNG key, required when dropout_rate > 0.
+    return_weights: also return the weights (before dropout).
 
   Returns:
-    `[batch, q_length, heads, d_v]` in the dtype of `value`.
+    `[batch, q_length, heads, d_v]` in the dtype of `value`; with `return_weights`, also the
+    `[batch, heads, q_length, kv_length]` float32 weights: masked keys get exactly 0, each row
+    sums to 1.
   """
-  return dot_product_attention_with_weights(query, key, value, mask, dropout_rate=dropout_rate,
-                                            dropout_rng=dropout_rng)[0]
-
-
-def dot_product_attention_with_weights(query: Array, key: Array, value: Array,
-                                       mask: Optional[Array] = None, *,
-                                       dropout_rate: float = 0.0,
-                                       dropout_rng: Optional[Array] = None
-                                       ) -> Tuple[Array, Array]:
-  """`dot_product_attention_reference` that also returns the attention weights it applied.
-
-  Shapes and arguments as there. Returns (`[batch, q_length, heads, d_v]` output in the dtype
-  of `value`, `[batch, heads, q_length, kv_length]` float32 weights softmax(Q K^T / sqrt(d_k))
-  before attention dropout: masked keys get exactly 0, each row sums to 1).
-  """
-  weights = attention_weights(query, key, mask)
+  weights = attention_weights(query, key, mask, bias=bias, scale=scale)
   applied = weights
   if dropout_rate > 0.0:
     keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
     applied = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
   out = jnp.einsum('bhqk,bkhd->bqhd', applied.astype(value.dtype), value,
-                   preferred_element_type=jnp.float32)
-  return out.astype(value.dtype), weights
+                   preferred_element_type=jnp.float32).astype(value.dtype)
+  return (out, weights) if return_weights else out
 
 
 def dot_product_attention(query: Array, key: Array, value: Array,
                           mask: Optional[Array] = None, *,
-                          dropout_rate: float = 0.0,
-                          dropout_rng: Optional[Array] = None,
-                          implementation: Optional[str] = None) -> Array:
-  """Scaled dot-product attention (Eq. 1), through `jax.nn.dot_product_attention` when it fits.
+                          query_positions: Optional[Array] = None,
+                          key_positions: Optional[Array] = None, kind: Optional[str] = None,
+                          bias: Optional[Array] = None, scale: Optional[float] = None,
+                          dropout_rate: float = 0.0, dropout_rng: Optional[Array] = None,
+                          return_weights: bool = False,
+                          implementation: Optional[str] = None
+                          ) -> Union[Array, Tuple[Array, Array]]:
+  """Scaled dot-product attention (Eq. 1), the paper's `AttentionFn`: the one function every
+  path of the model calls, which picks the fastest form of the same computation by shape.
 
-  The fused path (XLA, or cuDNN on GPUs when `implementation='cudnn'`) is taken when there is
-  no attention dropout and d_v == d_k; otherwise the einsum reference computes the same thing.
+    * `dot_product_attention_reference` (einsum): with attention dropout, d_v != d_k or
+      `return_weights`;
+    * fewer than `FEW_QUERIES` queries per row (a decoding step): `heads_first_attention` for
+      one query, `few_query_attention` for several;
+    * otherwise `jax.nn.dot_product_attention` (XLA's fused attention, cuDNN's with
+      `implementation='cudnn'`).
 
-  Shapes as in `dot_product_attention_reference`; returns `[batch, q_length, heads, d_v]`.
+  Each is tested equal to the einsum form (tests/model/test_attention.py). Arguments and
+  result as `AttentionFn`, plus `bias` (`[batch or 1, heads or 1, q_length, kv_length]`
+  float, added to the logits) and `scale` (instead of 1/sqrt(d_k)), for variants built on
+  it; `query_positions`, `key_positions` and `kind` do not enter Eq. 1.
   """
-  if dropout_rate > 0.0 or value.shape[-1] != key.shape[-1]:
-    return dot_product_attention_reference(query, key, value, mask,
-                                           dropout_rate=dropout_rate, dropout_rng=dropout_rng)
+  del query_positions, key_positions, kind
+  if return_weights or dropout_rate > 0.0 or value.shape[-1] != key.shape[-1]:
+    return dot_product_attention_reference(query, key, value, mask, bias=bias, scale=scale,
+                                           dropout_rate=dropout_rate, dropout_rng=dropout_rng,
+                                           return_weights=return_weights)
+  if query.shape[1] < FEW_QUERIES:
+    heads_first = heads_first_attention if query.shape[1] == 1 else few_query_attention
+    return heads_first(query, key.transpose(0, 2, 1, 3), value.transpose(0, 2, 1, 3), mask,
+                       bias=bias, scale=scale)
   if mask is not None:
     mask = jnp.broadcast_to(mask, (query.shape[0], 1, query.shape[1], key.shape[1]))
-  return jax.nn.dot_product_attention(query, key, value, mask=mask,
+  return jax.nn.dot_product_attention(query, key, value, bias=bias, mask=mask, scale=scale,
                                       implementation=implementation)

@@ -3,6 +3,7 @@
 Activations use the module's `dtype` (float32 or bfloat16); parameters are always float32.
 """
 
+import functools
 from typing import Any, Callable, Optional, Tuple
 
 import flax.linen as nn
@@ -71,13 +72,11 @@ class SharedEmbedding(nn.Module):
 class AddPositions(nn.Module):
   """Adds sinusoidal (§3.5) or learned (Table 3 row E) positions to `[batch, length, d_model]`.
 
-  In decode mode the input is one position `[batch, 1, d_model]` and the position to use is
-  kept in the 'cache' collection. `positions` (packed rows: `[batch, length]` int, each
-  token's position within its own pair) replaces the row index 0..length-1.
+  `positions` (`[batch or 1, length]` int: each token's position within its own pair in packed
+  rows, the step in incremental decoding) replaces the row index 0..length-1.
   """
   max_len: int
   positional: str = 'sinusoidal'
-  decode: bool = False
 
   @nn.compact
   def __call__(self, x: Array, positions: Optional[Array] = None) -> Array:
@@ -87,20 +86,12 @@ class AddPositions(nn.Module):
                          (self.max_len, d_model), jnp.float32)
     else:
       table = jnp.asarray(sinusoidal_positions(self.max_len, d_model))
-    if self.decode:
-      is_initialized = self.has_variable('cache', 'position')
-      position = self.variable('cache', 'position', lambda: jnp.zeros((), jnp.int32))
-      if is_initialized:
-        row = jax.lax.dynamic_slice_in_dim(table, position.value, 1, axis=0)
-        position.value = position.value + 1
-        return x + row[None].astype(x.dtype)
+    if positions is not None:
+      # Within-pair positions are < length <= max_len and a decoding step is < max_len (the
+      # caller checks), so the gather stays in the table.
+      return x + jnp.take(table, positions, axis=0).astype(x.dtype)
     if length > self.max_len:
       raise ValueError(f'sequence length {length} exceeds config.max_len={self.max_len}')
-    if positions is not None:
-      if self.decode:
-        raise ValueError('decode mode never packs: pass positions=None')
-      # Within-pair positions are < length <= max_len, so the gather stays in the table.
-      return x + jnp.take(table, positions, axis=0).astype(x.dtype)
     return x + table[None, :length].astype(x.dtype)
 
 
@@ -115,10 +106,11 @@ def head_projection(num_heads: int, features: int, dtype: Dtype,
 class MultiHeadAttention(nn.Module):
   """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O with per-head projections (§3.2.2).
 
-  The projections W^Q, W^K, W^V, W^O have no biases, as in the paper's equations. In decode
-  mode (self-attention of the decoder) keys and values of past positions live in the 'cache'
-  collection, heads-first `[batch, heads, max_decode_len, d]`, and one query position is
-  processed per call.
+  The projections W^Q, W^K, W^V, W^O have no biases, as in the paper's equations; between
+  them, Eq. 1 is `attention_fn` on every path (training, capture, the cached step, decoding's
+  encoder-decoder step). In decode mode (self-attention of the decoder) keys and values of
+  past positions live in the 'cache' collection, heads-first `[batch, heads, max_decode_len,
+  d]`, and one query position is processed per call.
 
   Attributes:
     num_heads: h.
@@ -128,11 +120,13 @@ class MultiHeadAttention(nn.Module):
     attention_dropout_rate: dropout on attention weights.
     dtype: activation dtype.
     decode: incremental decoding with a key/value cache.
-    attention_impl: passed to `jax.nn.dot_product_attention` (None: backend default).
-    capture_weights: compute attention through the einsum reference path and sow its weights
-      `[rows, heads, q_len, kv_len]` float32 into the 'intermediates' collection as
-      'attention_weights' (apply with `mutable=['intermediates']` to read them). Cached decode
-      steps never capture. Off: the fused path, unchanged.
+    attention_impl: passed to `attention_fn` as `implementation` when set (None: backend
+      default).
+    capture_weights: ask `attention_fn` for the weights it applied (`return_weights`) and sow
+      them, `[rows, heads, q_len, kv_len]` float32, into the 'intermediates' collection as
+      'attention_weights' (apply with `mutable=['intermediates']` to read them).
+    attention_fn: Eq. 1 (`attention.AttentionFn`); None: `attention.dot_product_attention`.
+    kind: 'encoder', 'decoder' or 'encoder_decoder', passed to `attention_fn`.
   """
   num_heads: int
   d_k: int
@@ -143,11 +137,15 @@ class MultiHeadAttention(nn.Module):
   decode: bool = False
   attention_impl: Optional[str] = None
   capture_weights: bool = False
+  attention_fn: Optional[attention.AttentionFn] = None
+  kind: Optional[str] = None
 
   @nn.compact
   def __call__(self, inputs_q: Array, inputs_kv: Optional[Array],
                mask: Optional[Array] = None, *, deterministic: bool = True,
-               key_value: Optional[Tuple[Array, Array]] = None) -> Array:
+               key_value: Optional[Tuple[Array, Array]] = None,
+               query_positions: Optional[Array] = None,
+               key_positions: Optional[Array] = None) -> Array:
     """`[rows, q_len, d_model]` queries attend over `[batch, kv_len, d_model]`.
 
     `key_value`, if given, are already projected keys `[batch, heads, kv_len, d_k]` and
@@ -157,6 +155,8 @@ class MultiHeadAttention(nn.Module):
     than the queries' rows: with `rows = batch * group`,
     query rows `b * group .. (b + 1) * group - 1` (the beams of sentence b) all attend over
     keys/values row b; `mask` must then not depend on the query position (a padding mask).
+    `query_positions` `[rows or 1, q_len]`, `key_positions` `[batch or 1, kv_len]` int32:
+    passed to `attention_fn` (None: 0, 1, ...; a cached step's are the cache's).
     Returns `[rows, q_len, d_model]`.
     """
     project = lambda features, name: head_projection(  # noqa: E731
@@ -165,36 +165,48 @@ class MultiHeadAttention(nn.Module):
     dropout_rate = 0.0 if deterministic else self.attention_dropout_rate
     if key_value is None:
       key, value = project(self.d_k, 'key')(inputs_kv), project(self.d_v, 'value')(inputs_kv)
-    elif dropout_rate == 0.0 and not self.capture_weights:  # decoding's cross-attention
-      return self._out(self._heads_first_step(query, *key_value, mask))
-    else:
+    else:  # heads-first -> the attention_fn layout (XLA cancels the transposes: see attention)
       key, value = (x.transpose(0, 2, 1, 3) for x in key_value)
 
     if self.decode and self.has_variable('cache', 'cached_key'):
       if mask is not None:  # it would be ignored: the cache index is the causal mask
         raise ValueError('decode mode masks by the cache index; pass mask=None')
-      out = self._cached_step(query, key, value)
-    else:
-      if self.decode:  # cache creation (a shape-only call): allocate, then attend as usual
-        self._cache_variables(key, value)
-      dropout_rng = self._dropout_key() if dropout_rate > 0.0 else None
-      rows, q_len = query.shape[:2]
-      grouped = key.shape[0] != rows
-      if grouped:
-        query = _group_rows(query, key.shape[0], mask)
-      if self.capture_weights:
-        out, weights = attention.dot_product_attention_with_weights(
-            query, key, value, mask, dropout_rate=dropout_rate, dropout_rng=dropout_rng)
-        self.sow('intermediates', 'attention_weights',
-                 _ungroup_weights(weights, rows) if grouped else weights)
-      else:
-        out = attention.dot_product_attention(query, key, value, mask,
-                                              dropout_rate=dropout_rate,
-                                              dropout_rng=dropout_rng,
-                                              implementation=self.attention_impl)
-      if grouped:
-        out = out.reshape(rows, q_len, *out.shape[2:])
+      key, value, mask, index = self._cached_step(key, value)
+      key_positions = jnp.arange(key.shape[1], dtype=jnp.int32)[None]
+      if query_positions is None:
+        query_positions = index[None, None]
+    elif self.decode:  # cache creation (a shape-only call): allocate, then attend as usual
+      self._cache_variables(key, value)
+    rows, q_len = query.shape[:2]
+    grouped = key.shape[0] != rows
+    if query_positions is None:
+      query_positions = jnp.arange(q_len, dtype=jnp.int32)[None]
+    if key_positions is None:
+      key_positions = jnp.arange(key.shape[1], dtype=jnp.int32)[None]
+    if grouped:
+      query = _group_rows(query, key.shape[0], mask)
+      query_positions = _group_positions(query_positions, key.shape[0], rows)
+    out = self._attend(query, key, value, mask, query_positions, key_positions, dropout_rate)
+    if self.capture_weights:
+      out, weights = out
+      self.sow('intermediates', 'attention_weights',
+               _ungroup_weights(weights, rows) if grouped else weights)
+    if grouped:
+      out = out.reshape(rows, q_len, *out.shape[2:])
     return self._out(out)
+
+  def _attend(self, query: Array, key: Array, value: Array, mask: Optional[Array],
+              query_positions: Array, key_positions: Array, dropout_rate: float):
+    """`attention_fn` with this module's settings: `[b, q, heads, d_v]` (and the weights)."""
+    options = {}
+    if self.attention_impl is not None:
+      options['implementation'] = self.attention_impl
+    if dropout_rate > 0.0:
+      options.update(dropout_rate=dropout_rate, dropout_rng=self._dropout_key())
+    fn = attention.dot_product_attention if self.attention_fn is None else self.attention_fn
+    return fn(query, key, value, mask, query_positions=query_positions,
+              key_positions=key_positions, kind=self.kind,
+              return_weights=self.capture_weights, **options)
 
   def _dropout_key(self) -> Array:
     """The attention-dropout key: a method of its own so that a scanned layer stack
@@ -207,17 +219,6 @@ class MultiHeadAttention(nn.Module):
                            param_dtype=jnp.float32,
                            kernel_init=nn.initializers.xavier_uniform(), name='out')(heads)
 
-  @staticmethod
-  def _heads_first_step(query: Array, key: Array, value: Array,
-                        mask: Optional[Array]) -> Array:
-    """Queries `[rows, q_len, heads, d_k]` over heads-first keys/values of `batch` rows
-    (the beams of a sentence grouped onto its row) -> `[rows, q_len, heads, d_v]`."""
-    rows, q_len = query.shape[:2]
-    if key.shape[0] != rows:
-      query = _group_rows(query, key.shape[0], mask)
-    out = attention.few_query_attention(query, key, value, True if mask is None else mask)
-    return out.reshape(rows, q_len, *out.shape[2:])
-
   def _cache_variables(self, key: Array, value: Array):
     """The cache: heads-first keys/values `[batch, heads, max_len, d]` and the fill index."""
     heads_first = lambda x: (x.shape[0], x.shape[2], x.shape[1], x.shape[3])  # noqa: E731
@@ -227,8 +228,10 @@ class MultiHeadAttention(nn.Module):
     cache_index = self.variable('cache', 'cache_index', lambda: jnp.zeros((), jnp.int32))
     return cached_key, cached_value, cache_index
 
-  def _cached_step(self, query: Array, key: Array, value: Array) -> Array:
-    """Writes this step's key/value at the cache index and attends over positions 0..index."""
+  def _cached_step(self, key: Array, value: Array) -> Tuple[Array, Array, Array, Array]:
+    """Writes this step's key/value at the cache index; returns the whole cache's keys and
+    values `[batch, max_len, heads, d]`, the mask of its filled positions 0..index (the causal
+    mask of §3.2.3, one row) `[1, 1, 1, max_len]`, and the index `[]` int32."""
     cached_key, cached_value, cache_index = self._cache_variables(key, value)
     if key.shape[1] != 1:
       raise ValueError(f'decode mode takes one position per call, got length {key.shape[1]}')
@@ -240,8 +243,9 @@ class MultiHeadAttention(nn.Module):
     cached_value.value = jax.lax.dynamic_update_slice(cached_value.value,
                                                       value.transpose(0, 2, 1, 3), at)
     cache_index.value = index + 1
-    # The query at `index` sees cached positions 0..index: the causal mask of §3.2.3, one row.
-    return attention.cached_attention(query, cached_key.value, cached_value.value, index + 1)
+    filled = (jnp.arange(cached_key.value.shape[2]) <= index)[None, None, None]
+    return (cached_key.value.transpose(0, 2, 1, 3), cached_value.value.transpose(0, 2, 1, 3),
+            filled, index)
 
 
 def _group_rows(query: Array, batch: int, mask: Optional[Array]) -> Array:
@@ -253,6 +257,13 @@ def _group_rows(query: Array, batch: int, mask: Optional[Array]) -> Array:
     raise ValueError('grouped queries need a mask that does not depend on the query position, '
                      f'got mask shape {mask.shape}')
   return query.reshape(batch, (rows // batch) * query.shape[1], *query.shape[2:])
+
+
+def _group_positions(positions: Array, batch: int, rows: int) -> Array:
+  """`_group_rows` for query positions: `[rows or 1, q_len]` -> `[batch or 1, group * q_len]`."""
+  if positions.shape[0] == 1:
+    return jnp.tile(positions, (1, rows // batch))
+  return positions.reshape(batch, -1)
 
 
 def _ungroup_weights(weights: Array, rows: int) -> Array:
@@ -283,17 +294,20 @@ class FeedForward(nn.Module):
 class Residual(nn.Module):
   """A residual sub-layer with dropout and layer normalisation (§3.1, §5.4).
 
-  'post' (the paper): LayerNorm(x + Dropout(Sublayer(x))).
-  'pre' (an option): x + Dropout(Sublayer(LayerNorm(x))); the stack then needs a final norm.
+  'post' (the paper): Norm(x + Dropout(Sublayer(x))).
+  'pre' (an option): x + Dropout(Sublayer(Norm(x))); the stack then needs a final norm.
+  `norm(name=...)` makes the normalisation module (None: LayerNorm, epsilon 1e-6).
   """
   norm_position: str = 'post'
   dropout_rate: float = 0.1
   dtype: Dtype = jnp.float32
+  norm: Optional[Callable[..., nn.Module]] = None
 
   @nn.compact
   def __call__(self, x: Array, sublayer: Callable[[Array], Array], *,
                deterministic: bool = True) -> Array:
-    norm = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, param_dtype=jnp.float32, name='norm')
+    norm = (self.norm or functools.partial(nn.LayerNorm, epsilon=1e-6, dtype=self.dtype,
+                                           param_dtype=jnp.float32))(name='norm')
     dropout = nn.Dropout(self.dropout_rate)
     if self.norm_position == 'pre':
       return x + dropout(sublayer(norm(x)), deterministic=deterministic)

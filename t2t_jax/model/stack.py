@@ -140,14 +140,17 @@ class _LayerKeys:
     return intercept
 
 
-def scan_layers(stack: nn.Module, layer_cls: type, cfg: Any, x: Array, *args) -> Array:
-  """`x` through `layer_cls(cfg, name=f'layer_{i}')(x, *args)` for i = 0 .. N-1, scanned.
+def scan_layers(stack: nn.Module, layer_cls: type, cfg: Any, parts: Any, x: Array,
+                *args) -> Array:
+  """`x` through `layer_cls(cfg, parts, name=f'layer_{i}')(x, *args)` for i = 0 .. N-1,
+  scanned.
 
   Args:
     stack: the Encoder or Decoder module calling this (its params hold `layer_i`).
     layer_cls: EncoderLayer or DecoderLayer, unwrapped (the body is rematerialised under
       `cfg.remat_policy` as `layer_class` would).
     cfg: the model config (`num_layers`, `deterministic`, `remat_policy`).
+    parts: the model's extension points (`parts.Parts`).
     x: `[batch, length, d_model]`, the first layer's input.
     *args: the same for every layer (masks, the encoder output).
 
@@ -165,7 +168,7 @@ def scan_layers(stack: nn.Module, layer_cls: type, cfg: Any, x: Array, *args) ->
     intercepting = (contextlib.nullcontext() if keys is None else
                     nn.intercept_methods(keys.interceptor(index)))
     with intercepting:
-      return layer_cls(cfg).apply({'params': p}, y, *args)
+      return layer_cls(cfg, parts).apply({'params': p}, y, *args)
 
   remat = _body_remat(cfg)
   if remat is not None:

@@ -13,17 +13,17 @@ computation is then exactly the unpacked one.
 """
 
 import math
-from typing import NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Callable, NamedTuple, Optional, Sequence, Tuple, Union
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from t2t_jax.model import attention, stack
+from t2t_jax.model import attention, parts as parts_lib, stack
+from t2t_jax.model.parts import Parts
 from t2t_jax.model.transformer_config import TransformerConfig
 from t2t_jax.model.stack import REMAT_POLICIES, layer_class  # noqa: F401  (model.REMAT_POLICIES)
-from t2t_jax.model.layers import (AddPositions, FeedForward, MultiHeadAttention, Residual,
-                                  SharedEmbedding, head_projection)
+from t2t_jax.model.layers import MultiHeadAttention, SharedEmbedding, head_projection
 
 Array = jax.Array
 PAD_ID = 0
@@ -53,49 +53,85 @@ def _check_packing(segmentation: Optional[Array], positions: Optional[Array], si
                      'neither')
 
 
-def _residual(cfg: TransformerConfig, name: str) -> Residual:
-  return Residual(cfg.norm_position, cfg.dropout_rate, cfg.dtype, name=name)
-
-
-def _attention(cfg: TransformerConfig, name: str, decode: bool = False) -> MultiHeadAttention:
+def _attention(cfg: TransformerConfig, parts: Parts, name: str, kind: str,
+               decode: bool = False) -> MultiHeadAttention:
   return MultiHeadAttention(cfg.num_heads, cfg.d_k, cfg.d_v, cfg.d_model,
                             cfg.attention_dropout_rate, cfg.dtype, decode=decode,
                             attention_impl=cfg.attention_impl,
-                            capture_weights=cfg.capture_attention, name=name)
+                            capture_weights=cfg.capture_attention,
+                            attention_fn=parts.attention_fn, kind=kind, name=name)
+
+
+def _positions(n: int) -> Array:
+  """`[1, n]` int32: 0 .. n-1, the positions of an unpacked row."""
+  return jnp.arange(n, dtype=jnp.int32)[None]
 
 
 class EncoderLayer(nn.Module):
-  """Self-attention then FFN, each a residual sub-layer (§3.1)."""
+  """Self-attention then FFN, each a residual sub-layer (§3.1).
+
+  `positions`: `[batch or 1, src_len]` int32, passed to the attention (`attention_fn`).
+  """
   cfg: TransformerConfig
+  parts: Parts = parts_lib.PAPER
 
   @nn.compact
-  def __call__(self, x: Array, mask: Array) -> Array:
-    cfg, det = self.cfg, self.cfg.deterministic
-    self_attention = _attention(cfg, 'self_attention')
-    x = _residual(cfg, 'attention_block')(
-        x, lambda y: self_attention(y, y, mask, deterministic=det), deterministic=det)
-    ffn = FeedForward(cfg.d_ff, cfg.d_model, cfg.dtype, name='ffn')
-    return _residual(cfg, 'ffn_block')(x, ffn, deterministic=det)
+  def __call__(self, x: Array, mask: Array, positions: Optional[Array] = None) -> Array:
+    cfg, parts, det = self.cfg, self.parts, self.cfg.deterministic
+    self_attention = _attention(cfg, parts, 'self_attention', 'encoder')
+    x = parts.residual(cfg, parts.norm, name='attention_block')(
+        x, lambda y: self_attention(y, y, mask, deterministic=det, query_positions=positions,
+                                    key_positions=positions), deterministic=det)
+    ffn = parts.feed_forward(cfg, name='ffn')
+    return parts.residual(cfg, parts.norm, name='ffn_block')(x, ffn, deterministic=det)
 
 
 class DecoderLayer(nn.Module):
-  """Masked self-attention, encoder-decoder attention, FFN (§3.1)."""
+  """Masked self-attention, encoder-decoder attention, FFN (§3.1).
+
+  `positions`: `[rows or 1, tgt_len]` int32 of the decoder inputs (the step in decode mode),
+  `source_positions`: `[batch or 1, src_len]`, passed to the attention (`attention_fn`).
+  """
   cfg: TransformerConfig
+  parts: Parts = parts_lib.PAPER
 
   @nn.compact
   def __call__(self, y: Array, encoded: Optional[Array], self_mask: Optional[Array],
-               cross_mask: Array, cross_kv: Optional[Tuple[Array, Array]] = None) -> Array:
-    cfg, det = self.cfg, self.cfg.deterministic
-    self_attention = _attention(cfg, 'self_attention', decode=cfg.decode)
-    y = _residual(cfg, 'self_attention_block')(
-        y, lambda z: self_attention(z, z, self_mask, deterministic=det), deterministic=det)
-    cross_attention = _attention(cfg, 'cross_attention')
-    y = _residual(cfg, 'cross_attention_block')(
-        y, lambda z: cross_attention(z, encoded, cross_mask, deterministic=det,
-                                     key_value=cross_kv),
+               cross_mask: Array, cross_kv: Optional[Tuple[Array, Array]] = None,
+               positions: Optional[Array] = None,
+               source_positions: Optional[Array] = None) -> Array:
+    cfg, parts, det = self.cfg, self.parts, self.cfg.deterministic
+    self_attention = _attention(cfg, parts, 'self_attention', 'decoder', decode=cfg.decode)
+    # A cached step's keys are at the cache's positions, which the module knows.
+    self_keys = None if cfg.decode else positions
+    y = parts.residual(cfg, parts.norm, name='self_attention_block')(
+        y, lambda z: self_attention(z, z, self_mask, deterministic=det,
+                                    query_positions=positions, key_positions=self_keys),
         deterministic=det)
-    ffn = FeedForward(cfg.d_ff, cfg.d_model, cfg.dtype, name='ffn')
-    return _residual(cfg, 'ffn_block')(y, ffn, deterministic=det)
+    cross_attention = _attention(cfg, parts, 'cross_attention', 'encoder_decoder')
+    y = parts.residual(cfg, parts.norm, name='cross_attention_block')(
+        y, lambda z: cross_attention(z, encoded, cross_mask, deterministic=det,
+                                     key_value=cross_kv, query_positions=positions,
+                                     key_positions=source_positions),
+        deterministic=det)
+    ffn = parts.feed_forward(cfg, name='ffn')
+    return parts.residual(cfg, parts.norm, name='ffn_block')(y, ffn, deterministic=det)
+
+
+def _embed_positions(module: nn.Module, x: Array, positions: Optional[Array]) -> Array:
+  """The embeddings `x` with `module.parts.positions` added (§3.5; none without one), then
+  dropout (§5.4)."""
+  cfg = module.cfg
+  if module.parts.positions is not None:
+    x = module.parts.positions(cfg, name='positions')(x, positions)
+  return nn.Dropout(cfg.dropout_rate)(x, deterministic=cfg.deterministic)
+
+
+def _final_norm(module: nn.Module, x: Array) -> Array:
+  """A pre-norm stack ends with a normalisation; the paper's post-norm stack already did."""
+  if module.cfg.norm_position == 'pre':
+    x = module.parts.norm(module.cfg, name='final_norm')(x)
+  return x
 
 
 class Encoder(nn.Module):
@@ -105,6 +141,7 @@ class Encoder(nn.Module):
   """
   cfg: TransformerConfig
   embed: SharedEmbedding
+  parts: Parts = parts_lib.PAPER
 
   @nn.compact
   def __call__(self, inputs: Array, segmentation: Optional[Array] = None,
@@ -114,24 +151,24 @@ class Encoder(nn.Module):
     mask = attention.padding_mask(inputs, PAD_ID)
     if segmentation is not None:
       mask = attention.combine_masks(mask, attention.segment_mask(segmentation, segmentation))
-    x = AddPositions(cfg.max_len, cfg.positional, name='positions')(self.embed(inputs),
-                                                                    positions)
-    x = nn.Dropout(cfg.dropout_rate)(x, deterministic=cfg.deterministic)
+    x = _embed_positions(self, self.embed(inputs), positions)
+    if positions is None:
+      positions = _positions(inputs.shape[1])
     if stack.scannable(self, cfg):
-      x = stack.scan_layers(self, EncoderLayer, cfg, x, mask)
+      x = stack.scan_layers(self, EncoderLayer, cfg, self.parts, x, mask, positions)
     else:
       for i in range(cfg.num_layers):
-        x = layer_class(cfg, EncoderLayer)(cfg, name=f'layer_{i}')(x, mask)
-    if cfg.norm_position == 'pre':
-      x = nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, name='final_norm')(x)
-    return x
+        x = layer_class(cfg, EncoderLayer)(cfg, self.parts, name=f'layer_{i}')(x, mask,
+                                                                                positions)
+    return _final_norm(self, x)
 
 
 class Decoder(nn.Module):
   """N decoder layers over shifted targets, then the shared pre-softmax projection (§3.4).
 
   Teacher forcing: `[batch, tgt_len]` decoder inputs -> `[batch, tgt_len, vocab]` float32 logits.
-  Decode mode: `[rows, 1]` -> `[rows, 1, vocab]`, past positions read from the cache.
+  Decode mode: `[rows, 1]` -> `[rows, 1, vocab]`, past positions read from the cache, the step
+  counted in the cache's 'position'.
   `cross_kv` (from `cross_key_values`) replaces `encoded` with its per-layer projections; it
   and `inputs` may hold one row per sentence while the decoder inputs hold `rows = sentences *
   beam` (sentence-major). `vocab_t`: the embedding transposed, `[d_model, vocab]`.
@@ -140,6 +177,7 @@ class Decoder(nn.Module):
   """
   cfg: TransformerConfig
   embed: SharedEmbedding
+  parts: Parts = parts_lib.PAPER
 
   @nn.compact
   def __call__(self, decoder_inputs: Array, encoded: Optional[Array], inputs: Array,
@@ -161,18 +199,34 @@ class Decoder(nn.Module):
           cross_mask, attention.segment_mask(segmentation, inputs_segmentation))
       self_mask = attention.combine_masks(
           self_mask, attention.segment_mask(segmentation, segmentation))
-    y = AddPositions(cfg.max_len, cfg.positional, decode=cfg.decode,
-                     name='positions')(self.embed(decoder_inputs), positions)
-    y = nn.Dropout(cfg.dropout_rate)(y, deterministic=cfg.deterministic)
+    if cfg.decode:
+      positions = self._step(decoder_inputs.shape[1])
+    y = _embed_positions(self, self.embed(decoder_inputs), positions)
+    if positions is None:
+      positions = _positions(decoder_inputs.shape[1])
+    source_positions = _positions(inputs.shape[1])
     if stack.scannable(self, cfg) and cross_kv is None:
-      y = stack.scan_layers(self, DecoderLayer, cfg, y, encoded, self_mask, cross_mask)
+      y = stack.scan_layers(self, DecoderLayer, cfg, self.parts, y, encoded, self_mask,
+                            cross_mask, None, positions, source_positions)
     else:
       for i in range(cfg.num_layers):
-        y = layer_class(cfg, DecoderLayer)(cfg, name=f'layer_{i}')(
-            y, encoded, self_mask, cross_mask, None if cross_kv is None else cross_kv[i])
-    if cfg.norm_position == 'pre':
-      y = nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, name='final_norm')(y)
-    return self.embed.attend(y, vocab_t)
+        y = layer_class(cfg, DecoderLayer)(cfg, self.parts, name=f'layer_{i}')(
+            y, encoded, self_mask, cross_mask, None if cross_kv is None else cross_kv[i],
+            positions, source_positions)
+    return self.embed.attend(_final_norm(self, y), vocab_t)
+
+  def _step(self, length: int) -> Optional[Array]:
+    """Decode mode: the position `[1, 1]` int32 of this step (counted in the cache), or None
+    while the cache is being created (a shape-only call over `length` positions)."""
+    is_initialized = self.has_variable('cache', 'position')
+    position = self.variable('cache', 'position', lambda: jnp.zeros((), jnp.int32))
+    if not is_initialized:
+      if length > self.cfg.max_len:
+        raise ValueError(f'sequence length {length} exceeds config.max_len={self.cfg.max_len}')
+      return None
+    step = position.value
+    position.value = step + 1
+    return step[None, None]
 
 
 class Transformer(nn.Module):
@@ -187,14 +241,30 @@ class Transformer(nn.Module):
   Packing (all `[batch, length]` int, None: unpacked): `inputs_segmentation`,
   `targets_segmentation`, `inputs_position`, `targets_position`, as the packed pipeline's
   batch keys of the same names.
+
+  Attributes:
+    cfg: the hyperparameters.
+    attention_fn, feed_forward, positions, norm, residual: the extension points (`parts`),
+      the paper's by default; a variant sets some, e.g.
+      `Transformer(cfg, feed_forward=SwiGLU)`.
   """
   cfg: TransformerConfig
+  attention_fn: attention.AttentionFn = parts_lib.PAPER.attention_fn
+  feed_forward: parts_lib.Factory = parts_lib.PAPER.feed_forward
+  positions: Optional[parts_lib.Factory] = parts_lib.PAPER.positions
+  norm: parts_lib.Factory = parts_lib.PAPER.norm
+  residual: Callable[..., nn.Module] = parts_lib.PAPER.residual
+
+  @property
+  def parts(self) -> Parts:
+    """This model's extension points, as one value."""
+    return Parts(**{name: getattr(self, name) for name in parts_lib.NAMES})
 
   def setup(self):
     cfg = self.cfg
     self.shared_embedding = SharedEmbedding(cfg.vocab_size, cfg.d_model, cfg.dtype)
-    self.encoder = Encoder(cfg, self.shared_embedding)
-    self.decoder = Decoder(cfg, self.shared_embedding)
+    self.encoder = Encoder(cfg, self.shared_embedding, self.parts)
+    self.decoder = Decoder(cfg, self.shared_embedding, self.parts)
 
   def encode(self, inputs: Array, segmentation: Optional[Array] = None,
              positions: Optional[Array] = None) -> Array:

@@ -25,7 +25,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from t2t_jax.model import losses, transformer as model
+from t2t_jax.model import losses, transformer as model_lib
 
 Array = jax.Array
 Batch = Dict[str, np.ndarray]
@@ -145,25 +145,25 @@ def train_state_shardings(state: TrainState, mesh: Mesh, *,
                     _leaf_shardings(state.opt_state, mesh, shard_optimizer_state))
 
 
-def _init_fn(cfg: model.TransformerConfig, optimizer: optax.GradientTransformation,
+def _init_fn(model: model_lib.ModelLike, optimizer: optax.GradientTransformation,
              seed: int) -> Callable[[], TrainState]:
   def init():
-    params = model.init_params(cfg, jax.random.PRNGKey(seed))
+    params = model_lib.init_params(model, jax.random.PRNGKey(seed))
     return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params))
   return init
 
 
-def _abstract_state(cfg: model.TransformerConfig,
+def _abstract_state(model: model_lib.ModelLike,
                     optimizer: optax.GradientTransformation) -> TrainState:
   """The state's shapes and dtypes (`jax.ShapeDtypeStruct`s), computing nothing."""
-  return jax.eval_shape(_init_fn(cfg, optimizer, 0))
+  return jax.eval_shape(_init_fn(model, optimizer, 0))
 
 
-def create_train_state(cfg: model.TransformerConfig, optimizer: optax.GradientTransformation,
+def create_train_state(model: model_lib.ModelLike, optimizer: optax.GradientTransformation,
                        seed: int, mesh: Mesh, *, shard_optimizer_state: bool = False) -> TrainState:
   """Initial state, placed by `train_state_shardings`; parameters come from `seed` (same on
   every process)."""
-  init = _init_fn(cfg, optimizer, seed)
+  init = _init_fn(model, optimizer, seed)
   shardings = train_state_shardings(jax.eval_shape(init), mesh,
                                     shard_optimizer_state=shard_optimizer_state)
   return jax.jit(init, out_shardings=shardings)()
@@ -174,14 +174,14 @@ PACKING_KEYS = ('inputs_segmentation', 'targets_segmentation', 'inputs_position'
                 'targets_position')
 
 
-def _metric_sums(cfg: model.TransformerConfig, params, batch, dropout_rng,
+def _metric_sums(model: model_lib.ModelLike, params, batch, dropout_rng,
                  label_smoothing: float):
   """Per-device sums of loss, nll, correct tokens and token count for one shard.
 
   `batch` holds `inputs` and `targets`, and for packed rows the `PACKING_KEYS` too.
   """
   packing = {k: batch[k] for k in PACKING_KEYS if k in batch}
-  logits = model.Transformer(cfg).apply({'params': params}, batch['inputs'], batch['targets'],
+  logits = model_lib.as_model(model).apply({'params': params}, batch['inputs'], batch['targets'],
                                         **packing, rngs={'dropout': dropout_rng})
   weights = losses.padding_weights(batch['targets'])
   return losses.compute_metrics(logits, batch['targets'], weights, label_smoothing)
@@ -196,7 +196,7 @@ def _reduce_scatter(grad: Array, num_devices: int) -> Array:
   return jax.lax.psum_scatter(grad, DATA, scatter_dimension=dim, tiled=True)
 
 
-def make_grad_fn(cfg: model.TransformerConfig, mesh: Mesh, label_smoothing: float, *,
+def make_grad_fn(model: model_lib.ModelLike, mesh: Mesh, label_smoothing: float, *,
                  shard_gradients: bool = False) -> Callable:
   """(params, batch, rng) -> (summed gradients, summed metrics), reduced over all devices.
 
@@ -204,14 +204,14 @@ def make_grad_fn(cfg: model.TransformerConfig, mesh: Mesh, label_smoothing: floa
   micro-batches) to get the gradient of the per-token mean loss. They are replicated, or with
   `shard_gradients` reduce-scattered to the ZeRO sharding (`zero_spec`) of each leaf.
   """
-  train_cfg = cfg.replace(deterministic=False, decode=False)
+  train_model = model_lib.as_model(model, deterministic=False, decode=False)
   num_devices = mesh.shape[DATA]
 
   def per_device(params, batch, rng):
     # Different dropout masks on every device, reproducible from (rng, device index).
     rng = jax.random.fold_in(rng, jax.lax.axis_index(DATA))
     def loss_fn(p):
-      metrics = _metric_sums(train_cfg, p, batch, rng, label_smoothing)
+      metrics = _metric_sums(train_model, p, batch, rng, label_smoothing)
       return metrics['loss'], metrics
     grads, metrics = jax.grad(loss_fn, has_aux=True)(params)
     if not shard_gradients:
@@ -270,7 +270,7 @@ def dropout_rng(seed: int, step: Array) -> Array:
   return jax.random.fold_in(jax.random.PRNGKey(seed + 1), step)
 
 
-def make_train_step(cfg: model.TransformerConfig, optimizer: optax.GradientTransformation,
+def make_train_step(model: model_lib.ModelLike, optimizer: optax.GradientTransformation,
                     mesh: Mesh, *, label_smoothing: float, seed: int,
                     debug_nonfinite_steps: Sequence[int] = (),
                     shard_optimizer_state: bool = False) -> Callable:
@@ -283,8 +283,8 @@ def make_train_step(cfg: model.TransformerConfig, optimizer: optax.GradientTrans
   all-gathered). `metrics` are global sums (loss, nll, correct, weight) and `nonfinite` (1 if
   the update was skipped, see `apply_gradients`).
   """
-  grad_fn = make_grad_fn(cfg, mesh, label_smoothing, shard_gradients=shard_optimizer_state)
-  state_shardings = train_state_shardings(_abstract_state(cfg, optimizer), mesh,
+  grad_fn = make_grad_fn(model, mesh, label_smoothing, shard_gradients=shard_optimizer_state)
+  state_shardings = train_state_shardings(_abstract_state(model, optimizer), mesh,
                                           shard_optimizer_state=shard_optimizer_state)
 
   def step(state: TrainState, batch):
@@ -295,7 +295,7 @@ def make_train_step(cfg: model.TransformerConfig, optimizer: optax.GradientTrans
   return jax.jit(step, donate_argnums=(0,), out_shardings=(state_shardings, replicated(mesh)))
 
 
-def make_accumulating_steps(cfg: model.TransformerConfig, optimizer: optax.GradientTransformation,
+def make_accumulating_steps(model: model_lib.ModelLike, optimizer: optax.GradientTransformation,
                             mesh: Mesh, *, label_smoothing: float, seed: int,
                             debug_nonfinite_steps: Sequence[int] = (),
                             shard_optimizer_state: bool = False):
@@ -307,8 +307,8 @@ def make_accumulating_steps(cfg: model.TransformerConfig, optimizer: optax.Gradi
   big batch (unlike averaging per-micro-batch means). With `shard_optimizer_state` the grad
   sums come (and are summed) in the ZeRO sharding: each device holds 1/devices of them.
   """
-  grad_fn = make_grad_fn(cfg, mesh, label_smoothing, shard_gradients=shard_optimizer_state)
-  abstract = _abstract_state(cfg, optimizer)
+  grad_fn = make_grad_fn(model, mesh, label_smoothing, shard_gradients=shard_optimizer_state)
+  abstract = _abstract_state(model, optimizer)
   state_shardings = train_state_shardings(abstract, mesh,
                                           shard_optimizer_state=shard_optimizer_state)
   grad_shardings = _leaf_shardings(abstract.params, mesh, shard_optimizer_state)
@@ -325,13 +325,13 @@ def make_accumulating_steps(cfg: model.TransformerConfig, optimizer: optax.Gradi
                   out_shardings=(state_shardings, replicated(mesh))))
 
 
-def make_eval_step(cfg: model.TransformerConfig, mesh: Mesh, *,
+def make_eval_step(model: model_lib.ModelLike, mesh: Mesh, *,
                    label_smoothing: float) -> Callable:
   """Jitted (params, batch) -> global metric sums, teacher-forced, no dropout."""
-  eval_cfg = cfg.replace(deterministic=True, decode=False)
+  eval_model = model_lib.as_model(model, deterministic=True, decode=False)
 
   def per_device(params, batch):
-    metrics = _metric_sums(eval_cfg, params, batch, jax.random.PRNGKey(0), label_smoothing)
+    metrics = _metric_sums(eval_model, params, batch, jax.random.PRNGKey(0), label_smoothing)
     return jax.lax.psum(metrics, DATA)
 
   sharded = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(DATA)), out_specs=P(),

@@ -52,14 +52,53 @@ def test_heads_first_paths_equal_numpy(d_v):
     np.testing.assert_allclose(out, expected, atol=1e-5)
 
 
-def test_cached_attention_reads_only_the_filled_positions():
+def test_a_decoding_step_reads_only_the_filled_cache_positions():
+  """One query over a cache (the self-attention step): positions past the fill are masked."""
   q, k, v, _ = _inputs(seed=2)
-  k_hf, v_hf = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
-  garbage = np.full_like(k_hf[:, :, :2], 1e3)  # beyond the fill index: must not count
-  out = attention.cached_attention(q[:, :1], np.concatenate([k_hf[:, :, :4], garbage], 2),
-                                   np.concatenate([v_hf[:, :, :4], garbage], 2), 4)
+  garbage = np.full_like(k[:, :2], 1e3)  # beyond the fill index: must not count
+  filled = (np.arange(6) < 4)[None, None, None]
+  out = attention.dot_product_attention(q[:, :1], np.concatenate([k[:, :4], garbage], 1),
+                                         np.concatenate([v[:, :4], garbage], 1), filled)
   expected, _ = numpy_attention(q[:, :1], k[:, :4], v[:, :4], np.ones((1, 1, 1, 4), bool))
   np.testing.assert_allclose(out, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize('q_len, form', [(1, 'heads_first_attention'),
+                                         (4, 'few_query_attention'),
+                                         (attention.FEW_QUERIES, 'fused')])
+def test_dot_product_attention_picks_its_form_by_shape(q_len, form, monkeypatch):
+  """The dispatcher's choice, and its result equal to numpy, for each query count."""
+  q, k, v, tokens = _inputs(seed=3)
+  q = np.random.RandomState(4).randn(2, q_len, 3, 8).astype(np.float32)
+  mask = np.asarray(attention.padding_mask(jnp.asarray(tokens)))
+  called = []
+  for name in ('heads_first_attention', 'few_query_attention'):
+    monkeypatch.setattr(attention, name, (lambda f, n: lambda *a, **kw: called.append(n) or
+                                          f(*a, **kw))(getattr(attention, name), name))
+  out = attention.dot_product_attention(q, k, v, mask)
+  assert called == ([] if form == 'fused' else [form])
+  np.testing.assert_allclose(out, numpy_attention(q, k, v, mask)[0], atol=1e-5)
+
+
+@pytest.mark.parametrize('q_len', [1, 4, 9])
+def test_bias_and_scale_enter_the_logits_on_every_form(q_len):
+  """softmax(Q K^T * scale + bias) V, whichever form the shape picks."""
+  rng = np.random.RandomState(5)
+  q = rng.randn(2, q_len, 3, 8).astype(np.float32)
+  _, k, v, tokens = _inputs(seed=5)
+  mask = np.asarray(attention.padding_mask(jnp.asarray(tokens)))
+  bias = rng.randn(1, 3, q_len, 6).astype(np.float32)
+  logits = np.einsum('bqhd,bkhd->bhqk', q.astype(np.float64), k) * 0.3 + bias
+  logits = np.where(np.broadcast_to(mask, logits.shape), logits, -np.inf)
+  w = np.exp(logits - logits.max(-1, keepdims=True))
+  w /= w.sum(-1, keepdims=True)
+  expected = np.einsum('bhqk,bkhd->bqhd', w, v)
+  out, weights = attention.dot_product_attention(q, k, v, mask, bias=bias, scale=0.3,
+                                                 return_weights=True)
+  np.testing.assert_allclose(weights, w, atol=1e-5)
+  np.testing.assert_allclose(out, expected, atol=1e-5)
+  np.testing.assert_allclose(attention.dot_product_attention(q, k, v, mask, bias=bias, scale=0.3),
+                             expected, atol=1e-5)
 
 
 def test_causal_self_attention_equals_numpy():
@@ -75,6 +114,8 @@ def test_masked_positions_get_exactly_zero_weight():
   mask = attention.combine_masks(attention.padding_mask(jnp.asarray(tokens)),
                                  attention.causal_mask(6)[:, :, :5, :])
   w = np.asarray(attention.attention_weights(q, k, mask))
+  _, returned = attention.dot_product_attention(q, k, k, mask, return_weights=True)
+  np.testing.assert_array_equal(returned, w)
   full_mask = np.broadcast_to(np.asarray(mask), w.shape)
   assert np.all(w[~full_mask] == 0.0)
   np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-6)

@@ -1,0 +1,67 @@
+"""The model's extension points: the parts a model variant replaces, the paper's by default.
+
+`Transformer(cfg, attention_fn=..., feed_forward=..., positions=..., norm=..., residual=...)`
+builds a variant; every builder (`init_params`, `init_cache`, `decode_context`,
+`decode_step`, `Translator`, `attention_weights`, the train and eval steps, the StableHLO
+export) takes that model, so training, decoding, capture and export all run the variant
+(docs/architecture.md, "A new model variant"). Each part is a factory called with the model
+config and a module name; the name fixes where its parameters live in the tree.
+
+  attention_fn: Eq. 1 (`attention.AttentionFn`), called by every attention layer on every
+    path; default `attention.dot_product_attention`.
+  feed_forward(cfg, name=) -> module `[batch, length, d_model]` -> same (§3.3, Eq. 2).
+  positions(cfg, name=) -> module `(x [batch, length, d_model], positions [batch or 1,
+    length] int32 or None) -> x`, applied to the embeddings (§3.5); None: no positions are
+    added (a variant whose attention_fn uses `query_positions`/`key_positions`, e.g. rotary
+    positions, instead).
+  norm(cfg, name=) -> module `[..., d_model]` -> same: every residual block's
+    normalisation, and the final one of a pre-norm stack (LayerNorm, §3.1).
+  residual(cfg, norm, name=) -> module `(x, sublayer, *, deterministic) -> x`: one residual
+    sub-layer around `sublayer` (§3.1, §5.4), given the `norm` factory.
+"""
+
+import dataclasses
+import functools
+from typing import Callable, Optional
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from t2t_jax.model import attention, layers
+
+Factory = Callable[..., nn.Module]
+
+
+def feed_forward(cfg, *, name: str) -> nn.Module:
+  """The paper's FFN (Eq. 2): ReLU between two dense layers of d_ff and d_model units."""
+  return layers.FeedForward(cfg.d_ff, cfg.d_model, cfg.dtype, name=name)
+
+
+def positions(cfg, *, name: str) -> nn.Module:
+  """Sinusoids (§3.5) or learned positions (Table 3 row E), as `cfg.positional` says."""
+  return layers.AddPositions(cfg.max_len, cfg.positional, name=name)
+
+
+def layer_norm(cfg, *, name: str) -> nn.Module:
+  """LayerNorm with epsilon 1e-6 (tensor2tensor's), float32 parameters."""
+  return nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, param_dtype=jnp.float32, name=name)
+
+
+def residual(cfg, norm: Factory, *, name: str) -> nn.Module:
+  """Post-norm (the paper) or pre-norm residual blocks with dropout, as `cfg.norm_position`."""
+  return layers.Residual(cfg.norm_position, cfg.dropout_rate, cfg.dtype,
+                         norm=functools.partial(norm, cfg), name=name)
+
+
+@dataclasses.dataclass(frozen=True)
+class Parts:
+  """One model's parts (see the module docstring); the defaults are the paper's."""
+  attention_fn: attention.AttentionFn = attention.dot_product_attention
+  feed_forward: Factory = feed_forward
+  positions: Optional[Factory] = positions
+  norm: Factory = layer_norm
+  residual: Callable[..., nn.Module] = residual
+
+
+PAPER = Parts()
+NAMES = tuple(field.name for field in dataclasses.fields(Parts))
