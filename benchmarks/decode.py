@@ -1,10 +1,10 @@
 """Batched decoding throughput: t2t_jax beam search (beam 4, alpha 0.6) and greedy vs a PyTorch peer.
 
-Ours: one jitted function, as translate.py builds it: `model.decode_context` (encoder, the
-encoder-decoder keys/values projected once per sentence, the transposed vocabulary), then
+Ours: one jitted function, as translate.py builds it: `incremental.decode_context` (encoder,
+the encoder-decoder keys/values projected once per sentence, the transposed vocabulary), then
 `search.beam_search` / `greedy_search` whose logits_fn closes over the parameters and the
-context and calls `model.decode_step`; only the self-attention key/value cache goes through the
-search (tiled to batch*beam and reordered by parent beam).
+context and calls `incremental.decode_step`; only the self-attention key/value cache goes
+through the search (tiled to batch*beam and reordered by parent beam).
 The peer (`torch_peer.PeerDecoder`): the same weights copied into torch.nn.Transformer, an
 incremental decoder with preallocated self-attention K/V caches, encoder-decoder K/V computed
 once per sentence, and a beam search with exactly t2t_jax's semantics, so both sides take the
@@ -34,18 +34,18 @@ from benchmarks import common, harness  # noqa: E402
 def _make_ours(cfg, batch, beam, max_len, alpha):
   """The jitted decode, built as translate.py builds it."""
   import jax
-  from t2t_jax.model import transformer as model, search
+  from t2t_jax.model import incremental, transformer as model, search
 
   def decode(params, src):
-    context = model.decode_context(cfg, params, src)
+    context = incremental.decode_context(cfg, params, src)
 
     def logits_fn(tokens, cache):
-      return model.decode_step(cfg, params, cache, tokens, context)
+      return incremental.decode_step(cfg, params, cache, tokens, context)
 
     # search._search is what beam_search/greedy_search run (greedy = beam 1, alpha 0); it also
     # returns the number of decode steps taken.
     seqs, scores, steps = search._search(
-        logits_fn, model.init_cache(cfg, batch, max_len), batch_size=batch, beam_size=beam,
+        logits_fn, incremental.init_cache(cfg, batch, max_len), batch_size=batch, beam_size=beam,
         alpha=alpha if beam > 1 else 0.0, max_decode_len=max_len, max_lengths=None,
         eos_id=model.EOS_ID, bos_id=model.BOS_ID)
     return seqs[:, 0], scores[:, 0], steps

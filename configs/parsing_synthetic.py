@@ -8,7 +8,7 @@ The grammar (`t2t_jax/parsing/grammar.py`) gives every sentence one possible tre
 F1 near 100 is reachable; benchmarks/parsing_synthetic.py measures it.
 """
 
-from configs import default
+from t2t_jax.configs import default
 
 
 def get_config():

@@ -8,7 +8,7 @@ peak 2.4e-3 at step 2000, 5200 steps in the old recipe's time. Test BLEU 24.9 ->
 unchanged on LibreOffice's EN->DE help (benchmarks/help_corpus.py), 18.2 -> 23.0.
 """
 
-from configs import default
+from t2t_jax.configs import default
 
 
 def get_config():

@@ -6,7 +6,7 @@ plus 'base' and 'big'. `PAPER_PARAMS` holds Table 3's parameter counts (millions
 `PAPER_DEV` its dev perplexity (per wordpiece) and dev BLEU on newstest2013.
 """
 
-from configs import wmt_base, wmt_big
+from t2t_jax.configs import wmt_base, wmt_big
 
 ROWS = {
     'base': {},

@@ -25,7 +25,7 @@ results (docs/table3_small.md) stay the results of this config. As the paper's T
 search on the whole dev split, from the last step's parameters, no checkpoint averaging.
 """
 
-from configs import quickstart, table3, wmt_base
+from t2t_jax.configs import quickstart, table3, wmt_base
 
 STEPS = 700        # training steps of every row (about 1.2 epochs of the bundled corpus)
 WARMUP = 400

@@ -1,6 +1,6 @@
 """The paper's base model on WMT14 English->German (Table 3 "base", §5)."""
 
-from configs import default
+from t2t_jax.configs import default
 
 
 def get_config():

@@ -1,6 +1,6 @@
 """The paper's big model on WMT14 English->German (Table 3 "big", §5.2, §6.1)."""
 
-from configs import wmt_base
+from t2t_jax.configs import wmt_base
 
 
 def get_config():

@@ -1,6 +1,6 @@
 """The paper's big model on WMT14 English->French (§5.1, §6.1: P_drop 0.1, 32000 word pieces)."""
 
-from configs import wmt_big
+from t2t_jax.configs import wmt_big
 
 
 def get_config():

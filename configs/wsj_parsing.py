@@ -10,7 +10,7 @@ section 22 without giving the values; the base ones are kept here, and so is its
 length, which §6.3 does not give either.
 """
 
-from configs import wmt_base
+from t2t_jax.configs import wmt_base
 
 
 def get_config():

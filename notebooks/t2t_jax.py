@@ -105,7 +105,7 @@ print(f'mesh: {dict(mesh.shape)} over {mesh.size} device(s) -- every batch is sp
 # can be changed here before training (on the command line: `--config.KEY=VALUE`).
 
 # %%
-from configs import quickstart
+from t2t_jax.configs import quickstart
 from t2t_jax.model import info
 
 config = quickstart.get_config()

@@ -1,41 +1,109 @@
 """t2t_jax: the original Transformer (Vaswani et al. 2017) in JAX/Flax.
 
 The public API, re-exported from the packages that own it (docs/architecture.md has the map).
-Importing t2t_jax also registers the tasks beyond translation (`t2t_jax.parsing`: 'treebank').
+Nothing is imported until it is used (PEP 562): `from t2t_jax import Transformer, beam_search`
+or `import t2t_jax.model` loads jax, flax and numpy only (tests/test_import.py), and a name of
+the training or data side (`t2t_jax.Checkpointer`, `t2t_jax.corpus_bleu`) imports its module,
+with orbax, grain, sacrebleu..., the first time it is read. The subpackages are attributes as
+usual (`t2t_jax.config`, `t2t_jax.parsing`, `t2t_jax.configs`: the presets of configs/).
 """
 
-from t2t_jax.model.attention import (causal_mask, combine_masks, dot_product_attention,
-                                     dot_product_attention_reference, merge_heads, padding_mask,
-                                     segment_mask, split_heads)
-from t2t_jax.config import ConfigError, validate
-from t2t_jax.model.layers import (AddPositions, FeedForward, MultiHeadAttention, Residual,
-                                  SharedEmbedding, sinusoidal_positions)
-from t2t_jax.model.losses import (compute_metrics, label_smoothed_cross_entropy,
-                                  negative_log_likelihood, padding_weights, perplexity,
-                                  token_accuracy)
-from t2t_jax.model.transformer import (BOS_ID, EOS_ID, PAD_ID, Transformer, TransformerConfig,
-                                       count_params, DecodeContext, decode_context, decode_step,
-                                       grow_cache, init_cache, init_params, param_shapes,
-                                       shift_right)
-from t2t_jax.training.optim import learning_rate_schedule, make_optimizer
-from t2t_jax.model.search import beam_search, greedy_search, length_penalty
-from t2t_jax.inference.bleu import corpus_bleu, tokenized_bleu
-from t2t_jax.inference.averaging import average_checkpoints
-from t2t_jax.inference.checkpoint_choice import load_inference_params
-from t2t_jax.runtime.checkpoint import Checkpointer
-from t2t_jax.runtime.parallel import (TrainState, create_train_state, initialize_distributed,
-                                      make_mesh, make_eval_step, make_train_step, shard_batch,
-                                      train_state_shardings)
-from t2t_jax.inference.translate import Translator
-from t2t_jax.training.plots import load_curves, write_learning_curves
-from t2t_jax.inspect.attention_maps import AttentionWeights, attention_weights
-from t2t_jax.inspect.attention_plots import attention_figure, attention_heatmaps, attention_lines
-from t2t_jax.export.common import ExportError
-from t2t_jax.export.ctranslate2_export import export_ctranslate2
-from t2t_jax.export.ctranslate2_decoding import gnmt_rerank
-from t2t_jax.export.stablehlo_export import export_stablehlo
-from t2t_jax.inference.portable import ExportedTranslator
-from t2t_jax.plan import PlanError, make_plan
-from t2t_jax import parsing  # noqa: F401  (registers the 'treebank' task: data.tasks)
+import importlib
+import importlib.util
+import os
+import pkgutil
+import sys
+from typing import Any, List
 
 __version__ = '0.1.0'
+
+
+def _checkout_configs() -> None:
+  """Makes the checkout's configs/ the package `t2t_jax.configs`.
+
+  An installed copy has it as t2t_jax/configs/ (pyproject.toml's package-dir). A checkout, used
+  through `pip install -e .` or only on sys.path, keeps configs/ next to t2t_jax/: registered
+  here, before anything imports `t2t_jax.configs.<preset>`, it is the same package either way.
+  """
+  here = os.path.dirname(os.path.abspath(__file__))
+  folder = os.path.join(os.path.dirname(here), 'configs')
+  if (os.path.isdir(os.path.join(here, 'configs'))
+      or not os.path.isfile(os.path.join(folder, 'default.py'))):
+    return
+  spec = importlib.util.spec_from_file_location(f'{__name__}.configs',
+                                                os.path.join(folder, '__init__.py'),
+                                                submodule_search_locations=[folder])
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module
+  spec.loader.exec_module(module)
+
+
+_checkout_configs()
+
+# The one table of the public API: each module and the names it exports here. `__all__`, the
+# lazy attributes and `dir(t2t_jax)` all come from it. Subpackages are not in `__all__`:
+# `from t2t_jax import *` must not bind `inspect` (the subpackage) over the standard library's.
+_EXPORTS = {
+    't2t_jax.model.attention': (
+        'causal_mask', 'combine_masks', 'dot_product_attention',
+        'dot_product_attention_reference', 'merge_heads', 'padding_mask', 'segment_mask',
+        'split_heads'),
+    't2t_jax.model.layers': (
+        'AddPositions', 'FeedForward', 'MultiHeadAttention', 'Residual', 'SharedEmbedding',
+        'sinusoidal_positions'),
+    't2t_jax.model.losses': (
+        'compute_metrics', 'label_smoothed_cross_entropy', 'negative_log_likelihood',
+        'padding_weights', 'perplexity', 'token_accuracy'),
+    't2t_jax.model.transformer': (
+        'BOS_ID', 'EOS_ID', 'PAD_ID', 'ModelLike', 'Transformer', 'TransformerConfig',
+        'as_model', 'count_params', 'init_params', 'param_shapes', 'shift_right'),
+    't2t_jax.model.incremental': (
+        'DecodeContext', 'check_incremental', 'decode_context', 'decode_step', 'grow_cache',
+        'incremental_logits', 'init_cache'),
+    't2t_jax.model.search': ('beam_search', 'greedy_search', 'length_penalty'),
+    't2t_jax.model.scoring': ('token_log_probs',),
+    't2t_jax.model.nnx_bridge': ('linen_params', 'to_nnx'),
+    't2t_jax.config': ('ConfigError', 'validate'),
+    't2t_jax.training.optim': ('learning_rate_schedule', 'make_optimizer'),
+    't2t_jax.training.plots': ('load_curves', 'write_learning_curves'),
+    't2t_jax.inference.bleu': ('corpus_bleu', 'tokenized_bleu'),
+    't2t_jax.inference.averaging': ('average_checkpoints',),
+    't2t_jax.inference.checkpoint_choice': ('load_inference_params',),
+    't2t_jax.inference.translate': ('Hypothesis', 'Translator'),
+    't2t_jax.inference.portable': ('ExportedTranslator',),
+    't2t_jax.runtime.checkpoint': ('Checkpointer',),
+    't2t_jax.runtime.parallel': (
+        'TrainState', 'create_train_state', 'initialize_distributed', 'make_eval_step',
+        'make_mesh', 'make_train_step', 'shard_batch', 'train_state_shardings'),
+    't2t_jax.inspect.attention_maps': ('AttentionWeights', 'attention_weights'),
+    't2t_jax.inspect.attention_plots': ('attention_figure', 'attention_heatmaps',
+                                        'attention_lines'),
+    't2t_jax.export.common': ('ExportError',),
+    't2t_jax.export.ctranslate2_export': ('export_ctranslate2',),
+    't2t_jax.export.ctranslate2_decoding': ('gnmt_rerank',),
+    't2t_jax.export.stablehlo_export': ('export_stablehlo',),
+    't2t_jax.plan': ('PlanError', 'make_plan'),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def _subpackages() -> List[str]:
+  """The modules and packages of t2t_jax; `configs` is installed into it from configs/."""
+  return sorted({info.name for info in pkgutil.iter_modules(__path__)} | {'configs'})
+
+
+def __getattr__(name: str) -> Any:
+  """Imports the module that owns `name` the first time it is read, and keeps the value."""
+  if name in _MODULE_OF:
+    value = getattr(importlib.import_module(_MODULE_OF[name]), name)
+  elif name in _subpackages():
+    value = importlib.import_module(f'{__name__}.{name}')
+  else:
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+  globals()[name] = value
+  return value
+
+
+def __dir__() -> List[str]:
+  return sorted(set(globals()) | set(__all__) | set(_subpackages()))

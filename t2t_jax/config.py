@@ -6,28 +6,27 @@ expected and what was given, so a typo in `--config.key=value` fails in millisec
 
 import difflib
 import math
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, get_args
 
 import ml_collections
 
-from configs import default as default_config
+from t2t_jax.configs import default as default_config
+from t2t_jax import choices
+from t2t_jax.choices import ConfigError  # noqa: F401  (config.ConfigError, as always)
 
 # The splits every dataset has: train, dev (WMT's 'validation') and test. Defined here, at the
 # bottom of the package, so that the config imports nothing from t2t_jax.data.
 SPLITS = ('train', 'dev', 'test')
 
 
-class ConfigError(ValueError):
-  """A configuration key is unknown or has an invalid value."""
-
-
+# The model's enumerations are `TransformerConfig`'s Literals (`choices`), written once.
 CHOICES = {
-    'positional': ('sinusoidal', 'learned'),
-    'norm_position': ('post', 'pre'),
-    'dtype': ('float32', 'bfloat16'),
-    'attention_impl': ('', 'xla', 'cudnn'),
+    'positional': get_args(choices.Positional),
+    'norm_position': get_args(choices.NormPosition),
+    'dtype': get_args(choices.DTypeName),
+    'attention_impl': ('',) + get_args(choices.AttentionImpl),
     'decode_parallelism': ('auto', 'sharded', 'threads'),
-    'remat_policy': ('none', 'full', 'dots_saveable', 'dots_with_no_batch_dims_saveable'),
+    'remat_policy': get_args(choices.RematPolicy),
     'dataset': ('wmt14_translate/de-en', 'wmt14_translate/fr-en', 'local', 'treebank'),
     'train_split': SPLITS,
     'eval_split': SPLITS,

@@ -3,12 +3,15 @@
 Translation is the default everywhere. A task (`config.dataset` naming it) supplies what the
 layers below it cannot know: how its splits are read and fingerprinted (t2t_jax.data), which
 symbols the vocabulary must keep whole (training), how decoded outputs are scored
-(inference) and turned into output lines (`--mode=decode`). Its package registers it when
-`t2t_jax` is imported (`t2t_jax/parsing/task.py` registers 'treebank'), so nothing below the
-task's package imports it.
+(inference) and turned into output lines (`--mode=decode`). Its package registers it on
+import (`t2t_jax/parsing/task.py` registers 'treebank'); `get` imports the module of a task that
+ships with t2t_jax (`BUILTIN`) the first time that task is looked up, so that every caller
+finds it whatever the program imported, while nothing below the task's package imports it at
+import time (the layers in pyproject.toml hold).
 """
 
 import dataclasses
+import importlib
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 
@@ -39,6 +42,9 @@ class Task:
 
 _TASKS: Dict[str, Task] = {}
 
+# The tasks that ship with t2t_jax: dataset name -> the module that registers it on import.
+BUILTIN = {'treebank': 't2t_jax.parsing.task'}
+
 
 def register(dataset: str, task: Task) -> None:
   """Makes `task` the one of `config.dataset == dataset`."""
@@ -46,5 +52,7 @@ def register(dataset: str, task: Task) -> None:
 
 
 def get(dataset: str) -> Optional[Task]:
-  """The task registered for `dataset`, None for translation."""
+  """The task registered for `dataset` (a built-in one is imported here), None for translation."""
+  if dataset not in _TASKS and dataset in BUILTIN:
+    importlib.import_module(BUILTIN[dataset])  # registers it
   return _TASKS.get(dataset)

@@ -11,9 +11,11 @@ processes); on CPU batches run on one device, one batch per core at once
 (`choose_parallelism`).
 """
 
+import concurrent.futures
 import functools
 import sys
-from typing import Callable, List, Optional, Sequence
+import time
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence
 
 import jax
 import numpy as np
@@ -21,7 +23,7 @@ from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from t2t_jax.inference import portable
-from t2t_jax.model import transformer as model_lib, search
+from t2t_jax.model import incremental, transformer as model_lib, scoring, search
 from t2t_jax.runtime import multihost
 
 
@@ -51,8 +53,24 @@ def choose_parallelism(parallelism: str = 'auto',
   return 'sharded' if len(devices) > 1 and devices[0].platform != 'cpu' else 'threads'
 
 
+class Hypothesis(NamedTuple):
+  """One translation of an n-best list (`Translator.translate_n_best`): `text`, its token
+  `ids` (up to, not including, EOS), `log_prob` = log p(ids + [EOS] | source) with padding
+  excluded from the softmax as decoding does (`scoring.token_log_probs(..., exclude_pad=True)`
+  summed, up to float32 rounding) and `score` = log_prob / search.length_penalty(len(ids) + 1,
+  alpha), what beam search ranks by."""
+  text: str
+  ids: List[int]
+  score: float
+  log_prob: float
+
+
 class Translator:
   """Beam-search decoding of sentences with a trained model.
+
+  `Translator.from_workdir(workdir)` loads a trained run's (config, parameters, vocabulary
+  and decoding settings); `translate` gives the best translations, `translate_n_best` the n
+  best with their scores.
 
   Args:
     model: the model (`Transformer`, or a variant with its own extension points), or its
@@ -87,6 +105,7 @@ class Translator:
                threads: Optional[int] = None, parallelism: str = 'auto'):
     self.model = model_lib.as_model(model, deterministic=True, decode=False)
     self.cfg = self.model.cfg
+    _check_tokenizer(tokenizer, self.cfg.vocab_size)
     self.params = params
     self.tokenizer = tokenizer
     self.beam_size, self.alpha = beam_size, alpha
@@ -99,9 +118,34 @@ class Translator:
     self.threads = threads or (portable.default_threads() if self.parallelism == 'threads'
                                else 1)
     self._decode = sharded_decoder(self.model, beam_size, alpha, self.mesh)
+    self._decode_n_best = sharded_decoder(self.model, beam_size, alpha, self.mesh, n_best=True)
     self.placements = 0
     self.compiled_shapes = set()
     self.truncated_lines: List[int] = []
+
+  @classmethod
+  def from_workdir(cls, workdir: str, checkpoint: Optional[str] = None, *,
+                   model: Optional[model_lib.Transformer] = None, **overrides: Any
+                   ) -> 'Translator':
+    """The Translator of a trained run `workdir` (local or gs://), as `--mode=decode` builds it:
+    the run's config, vocabulary and decoding settings, and the parameters of `checkpoint`
+    (`checkpoint_choice.load_inference_params`: None is the newest averaged checkpoint if
+    any, else the newest training one; or a step such as '800', or a checkpoint's path).
+
+    `model`: the variant the run was trained with (its extension points kept, its config
+    the run's); None: the paper's `Transformer`. `overrides`: `Translator` arguments that
+    replace the run's settings (beam_size, alpha, batch_sentences, parallelism, ...).
+    Raises, in one line: `CheckpointError` naming a folder without (readable) checkpoints,
+    `TokenizerError` naming a missing or damaged vocabulary file.
+    """
+    # Here, not at the top: parameters in memory need no orbax or sentencepiece.
+    from t2t_jax import config as config_lib
+    from t2t_jax.data import tokenizer as tokenizer_lib
+    from t2t_jax.inference import checkpoint_choice
+    inference = checkpoint_choice.load_inference_params(workdir, checkpoint)
+    config = config_lib.from_json(inference.config_json)
+    tok = tokenizer_lib.load(tokenizer_lib.vocab_path(workdir), config.vocab_size)
+    return from_config(config, inference.params, tok, model=model, **overrides)
 
   @property
   def params(self):
@@ -114,19 +158,24 @@ class Translator:
   def _placed_params(self):
     """The parameters replicated on `mesh`: placed once per params object, not per batch."""
     if self._placed is None:
+      if self._params is None:  # allowed until then: the settings alone need none
+        raise ValueError('Translator: params is None; set the model parameters, or use '
+                         'Translator.from_workdir(workdir)')
       self._placed = multihost.local_replicas(self._params, self.mesh)
       self.placements += 1
     return self._placed
 
   def _decode_numpy(self, params, inputs: np.ndarray, max_lengths: np.ndarray,
-                    max_decode_len: int) -> np.ndarray:
-    if (inputs.shape[1], max_decode_len) not in self.compiled_shapes:
-      self.compiled_shapes.add((inputs.shape[1], max_decode_len))
-      logging.info('compiling decode for source length %d, output length %d', inputs.shape[1],
-                   max_decode_len)
+                    max_decode_len: int, n_best: bool = False):
+    """`decode_batch` (`decode_batch_n_best` with n_best) on host arrays, into host arrays."""
+    shape = (inputs.shape[1], max_decode_len)
+    if not n_best and shape not in self.compiled_shapes:
+      self.compiled_shapes.add(shape)
+      logging.info('compiling decode for source length %d, output length %d', *shape)
     rows = NamedSharding(self.mesh, P(multihost.ROWS))
-    return np.asarray(self._decode(params, *jax.device_put((inputs, max_lengths), rows),
-                                   max_decode_len))
+    decode = self._decode_n_best if n_best else self._decode
+    result = decode(params, *jax.device_put((inputs, max_lengths), rows), max_decode_len)
+    return tuple(map(np.asarray, result)) if n_best else np.asarray(result)
 
   def translate(self, sentences: Sequence[str],
                 progress: Optional[Callable[[int, int, float], None]] = None,
@@ -146,22 +195,74 @@ class Translator:
     empty line). Batching: `portable` (the exported artifact batches alike)."""
     params = self._placed_params()  # here, not in the decoding threads: placed once
     outputs, truncated = portable.translate_ids(
-        sentences, self.tokenizer.encode, functools.partial(self._decode_numpy, params),
+        sentences, self._encode, functools.partial(self._decode_numpy, params),
         rows=self.batch_sentences, buckets=self.bucket_lengths, max_len=self.cfg.max_len,
         max_decode_extra=self.max_decode_extra, progress=progress, threads=self.threads)
+    self._note_truncated(truncated, line_numbers)
+    return outputs
+
+  def translate_n_best(self, sentences: Sequence[str], n: Optional[int] = None,
+                       progress: Optional[Callable[[int, int, float], None]] = None,
+                       line_numbers: Optional[Sequence[int]] = None
+                       ) -> List[List[Hypothesis]]:
+    """The `n` best translations of each sentence, best first, with their scores.
+
+    Per sentence, in input order: up to `n` (default and at most `beam_size`) `Hypothesis`,
+    by score, descending, the first being `translate`'s; fewer when the search finished fewer
+    (e.g. at most one output token), none for an empty line. Batched like `translate`, by
+    its own compiled search (`decode_batch_n_best`). Arguments as `translate`.
+    """
+    n = self.beam_size if n is None else n
+    if not 1 <= n <= self.beam_size:
+      raise ValueError(f'translate_n_best: n={n} must be in [1, beam_size={self.beam_size}] '
+                       '(a longer list needs a wider beam: Translator(..., beam_size=n))')
+    params = self._placed_params()
+    encoded, truncated = portable.encode_sources(sentences, self._encode, self.cfg.max_len)
+    results: List[List[Hypothesis]] = [[] for _ in sentences]
+    start, done = time.monotonic(), len(sentences) - len(encoded)
+    batch_list = list(portable.batches(encoded, rows=self.batch_sentences,
+                                       buckets=self.bucket_lengths, max_len=self.cfg.max_len,
+                                       max_decode_extra=self.max_decode_extra))
+    decode = functools.partial(self._decode_numpy, params, n_best=True)
+    for batch, (sequences, scores, log_probs) in _map_batches(decode, batch_list,
+                                                              self.threads):
+      for r, i in enumerate(batch.indices):
+        results[i] = [self._hypothesis(sequences[r, k], scores[r, k], log_probs[r, k])
+                      for k in range(n) if scores[r, k] > search.NEG_INF]
+      done += len(batch.indices)
+      if progress is not None:
+        progress(done, len(sentences), time.monotonic() - start)
+    self._note_truncated(truncated, line_numbers)
+    return results
+
+  def _hypothesis(self, sequence: np.ndarray, score: float, log_prob: float) -> Hypothesis:
+    ids = portable.until_eos(sequence.tolist())
+    return Hypothesis(self.tokenizer.decode(ids), ids, float(score), float(log_prob))
+
+  def _encode(self, sentence: str) -> List[int]:
+    """`tokenizer.encode`, refusing ids the model has no embedding for (NaN logits)."""
+    ids = self.tokenizer.encode(sentence)
+    bad = next((p for p, i in enumerate(ids) if not 0 <= i < self.cfg.vocab_size), None)
+    if bad is not None:
+      raise ValueError(f'the tokenizer gave id {ids[bad]} at position {bad} of {sentence!r:.60}, '
+                       f'outside the model\'s vocabulary (vocab_size={self.cfg.vocab_size})')
+    return ids
+
+  def _note_truncated(self, truncated: List[int], line_numbers: Optional[Sequence[int]]
+                      ) -> None:
     self.truncated_lines = ([line_numbers[i - 1] for i in truncated]
                             if line_numbers is not None else truncated)
     if self.truncated_lines:
       logging.warning('%s', truncation_warning(self.truncated_lines, self.cfg.max_len))
-    return outputs
 
 
 def sharded_decoder(model: model_lib.ModelLike, beam_size: int, alpha: float,
-                    mesh: Mesh) -> Callable[..., jax.Array]:
+                    mesh: Mesh, n_best: bool = False) -> Callable[..., Any]:
   """Jitted `(params, inputs, max_lengths, max_decode_len) -> [rows, max_decode_len]` int32:
   `decode_batch` with the rows of `inputs` `[rows, src_len]` int32 and `max_lengths`
   `[rows]` int32 split over `mesh` (axis `multihost.ROWS`; rows a multiple of its size) and
-  `params` replicated on it; `max_decode_len` is static.
+  `params` replicated on it; `max_decode_len` is static. With `n_best`,
+  `decode_batch_n_best` instead (its three outputs, split alike).
 
   A shard_map, not sharding propagation: every device runs exactly the one-device beam
   search on its own rows, with no collective at all; its while loops stop when its own
@@ -172,8 +273,10 @@ def sharded_decoder(model: model_lib.ModelLike, beam_size: int, alpha: float,
   @functools.partial(jax.jit, static_argnums=3)
   def decode(params, inputs: jax.Array, max_lengths: jax.Array, max_decode_len: int):
     def per_device(params, inputs, max_lengths):
-      return decode_batch(model, beam_size, alpha, params, inputs, max_lengths, max_decode_len)
-    return jax.shard_map(per_device, mesh=mesh, in_specs=(P(), rows, rows), out_specs=rows,
+      return (decode_batch_n_best if n_best else decode_batch)(
+          model, beam_size, alpha, params, inputs, max_lengths, max_decode_len)
+    return jax.shard_map(per_device, mesh=mesh, in_specs=(P(), rows, rows),
+                         out_specs=(rows,) * 3 if n_best else rows,
                          check_vma=False)(params, inputs, max_lengths)
   return decode
 
@@ -188,22 +291,55 @@ def decode_batch(model: model_lib.ModelLike, beam_size: int, alpha: float, param
   (`search.cache_lengths`; `grow_cache=False`: one cache of max_decode_len positions, the
   same translations, slower).
   """
+  sequences, _ = _beam_search(model, beam_size, alpha, params, inputs, max_lengths,
+                              max_decode_len, grow_cache)
+  return sequences[:, 0]
+
+
+def decode_batch_n_best(model: model_lib.ModelLike, beam_size: int, alpha: float, params,
+                        inputs: jax.Array, max_lengths: jax.Array, max_decode_len: int,
+                        grow_cache: bool = True
+                        ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """`decode_batch`'s search, every beam: sequences `[rows, beam_size, max_decode_len]`
+  int32 (EOS-terminated, best first, `[:, 0]` is decode_batch's), scores `[rows, beam_size]`
+  float32 (descending, length-penalised: what the search ranks by; `search.NEG_INF` for a
+  slot without a hypothesis) and their plain log probabilities `[rows, beam_size]` float32
+  (`search.raw_log_probs`)."""
+  sequences, scores = _beam_search(model, beam_size, alpha, params, inputs, max_lengths,
+                                   max_decode_len, grow_cache)
+  return sequences, scores, search.raw_log_probs(sequences, scores, alpha,
+                                                 model_lib.EOS_ID)
+
+
+def _beam_search(model: model_lib.ModelLike, beam_size: int, alpha: float, params,
+                 inputs: jax.Array, max_lengths: jax.Array, max_decode_len: int,
+                 grow_cache: bool) -> tuple[jax.Array, jax.Array]:
+  """The one search of `decode_batch` and `decode_batch_n_best`: every beam and its score."""
   # Per sentence, closed over: the encoder-decoder keys/values and the transposed vocabulary.
   # Only the self-attention cache goes through the search, which tiles it over beams and
   # reorders it at every step.
-  context = model_lib.decode_context(model, params, inputs)
+  context = incremental.decode_context(model, params, inputs)
 
   def logits_fn(tokens, cache):
-    logits, cache = model_lib.decode_step(model, params, cache, tokens, context)
+    logits, cache = incremental.decode_step(model, params, cache, tokens, context)
     # Padding is never a translation token (search.py does not mask it).
-    return logits.at[:, model_lib.PAD_ID].set(-1e9), cache
+    return logits.at[:, model_lib.PAD_ID].set(scoring.PAD_LOGIT), cache
 
-  cache = model_lib.init_cache(model, inputs.shape[0], 1 if grow_cache else max_decode_len)
-  sequences, _ = search.beam_search(
+  cache = incremental.init_cache(model, inputs.shape[0], 1 if grow_cache else max_decode_len)
+  return search.beam_search(
       logits_fn, cache, batch_size=inputs.shape[0], beam_size=beam_size, alpha=alpha,
       max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=model_lib.EOS_ID,
-      bos_id=model_lib.BOS_ID, grow_cache=model_lib.grow_cache if grow_cache else None)
-  return sequences[:, 0]
+      bos_id=model_lib.BOS_ID, grow_cache=incremental.grow_cache if grow_cache else None)
+
+
+def _map_batches(decode: Callable[..., Any], batch_list: List[portable.Batch], threads: int):
+  """(batch, decode(batch)) in batch order, `threads` batches at once (as `portable`'s)."""
+  call = lambda b: decode(b.inputs, b.max_lengths, b.max_decode_len)  # noqa: E731
+  if threads <= 1 or len(batch_list) <= 1:
+    yield from ((b, call(b)) for b in batch_list)
+    return
+  with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+    yield from zip(batch_list, pool.map(call, batch_list))
 
 
 def truncation_warning(lines: Sequence[int], max_len: int, shown: int = 10) -> str:
@@ -229,12 +365,32 @@ def print_progress(done: int, total: int, elapsed: float, stream=sys.stderr) -> 
   stream.flush()
 
 
-def from_config(config, params, tokenizer) -> Translator:
+def _check_tokenizer(tokenizer, vocab_size: int) -> None:
+  """One line for a tokenizer a Translator cannot use: none, no encode (`translate_ids`
+  needs no decode), or more ids than the model has embeddings."""
+  if not callable(getattr(tokenizer, 'encode', None)):
+    what = 'None' if tokenizer is None else f'{type(tokenizer).__name__} without encode'
+    raise ValueError(f'Translator: tokenizer is {what}; it needs encode(str) -> ids (and '
+                     'decode(ids) -> str for text), e.g. the run\'s vocabulary: t2t_jax.data.tokenizer.'
+                     'load(tokenizer.vocab_path(workdir)), or use Translator.from_workdir')
+  size = getattr(tokenizer, 'vocab_size', None)
+  if isinstance(size, int) and size > vocab_size:
+    raise ValueError(f'Translator: the tokenizer has {size} ids but the model\'s vocab_size is '
+                     f'{vocab_size}; ids {vocab_size}..{size - 1} have no embedding (is it '
+                     'the vocabulary this model was trained with?)')
+
+
+def from_config(config, params, tokenizer, *, model: Optional[model_lib.Transformer] = None,
+                **overrides: Any) -> Translator:
   """A Translator with the inference settings of a run config (configs/default.py keys;
-  `decode_parallelism`)."""
+  `decode_parallelism`), `overrides` (Translator arguments) replacing some. `model`: the
+  variant to decode with (its config becomes `config`'s), None: the paper's Transformer."""
   cfg = model_lib.TransformerConfig.from_config(config)
-  return Translator(cfg, params, tokenizer, beam_size=config.beam_size,
-                    alpha=config.length_penalty_alpha, max_decode_extra=config.max_decode_extra,
-                    batch_sentences=config.decode_batch_sentences,
-                    bucket_lengths=config.bucket_lengths, threads=config.decode_threads,
-                    parallelism=config.decode_parallelism)
+  settings = dict(beam_size=config.beam_size, alpha=config.length_penalty_alpha,
+                  max_decode_extra=config.max_decode_extra,
+                  batch_sentences=config.decode_batch_sentences,
+                  bucket_lengths=config.bucket_lengths, threads=config.decode_threads,
+                  parallelism=config.decode_parallelism)
+  settings.update(overrides)
+  net = cfg if model is None else model_lib.as_model(model).clone(cfg=cfg)
+  return Translator(net, params, tokenizer, **settings)

@@ -296,9 +296,13 @@ def beam_search(
     logits_fn: LogitsFn, cache: Cache, *, batch_size: int,
     beam_size: int = 4, alpha: ArrayLike = 0.6, max_decode_len: int,
     max_lengths: Optional[jax.Array] = None, eos_id: int = 1, bos_id: int = 1,
-    n_best: bool = False, grow_cache: Optional[GrowCache] = None
+    grow_cache: Optional[GrowCache] = None
 ) -> tuple[jax.Array, jax.Array]:
   """Batched beam search with GNMT length penalty (paper section 6.1).
+
+  The whole beam comes back, best first: its first n rows are the n-best list (n <= beam
+  size; a wider list needs a wider beam, which can change the best hypothesis too), and
+  `raw_log_probs` gives each hypothesis's plain log probability beside its score.
 
   Jittable with `logits_fn` closed over; `batch_size`, `beam_size`,
   `max_decode_len`, `eos_id`, `bos_id` must be static (one compilation per
@@ -323,8 +327,6 @@ def beam_search(
       (paper: source length + 50), clipped to [1, L]; None means L.
     eos_id: end token, also the only token allowed at max_lengths[b] - 1.
     bos_id: first decoder input (not part of the output).
-    n_best: documentation only: every hypothesis is always returned sorted;
-      with n_best=False the caller uses [:, 0].
     grow_cache: None: `cache` has room for all max_decode_len positions. Given, the cache
       grows with the output instead: `cache` may start with room for as few as one
       position, and `grow_cache(cache, n)` (n >= its current room, leaves [batch*beam,
@@ -335,14 +337,41 @@ def beam_search(
   Returns:
     sequences: [B, K, L] int32, best first, each ending with eos_id then 0s
       (a slot with no possible hypothesis is all 0s with score NEG_INF).
-    scores: [B, K] float32, length-normalised log probs.
+    scores: [B, K] float32, descending: log p(sequence) / length_penalty(its length with
+      EOS, alpha), what the search ranks by (NEG_INF for an empty slot).
   """
-  del n_best  # One code path: the full sorted beam is always returned.
   sequences, scores, _ = _search(
       logits_fn, cache, batch_size=batch_size, beam_size=beam_size,
       alpha=alpha, max_decode_len=max_decode_len, max_lengths=max_lengths,
       eos_id=eos_id, bos_id=bos_id, grow_cache=grow_cache)
   return sequences, scores
+
+
+def output_lengths(sequences: jax.Array, eos_id: int = 1) -> jax.Array:
+  """[..., L] int32 outputs (`beam_search`'s) -> [...] int32: tokens up to and including the
+  first `eos_id`; L for a row without one."""
+  length = sequences.shape[-1]
+  is_eos = sequences == eos_id
+  return jnp.where(jnp.any(is_eos, axis=-1), jnp.argmax(is_eos, axis=-1) + 1, length
+                   ).astype(jnp.int32)
+
+
+def raw_log_probs(sequences: jax.Array, scores: jax.Array, alpha: ArrayLike,
+                  eos_id: int = 1) -> jax.Array:
+  """The plain log probabilities of `beam_search`'s hypotheses: sum over their tokens, EOS
+  included, of log p(token | prefix) as `logits_fn` gave them (each floored at
+  MIN_LOG_PROB).
+
+  Args:
+    sequences: [B, K, L] int32 and scores: [B, K] float32, as `beam_search` returns them.
+    alpha: the length penalty they were searched with.
+  Returns:
+    [B, K] float32: scores * length_penalty(output length with EOS, alpha), equal to the
+    search's own sums up to float32 rounding (two roundings, relative 1e-7); NEG_INF for an
+    empty slot.
+  """
+  raw = scores * length_penalty(output_lengths(sequences, eos_id), alpha)
+  return jnp.where(scores > NEG_INF, raw, NEG_INF)
 
 
 def greedy_search(

@@ -1,20 +1,68 @@
 """The model's hyperparameters (§3, Table 3): one frozen dataclass, `TransformerConfig`.
 
 Modes derive from it with `.replace()` (decode, deterministic, capture_attention); a run config
-(`configs/default.py` keys) becomes one with `TransformerConfig.from_config`, which validates.
+(`configs/default.py` keys) becomes one with `TransformerConfig.from_config`. Every construction
+(`.replace()` included) checks the fields, raising `ConfigError` (a ValueError) in one line.
 """
 
 import dataclasses
-from typing import Any, Optional
+import numbers
+from typing import Literal, Optional, Tuple, Union, get_args, get_origin
 
 import jax.numpy as jnp
+from jax.typing import DTypeLike
+
+from t2t_jax.choices import (AttentionImpl, ConfigError, DTypeName, NormPosition, Positional,
+                             RematPolicy)
+
+_POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'd_k', 'd_v', 'num_layers',
+             'max_len')
+_RATES = ('dropout_rate', 'attention_dropout_rate')
 
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-  """Everything the model needs, frozen; modes derive by `dataclasses.replace`.
+  """Everything the model needs, frozen; modes derive by `.replace()` (`dataclasses.replace`).
 
-  Build it from a run configuration with `TransformerConfig.from_config(cfg)`, which validates.
+  Build it from a run configuration with `TransformerConfig.from_config(cfg)`. Each field is
+  checked on construction; a wrong one raises `ConfigError` naming the field and what it takes.
+
+  Attributes:
+    vocab_size: rows of the one embedding shared by source, target and the pre-softmax
+      projection (§3.4; the shared BPE vocabulary of §5.1: 37000 EN-DE, 32000 EN-FR).
+    d_model: width of the embeddings and of every sub-layer's output (§3.1; 512 base, 1024 big).
+    d_ff: inner width of the position-wise feed-forward network (§3.3, Eq. 2; 2048 base).
+    num_heads: h, the parallel attention heads (§3.2.2; 8 base, 16 big).
+    d_k: per-head query/key width (§3.2.2; 64 in the base model); independent of d_model / h
+      (Table 3 rows A and B).
+    d_v: per-head value width (§3.2.2; 64 in the base model), the heads' outputs concatenate
+      to h * d_v before W^O.
+    num_layers: N, the identical layers of the encoder and, as many, of the decoder (§3.1; 6).
+    dropout_rate: P_drop on each sub-layer's output and on embeddings + positions, in [0, 1)
+      (§5.4; 0.1 base, 0.3 big).
+    attention_dropout_rate: dropout on the attention weights, in [0, 1) (not in the paper; 0).
+    positional: 'sinusoidal', the fixed encoding of §3.5, or 'learned' embeddings (Table 3 E).
+    norm_position: 'post', LayerNorm(x + Sublayer(x)) as §3.1 writes it, or 'pre',
+      x + Sublayer(LayerNorm(x)) with a final LayerNorm after each stack.
+    max_len: the most positions (tokens) a sequence may have: rows of the position table.
+    dtype: activation dtype, float32 or bfloat16 (parameters are always float32); any spelling
+      `jnp.dtype` takes (`jnp.bfloat16`, `np.dtype('bfloat16')`, 'bfloat16'), stored as the
+      numpy dtype so that equal configs hash equal.
+    deterministic: no dropout (evaluation, decoding).
+    decode: autoregressive decoding, one position per call, with a key/value cache
+      (`init_cache`, `decode_step`).
+    attention_impl: `jax.nn.dot_product_attention`'s implementation, 'xla' or 'cudnn'; None
+      lets jax choose for the backend.
+    capture_attention: sow every attention layer's weights into 'intermediates' (see
+      `attention_maps`); off in training and decoding, whose fused attention path it would
+      replace.
+    remat_policy: rematerialisation of each encoder/decoder layer on the backward pass: 'none'
+      or a key of `REMAT_POLICIES`; decode mode (the cache) never remats.
+    scan_layers: run each stack's N layers as one `jax.lax.scan` (`stack.py`): the same
+      parameter tree and numbers to float tolerance, one compiled layer body instead of N (base
+      on v5e:2x4: ~3x less compile CPU per bucket shape), but about twice the step's HBM
+      temporaries, and not bit-identical to the unrolled stack; off by default
+      (`config.scan_layers`).
   """
   vocab_size: int = 37000
   d_model: int = 512
@@ -25,24 +73,43 @@ class TransformerConfig:
   num_layers: int = 6
   dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.0
-  positional: str = 'sinusoidal'
-  norm_position: str = 'post'
+  positional: Positional = 'sinusoidal'
+  norm_position: NormPosition = 'post'
   max_len: int = 512
-  dtype: Any = jnp.float32
+  dtype: DTypeLike = jnp.float32
   deterministic: bool = False
   decode: bool = False
-  attention_impl: Optional[str] = None
-  # Sow every attention layer's weights into 'intermediates' (see `attention_maps`); off in
-  # training and decoding, whose fused attention path it would replace.
+  attention_impl: Optional[AttentionImpl] = None
   capture_attention: bool = False
-  # Rematerialisation of each encoder/decoder layer on the backward pass (`REMAT_POLICIES`);
-  # decode mode (the cache) never remats.
-  remat_policy: str = 'none'
-  # Run each stack's N layers as one `jax.lax.scan` (`stack.py`): the same parameter tree and
-  # numbers to float tolerance, one compiled layer body instead of N (base on v5e:2x4: ~3x
-  # less compile CPU per bucket shape), but about twice the step's HBM temporaries, and not
-  # bit-identical to the unrolled stack; off by default (`config.scan_layers`).
+  remat_policy: RematPolicy = 'none'
   scan_layers: bool = False
+
+  def __post_init__(self):
+    for field in dataclasses.fields(self):
+      value, allowed = getattr(self, field.name), _allowed(field.type)
+      if allowed is not None and not (isinstance(value, (str, type(None))) and value in allowed):
+        _fail(field.name, value, 'one of ' + ', '.join(map(repr, allowed)))
+      if field.type is bool and not isinstance(value, bool):
+        _fail(field.name, value, 'True or False')
+    for name in _POSITIVE:
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        _fail(name, value, 'an integer > 0')
+      object.__setattr__(self, name, int(value))  # numpy ints too: hash and equality unchanged
+    for name in _RATES:
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
+        _fail(name, value, 'a number in [0, 1)')
+    dtypes = get_args(DTypeName)
+    try:
+      dtype = jnp.dtype(self.dtype)
+    except (TypeError, ValueError):
+      dtype = None
+    if dtype is None or dtype.name not in dtypes:
+      _fail('dtype', self.dtype, 'one of ' + ', '.join(map(repr, dtypes)))
+    # One value per dtype: jnp.float32 == np.dtype('float32'), but their hashes differ, and a
+    # config is a static (hashed) argument of jitted functions.
+    object.__setattr__(self, 'dtype', dtype)
 
   @classmethod
   def from_config(cls, config, **overrides) -> 'TransformerConfig':
@@ -61,4 +128,19 @@ class TransformerConfig:
         scan_layers=bool(config.scan_layers), **overrides)
 
   def replace(self, **changes) -> 'TransformerConfig':
+    """A copy with `changes`, checked as a new config is."""
     return dataclasses.replace(self, **changes)
+
+
+def _allowed(annotation) -> Optional[Tuple]:
+  """The values a `Literal[...]` or `Optional[Literal[...]]` annotation allows; else None."""
+  if get_origin(annotation) is Literal:
+    return get_args(annotation)
+  parts = get_args(annotation) if get_origin(annotation) is Union else ()
+  if parts and all(p is type(None) or get_origin(p) is Literal for p in parts):
+    return tuple(v for p in parts for v in ((None,) if p is type(None) else get_args(p)))
+  return None
+
+
+def _fail(name: str, value, expected: str) -> None:
+  raise ConfigError(f'TransformerConfig.{name}={value!r}: expected {expected}')

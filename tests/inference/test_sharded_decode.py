@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from t2t_jax.inference import translate
-from test_translate import CFG, CharTokenizer, _params
+from translate_helpers import CFG, CharTokenizer, sharp_params as _params
 
 # 11 sentences, 2 blank: with 3 sentences a batch (rounded up to 8 rows) the second batch
 # holds 1 real sentence and 7 empty rows.

@@ -6,33 +6,12 @@ import numpy as np
 
 import pytest
 from t2t_jax.inference import translate
-from t2t_jax.model import transformer as model, search
-
-CFG = model.TransformerConfig(vocab_size=40, d_model=32, d_ff=64, num_heads=4, d_k=8, d_v=8,
-                              num_layers=2, max_len=64, deterministic=True)
-
-
-class CharTokenizer:
-  """Letters a-z -> ids 2..27; enough to drive the Translator without SentencePiece."""
-
-  def encode(self, text):
-    return [2 + (ord(c) - ord('a')) % 26 for c in text if c.isalpha()]
-
-  def decode(self, ids):
-    out = []
-    for i in ids:
-      if i == model.EOS_ID:
-        break
-      if i >= 2:
-        out.append(chr(ord('a') + (i - 2) % 26))
-    return ''.join(out)
+from t2t_jax.model import incremental, transformer as model, search
+from translate_helpers import CFG, CharTokenizer, sharp_params
 
 
 def _params(seed=0):
-  params = model.init_params(CFG, jax.random.PRNGKey(seed))
-  # A sharper output distribution than the initialisation's, so beams really differ.
-  table = params['shared_embedding']['embedding']
-  return dict(params, shared_embedding={'embedding': table * 4.0})
+  return sharp_params(seed)
 
 
 def test_cached_beam_search_equals_full_recomputation():
@@ -45,10 +24,10 @@ def test_cached_beam_search_equals_full_recomputation():
   m = model.Transformer(CFG)
   encoded = m.apply({'params': params}, inputs, method=model.Transformer.encode)
 
-  context = model.decode_context(CFG, params, inputs)
+  context = incremental.decode_context(CFG, params, inputs)
 
   def cached_fn(tokens, cache):
-    return model.decode_step(CFG, params, cache, tokens, context)
+    return incremental.decode_step(CFG, params, cache, tokens, context)
 
   def full_fn(tokens, cache):
     # Recompute the whole decoder on the history at every step (no key/value cache).
@@ -59,7 +38,7 @@ def test_cached_beam_search_equals_full_recomputation():
     step_logits = jax.lax.dynamic_index_in_dim(logits, index, axis=1, keepdims=False)
     return step_logits, dict(cache, history=history, index=index + 1)
 
-  cached = model.init_cache(CFG, 3, max_len)
+  cached = incremental.init_cache(CFG, 3, max_len)
   full = {'history': jnp.zeros((3, max_len), jnp.int32), 'index': jnp.zeros((), jnp.int32),
           'encoded': encoded, 'inputs': inputs}
   kwargs = dict(batch_size=3, beam_size=4, alpha=0.6, max_decode_len=max_len,
@@ -89,9 +68,9 @@ def test_growing_cache_translates_as_the_full_size_cache():
 
 
 def test_grow_cache_pads_keys_and_values_only():
-  cache = model.init_cache(CFG, 2, 3)
+  cache = incremental.init_cache(CFG, 2, 3)
   cache = jax.tree_util.tree_map(lambda x: x + 1, cache)
-  grown = model.grow_cache(cache, 5)
+  grown = incremental.grow_cache(cache, 5)
   flat = dict(jax.tree_util.tree_flatten_with_path(grown)[0])
   for path, x in jax.tree_util.tree_flatten_with_path(cache)[0]:
     if x.ndim == 4:
@@ -101,7 +80,7 @@ def test_grow_cache_pads_keys_and_values_only():
     else:
       np.testing.assert_array_equal(flat[path], x)  # fill indices unchanged
   with pytest.raises(ValueError, match='cannot shrink'):
-    model.grow_cache(grown, 4)
+    incremental.grow_cache(grown, 4)
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import pytest
 from t2t_jax.export import stablehlo_export
 from t2t_jax.inference import translate
 from t2t_jax.inspect import attention_maps
-from t2t_jax.model import attention, layers, search, transformer
+from t2t_jax.model import attention, incremental, layers, search, transformer
 
 CFG = transformer.TransformerConfig(vocab_size=40, d_model=32, d_ff=64, num_heads=4, d_k=8,
                                     d_v=8, num_layers=2, max_len=32, dropout_rate=0.0)
@@ -57,26 +57,26 @@ def _teacher_forced(model, targets=TARGETS):
       {'params': _params()}, INPUTS, targets))
 
 
-def _incremental(model, targets=TARGETS):
-  """Logits of each target position from `decode_step`, one position at a time."""
-  context = transformer.decode_context(model, _params(), INPUTS)
-  cache = transformer.init_cache(model, len(INPUTS), targets.shape[1])
-  tokens = transformer.shift_right(jnp.asarray(targets))
-  step = jax.jit(lambda c, t: transformer.decode_step(model, _params(), c, t, context))
-  logits = []
-  for i in range(targets.shape[1]):
-    out, cache = step(cache, tokens[:, i:i + 1])
-    logits.append(out)
-  return np.stack(logits, axis=1)
-
-
 @pytest.mark.parametrize('name', list(VARIANTS))
 def test_teacher_forced_logits_equal_incremental_decoding(name):
   model = _model(name)
   forced = _teacher_forced(model)
-  np.testing.assert_allclose(_incremental(model), forced, atol=2e-5)
+  stepped = incremental.incremental_logits(model, _params(), INPUTS, TARGETS)
+  np.testing.assert_allclose(stepped, forced, atol=2e-5)
+  assert incremental.check_incremental(model, _params(), INPUTS, TARGETS) < 2e-5
   if name != 'paper':  # the variant is what runs, on both paths
     assert np.abs(forced - _teacher_forced(_model('paper'))).max() > 1e-2
+
+
+def test_a_variant_that_decodes_differently_is_caught():
+  """A position-reading attention_fn that ignores the cache's positions (here: treats every
+  decoding step as position 0) trains one model and decodes another: the check says so."""
+  def wrong(query, key, value, mask=None, *, query_positions, **kwargs):
+    return alibi(query, key, value, mask, query_positions=query_positions * 0
+                 if query.shape[1] == 1 else query_positions, **kwargs)
+  with pytest.raises(ValueError, match='incremental decoding differs from teacher forcing'):
+    incremental.check_incremental(transformer.Transformer(CFG, attention_fn=wrong), _params(),
+                                  INPUTS, TARGETS)
 
 
 def _log_prob(model, sequences: np.ndarray) -> np.ndarray:
@@ -94,14 +94,14 @@ def _log_prob(model, sequences: np.ndarray) -> np.ndarray:
 
 
 def _beam(model, max_decode_len=8):
-  context = transformer.decode_context(model, _params(), INPUTS)
+  context = incremental.decode_context(model, _params(), INPUTS)
 
   def logits_fn(tokens, cache):
-    logits, cache = transformer.decode_step(model, _params(), cache, tokens, context)
+    logits, cache = incremental.decode_step(model, _params(), cache, tokens, context)
     return logits.at[:, transformer.PAD_ID].set(-1e9), cache
 
   return jax.jit(lambda: search.beam_search(
-      logits_fn, transformer.init_cache(model, len(INPUTS), max_decode_len),
+      logits_fn, incremental.init_cache(model, len(INPUTS), max_decode_len),
       batch_size=len(INPUTS), beam_size=3, alpha=0.6, max_decode_len=max_decode_len))()
 
 

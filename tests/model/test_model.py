@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from configs import table3, wmt_base, wmt_big
-from t2t_jax.model import losses, transformer as model
+from t2t_jax.model import incremental, losses, transformer as model
 
 TINY = model.TransformerConfig(vocab_size=40, d_model=32, d_ff=64, num_heads=4, d_k=8, d_v=8,
                                num_layers=2, max_len=32, deterministic=True)
@@ -121,10 +121,10 @@ def test_cached_decoding_equals_teacher_forcing(norm_position, positional, remat
   params = model.init_params(cfg, jax.random.PRNGKey(1))
   src, tgt = _batch(seed=2)
   full = _logits(cfg, params, src, tgt)
-  context = model.decode_context(cfg, params, src)
-  cache = model.init_cache(cfg, batch=3, max_decode_len=tgt.shape[1])
+  context = incremental.decode_context(cfg, params, src)
+  cache = incremental.init_cache(cfg, batch=3, max_decode_len=tgt.shape[1])
   decoder_inputs = model.shift_right(tgt)
-  step = jax.jit(lambda c, tok: model.decode_step(cfg, params, c, tok, context))
+  step = jax.jit(lambda c, tok: incremental.decode_step(cfg, params, c, tok, context))
   outputs = []
   for t in range(tgt.shape[1]):
     logits, cache = step(cache, decoder_inputs[:, t:t + 1])
@@ -137,7 +137,7 @@ def test_decode_context_holds_projected_encoder_output_and_transposed_vocabulary
   src, _ = _batch(seed=3)
   encoded = model.Transformer(TINY).apply({'params': params}, src,
                                           method=model.Transformer.encode)
-  context = model.decode_context(TINY, params, src)
+  context = incremental.decode_context(TINY, params, src)
   assert len(context.cross_kv) == TINY.num_layers and context.cross_kv[0][0].shape == (3, 4, 7, 8)
   kernel = params['decoder']['layer_1']['cross_attention']['value']['kernel']  # [d, heads, d_v]
   np.testing.assert_allclose(context.cross_kv[1][1], np.einsum('bsd,dhk->bhsk', encoded, kernel),
@@ -151,15 +151,15 @@ def test_decode_step_shares_sentence_context_across_beam_rows():
   params = model.init_params(TINY, jax.random.PRNGKey(1))
   src, tgt = _batch(seed=4)
   beam = 3
-  context = model.decode_context(TINY, params, src)
-  tiled = model.decode_context(TINY, params, np.repeat(src, beam, axis=0))
+  context = incremental.decode_context(TINY, params, src)
+  tiled = incremental.decode_context(TINY, params, np.repeat(src, beam, axis=0))
   rng = np.random.RandomState(0)
   tokens = rng.randint(1, TINY.vocab_size, (3 * beam, 4)).astype(np.int32)
-  shared = model.init_cache(TINY, 3 * beam, 4)
-  own = model.init_cache(TINY, 3 * beam, 4)
+  shared = incremental.init_cache(TINY, 3 * beam, 4)
+  own = incremental.init_cache(TINY, 3 * beam, 4)
   for t in range(4):
-    a, shared = model.decode_step(TINY, params, shared, tokens[:, t:t + 1], context)
-    b, own = model.decode_step(TINY, params, own, tokens[:, t:t + 1], tiled)
+    a, shared = incremental.decode_step(TINY, params, shared, tokens[:, t:t + 1], context)
+    b, own = incremental.decode_step(TINY, params, own, tokens[:, t:t + 1], tiled)
     np.testing.assert_allclose(a, b, atol=1e-5)
   assert shared['decoder']['layer_0']['self_attention']['cached_key'].shape == (9, 4, 4, 8)
 
@@ -209,11 +209,14 @@ TRAIN = TINY.replace(deterministic=False, dropout_rate=0.1)
 
 @functools.lru_cache(maxsize=None)
 def _loss_and_grads(remat_policy):
-  """TRAIN's label-smoothed loss sum on `_batch()` and its gradient, with dropout on (one fixed
-  dropout key): (params, loss, grads). Cached: every policy compares with one 'none' run."""
+  """TRAIN's label-smoothed loss sum on a training-length `_batch` and its gradient, with
+  dropout on (one fixed dropout key): (params, loss, grads). Cached: every policy compares
+  with one 'none' run."""
   cfg = TRAIN.replace(remat_policy=remat_policy)
   params = model.init_params(cfg, jax.random.PRNGKey(0))
-  src, tgt = _batch()
+  # Training lengths (the shortest bucket is 8): attention's fused form, as in training; below
+  # 8 queries `dot_product_attention` takes decoding's forms, which remat fuses differently.
+  src, tgt = _batch(src_len=9, tgt_len=8)
 
   def loss(p):
     logits = _logits(cfg, p, src, tgt, rngs={'dropout': jax.random.PRNGKey(3)})

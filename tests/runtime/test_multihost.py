@@ -280,9 +280,9 @@ _SHARDED_DECODE = """
 import json, sys
 from t2t_jax.runtime import multihost, parallel
 parallel.initialize_distributed(sys.argv[1], 2, int(sys.argv[2]), timeout_s=120)
-sys.path.insert(0, 'tests/inference')
+sys.path[:0] = ['tests', 'tests/inference']
 from test_sharded_decode import SENTENCES, _translator
-from test_translate import _params
+from translate_helpers import sharp_params as _params
 translator = _translator('sharded', _params(1))
 print(json.dumps([translator.mesh.size, multihost.translate_all(translator, SENTENCES)]))
 """
@@ -293,7 +293,7 @@ def test_sharded_decoding_on_two_processes_translates_as_one_device():
   import sys
   sys.path.insert(0, os.path.join(ROOT, 'tests', 'inference'))
   from test_sharded_decode import SENTENCES, _translator
-  from test_translate import _params
+  from translate_helpers import sharp_params as _params
   address = f'127.0.0.1:{_free_port()}'
   processes = [subprocess.Popen([sys.executable, '-c', _SHARDED_DECODE, address, str(i)],
                                 cwd=ROOT, env=_env(4), stdout=subprocess.PIPE,

@@ -1,0 +1,21 @@
+"""The values of the model's enumerated options, written once, and the error for a wrong one.
+
+Both `TransformerConfig` (its fields are annotated with these `Literal`s and checked against
+them) and the run config's `config.validate` read them: at the bottom of the package, with no
+imports beyond the standard library, so that the host-side config needs no jax and the model
+needs no ml_collections.
+"""
+
+from typing import Literal
+
+Positional = Literal['sinusoidal', 'learned']  # §3.5: the fixed sinusoids, or learned (Table 3 E)
+NormPosition = Literal['post', 'pre']  # §3.1: LayerNorm(x + Sublayer(x)), or x + Sublayer(LN(x))
+# The keys of `t2t_jax.model.stack.REMAT_POLICIES` (jax checkpoint policies), and 'none'.
+RematPolicy = Literal['none', 'full', 'dots_saveable', 'dots_with_no_batch_dims_saveable']
+# `jax.nn.dot_product_attention(implementation=...)`; None (a run config's '') lets jax choose.
+AttentionImpl = Literal['xla', 'cudnn']
+DTypeName = Literal['float32', 'bfloat16']  # activations; parameters are always float32
+
+
+class ConfigError(ValueError):
+  """A configuration key is unknown or has an invalid value (main.py: one line `error: ...`)."""

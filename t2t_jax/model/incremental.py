@@ -1,0 +1,163 @@
+"""Incremental decoding (§6.1): the decoder one position at a time, with a key/value cache.
+
+Beam search (`search.py`) calls `decode_step` once per output position; what the steps share
+(the encoder output's keys and values for every decoder layer, the transposed vocabulary) is
+computed once per batch of sentences by `decode_context`. The steps must compute exactly the
+teacher-forced model that training and evaluation run, or a variant trains one model and
+decodes another: `incremental_logits` runs the steps over a whole target sequence and
+`check_incremental` compares them. An `attention_fn` that reads positions (rotary, ALiBi)
+gets the step and the cache slots from the cache in decoding, and a wrong one shows there
+first.
+"""
+
+from typing import NamedTuple, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t2t_jax.model.layers import head_projection
+from t2t_jax.model.transformer import (PAD_ID, ModelLike, Transformer, as_model,
+                                       shift_right)
+
+Array = jax.Array
+
+
+def init_cache(model: ModelLike, batch: int, max_decode_len: int):
+  """A zero decode cache for `batch` rows and up to `max_decode_len` target positions.
+
+  Leaves: per-layer `cached_key` `[batch, heads, max_decode_len, d_k]`, `cached_value`
+  `[batch, heads, max_decode_len, d_v]` (heads-first, see `attention.cached_attention`), and
+  0-d int32 indices (`cache_index`, `position`).
+  """
+  net = as_model(model, deterministic=True, decode=True)
+  src = jnp.ones((batch, 1), jnp.int32)
+  tgt = jnp.ones((batch, max_decode_len), jnp.int32)
+  shapes = jax.eval_shape(lambda: net.init(jax.random.PRNGKey(0), src, tgt)['cache'])
+  return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+
+def grow_cache(cache, length: int):
+  """`cache` (from `init_cache`) with room for `length` positions, as `search.beam_search`'s
+  `grow_cache`: keys/values zero-padded at the end, beyond the fill index that masks them."""
+  def grow(path, x):
+    if getattr(path[-1], 'key', None) not in ('cached_key', 'cached_value'):
+      return x
+    if length < x.shape[2]:
+      raise ValueError(f'grow_cache: cannot shrink a cache of {x.shape[2]} positions to {length}')
+    return jnp.pad(x, ((0, 0), (0, 0), (0, length - x.shape[2]), (0, 0)))
+  return jax.tree_util.tree_map_with_path(grow, cache)
+
+
+def cross_key_values(model: ModelLike, params, encoded: Array):
+  """Every decoder layer's encoder-decoder keys and values, projected once per sentence.
+
+  Args:
+    model: the model (or its config).
+    params: model parameters.
+    encoded: `[batch, src_len, d_model]` encoder output.
+
+  Returns:
+    A tuple over layers of (keys `[batch, heads, src_len, d_k]`, values `[..., d_v]`), the
+    same numbers the cross-attention computes from `encoded` (same modules, same dtype),
+    heads-first (`attention.heads_first_attention`: no transposed copy at every step).
+  """
+  cfg = as_model(model).cfg
+
+  def project(kernel, features):
+    return head_projection(cfg.num_heads, features, cfg.dtype).apply(
+        {'params': kernel}, encoded).transpose(0, 2, 1, 3)
+  layers = [params['decoder'][f'layer_{i}']['cross_attention'] for i in range(cfg.num_layers)]
+  return tuple((project(p['key'], cfg.d_k), project(p['value'], cfg.d_v)) for p in layers)
+
+
+class DecodeContext(NamedTuple):
+  """What every decode step of a batch of sentences reads and never changes.
+
+  One row per sentence, not per beam: close over it in the search's `logits_fn` rather than
+  putting it in the search's cache, which is tiled over beams and reordered at every step.
+  """
+  inputs: Array      # [batch, src_len] int32 source ids, for the encoder-decoder padding mask.
+  cross_kv: Tuple    # per decoder layer: keys [batch, heads, src_len, d_k], values [..., d_v].
+  vocab_t: Array     # [d_model, vocab]: the shared embedding, transposed once for §3.4's
+                     # pre-softmax projection.
+
+
+def decode_context(model: ModelLike, params, inputs: Array,
+                   encoded: Optional[Array] = None) -> DecodeContext:
+  """Encodes `[batch, src_len]` source ids (unless `encoded` is given) and precomputes what
+  the decode steps share: the encoder-decoder keys/values and the transposed vocabulary."""
+  if encoded is None:
+    encoded = as_model(model, deterministic=True, decode=False).apply(
+        {'params': params}, inputs, method=Transformer.encode)
+  return DecodeContext(inputs, cross_key_values(model, params, encoded),
+                       params['shared_embedding']['embedding'].T)
+
+
+def decode_step(model: ModelLike, params, cache, tokens: Array, context: DecodeContext):
+  """One incremental decoder step with the key/value cache.
+
+  Args:
+    model: the model, or its config (decode and deterministic are forced on).
+    params: model parameters.
+    cache: from `init_cache(model, rows, max_decode_len)` or a previous step.
+    tokens: `[rows, 1]` int32, the previous output token (BOS at the first step). `rows` is a
+      multiple of the context's batch: row r belongs to sentence r // (rows // batch), as
+      `search.beam_search` lays out beams.
+    context: `decode_context(model, params, inputs)` of the batch's sentences.
+
+  Returns:
+    (`[rows, vocab]` float32 logits for the next position, the updated cache).
+  """
+  net = as_model(model, deterministic=True, decode=True)
+  logits, updated = net.apply({'params': params, 'cache': cache}, tokens, None, context.inputs,
+                                context.cross_kv, context.vocab_t, method=Transformer.decode,
+                                mutable=['cache'])
+  return logits[:, 0], updated['cache']
+
+
+def incremental_logits(model: ModelLike, params, inputs: Array,
+                       targets: Array) -> Array:
+  """The logits of every target position from `decode_step`, one position at a time.
+
+  Args:
+    model: a `Transformer` (or variant), or its config.
+    params: its parameters.
+    inputs: `[batch, src_len]` int32 source ids, EOS-terminated, 0-padded.
+    targets: `[batch, tgt_len]` int32 target ids (the decoder reads them shifted right).
+
+  Returns:
+    `[batch, tgt_len, vocab]` float32, what `Transformer.__call__(inputs, targets)` gives.
+  """
+  inputs, targets = jnp.asarray(inputs, jnp.int32), jnp.asarray(targets, jnp.int32)
+  context = decode_context(model, params, inputs)
+  tokens = shift_right(targets)
+
+  def step(cache, token):
+    logits, cache = decode_step(model, params, cache, token[:, None], context)
+    return cache, logits
+
+  cache = init_cache(model, inputs.shape[0], targets.shape[1])
+  _, logits = jax.lax.scan(step, cache, tokens.T)
+  return logits.transpose(1, 0, 2)
+
+
+def check_incremental(model: ModelLike, params, inputs: Array, targets: Array,
+                      atol: float = 1e-4) -> float:
+  """Teacher-forced logits vs `incremental_logits` at the real target positions.
+
+  Returns the largest absolute difference; raises ValueError naming it and where it is when
+  it exceeds `atol` (float32 on CPU stays near 1e-5 for the paper's model).
+  """
+  net = as_model(model, deterministic=True, decode=False)
+  forced = np.asarray(net.apply({'params': params}, inputs, targets), np.float64)
+  stepped = np.asarray(jax.jit(incremental_logits, static_argnums=0)(net, params, inputs,
+                                                                      targets), np.float64)
+  gap = np.abs(forced - stepped) * (np.asarray(targets) != PAD_ID)[..., None]
+  worst = float(gap.max())
+  if not worst <= atol:
+    row, position, _ = np.unravel_index(int(np.argmax(gap)), gap.shape)
+    raise ValueError(f'incremental decoding differs from teacher forcing by {worst:.3g} '
+                     f'(row {row}, target position {position}; atol {atol}): the model decodes '
+                     'differently from how it trains')
+  return worst

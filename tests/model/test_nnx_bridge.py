@@ -1,0 +1,148 @@
+"""NNX entry point (`nnx_bridge`): the Linen Transformer built, trained with `nnx.Optimizer`
+under `nnx.jit`, and decoded through `linen_params` with the Linen decode path."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from t2t_jax.model import incremental, losses, nnx_bridge, search, transformer as model
+
+# Dropout on, so that training exercises the module's 'dropout' stream.
+TINY = model.TransformerConfig(vocab_size=12, d_model=32, d_ff=64, num_heads=4, d_k=8, d_v=8,
+                               num_layers=1, max_len=16, dropout_rate=0.1)
+SRC_LEN = 5  # 4 tokens from 2..11, then EOS (1)
+
+
+def _copy_batch(rng: np.random.RandomState, rows: int) -> jax.Array:
+  """`[rows, SRC_LEN]` int32 sources; the copy task's target is the source itself."""
+  tokens = rng.randint(2, TINY.vocab_size, (rows, SRC_LEN - 1))
+  return jnp.asarray(np.concatenate([tokens, np.ones((rows, 1), int)], 1), jnp.int32)
+
+
+@nnx.jit
+def _forward(module, src, tgt):
+  """`module(src, tgt)` compiled (once per mode: `deterministic` is static)."""
+  return module(src, tgt)
+
+
+def _equal_trees(a, b) -> bool:
+  return (jax.tree.structure(a) == jax.tree.structure(b) and
+          all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))))
+
+
+def test_parameters_are_init_params_of_the_rngs_next_params_key():
+  module = nnx_bridge.to_nnx(TINY, nnx.Rngs(params=0, dropout=1))
+  expected = model.init_params(TINY, nnx.Rngs(params=0, dropout=1).params())
+  assert _equal_trees(nnx_bridge.linen_params(module), expected)
+  assert not _equal_trees(nnx_bridge.linen_params(module),
+                          model.init_params(TINY, jax.random.PRNGKey(0)))
+  assert all(isinstance(v, nnx.Param) for _, v in nnx.iter_graph(module)
+             if isinstance(v, nnx.Variable) and not isinstance(v, nnx.RngState))
+  # From existing Linen parameters (a checkpoint): used as they are.
+  given = model.init_params(TINY, jax.random.PRNGKey(7))
+  assert _equal_trees(nnx_bridge.linen_params(nnx_bridge.to_nnx(TINY, nnx.Rngs(0), params=given)),
+                      given)
+  wrong = jax.tree.map(lambda x: x, given)
+  wrong['decoder']['layer_0']['ffn']['wi']['bias'] = jnp.zeros(16)
+  with pytest.raises(ValueError, match=r"params\['decoder'\]\['layer_0'\]\['ffn'\]\['wi'\]"):
+    nnx_bridge.to_nnx(TINY, nnx.Rngs(0), params=wrong)
+  wrong['decoder'] = given['decoder']
+  del wrong['encoder']
+  with pytest.raises(ValueError, match=r"params\['encoder'\].* is missing"):
+    nnx_bridge.to_nnx(TINY, nnx.Rngs(0), params=wrong)
+
+
+def test_forward_is_linen_apply_and_eval_train_switch_dropout():
+  module = nnx_bridge.to_nnx(TINY, nnx.Rngs(params=0, dropout=1))
+  src = _copy_batch(np.random.RandomState(0), 3)
+  linen = model.Transformer(TINY.replace(deterministic=True)).apply(
+      {'params': nnx_bridge.linen_params(module)}, src, src)
+  assert not module.deterministic  # TINY's mode: training
+  first, second = _forward(module, src, src), _forward(module, src, src)
+  assert first.shape == (3, SRC_LEN, TINY.vocab_size) and first.dtype == jnp.float32
+  assert not np.allclose(first, second)          # a fresh dropout key per call
+  assert not np.allclose(first, linen)
+  module.eval()
+  assert module.deterministic
+  np.testing.assert_allclose(_forward(module, src, src), linen, atol=1e-5)
+  module.train()
+  assert not np.allclose(_forward(module, src, src), linen)
+  # Modes follow the model it is given.
+  assert nnx_bridge.to_nnx(TINY.replace(deterministic=True), nnx.Rngs(0)).deterministic
+
+
+def _train(module, steps: int):
+  """Adam on the copy task with the project's loss; returns per-step losses (train mode)."""
+  optimizer = nnx.Optimizer(module, optax.adam(3e-3), wrt=nnx.Param)
+
+  @nnx.jit
+  def train_step(module, optimizer, src):
+    def loss_fn(module):
+      loss, weight = losses.label_smoothed_cross_entropy(
+          module(src, src), src, losses.padding_weights(src), label_smoothing=0.1)
+      return loss / weight
+    loss, grads = nnx.value_and_grad(loss_fn)(module)
+    optimizer.update(module, grads)
+    return loss
+
+  rng = np.random.RandomState(1)
+  return [float(train_step(module, optimizer, _copy_batch(rng, 32))) for _ in range(steps)]
+
+
+@pytest.fixture(scope='module')
+def trained():
+  module = nnx_bridge.to_nnx(TINY, nnx.Rngs(params=0, dropout=1))
+  before = nnx_bridge.linen_params(module)
+  return module, before, _train(module, 300)
+
+
+def _beam_decode(params, src, beam_size=4, alpha=0.6):
+  """The Linen decode path: `decode_context` / `decode_step` / `init_cache` + `beam_search`."""
+  context = incremental.decode_context(TINY, params, src)
+
+  def logits_fn(tokens, cache):
+    logits, cache = incremental.decode_step(TINY, params, cache, tokens, context)
+    return logits.at[:, model.PAD_ID].set(-1e9), cache
+
+  return search.beam_search(logits_fn, incremental.init_cache(TINY, src.shape[0], 1),
+                            batch_size=src.shape[0], beam_size=beam_size, alpha=alpha,
+                            max_decode_len=SRC_LEN + 2, grow_cache=incremental.grow_cache)
+
+
+def test_nnx_optimizer_trains_the_copy_task(trained):
+  module, before, curve = trained
+  assert curve[-1] < 0.5 * curve[0], curve[::25]
+  src = _copy_batch(np.random.RandomState(99), 16)   # held out
+  weights = losses.padding_weights(src)
+  eval_net = model.Transformer(TINY.replace(deterministic=True))
+
+  @jax.jit
+  def nll(params):
+    m = losses.compute_metrics(eval_net.apply({'params': params}, src, src), src, weights, 0.1)
+    return m['nll'] / m['weight']
+
+  assert nll(nnx_bridge.linen_params(module)) < 0.5 * nll(before)
+  # The optimizer changed the module's Params in place; the tree is still init_params's.
+  assert jax.tree.structure(nnx_bridge.linen_params(module)) == jax.tree.structure(before)
+
+
+def test_trained_module_beam_decodes_with_linen_params(trained):
+  module, _, _ = trained
+  module.eval()
+  params = nnx_bridge.linen_params(module)
+  src = _copy_batch(np.random.RandomState(5), 8)
+  sequences, scores = jax.jit(_beam_decode)(params, src)
+  best = np.asarray(sequences[:, 0])
+  # The task is learned: every sentence decodes to its copy (EOS, then padding).
+  np.testing.assert_array_equal(best[:, :SRC_LEN], src)
+  assert (best[:, SRC_LEN:] == 0).all()
+  # The beam's score is the NNX forward's log-probability of that output over the GNMT
+  # length penalty: the cached Linen decoder and the NNX module compute the same model.
+  log_probs = jax.nn.log_softmax(_forward(module, src, src).at[..., model.PAD_ID].set(-1e9))
+  tokens_lp = jnp.take_along_axis(log_probs, src[..., None], -1)[..., 0].sum(-1)
+  np.testing.assert_allclose(scores[:, 0], tokens_lp / search.length_penalty(SRC_LEN, 0.6),
+                             rtol=1e-4, atol=1e-5)
+
