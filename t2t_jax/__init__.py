@@ -8,12 +8,13 @@ with orbax, grain, sacrebleu..., the first time it is read. The subpackages are 
 usual (`t2t_jax.config`, `t2t_jax.parsing`, `t2t_jax.configs`: the presets of configs/).
 """
 
+import functools
 import importlib
 import importlib.util
 import os
 import pkgutil
 import sys
-from typing import Any, List
+from typing import Any, List, Tuple
 
 __version__ = '0.1.0'
 
@@ -88,9 +89,11 @@ _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in nam
 __all__ = sorted(_MODULE_OF)
 
 
-def _subpackages() -> List[str]:
-  """The modules and packages of t2t_jax; `configs` is installed into it from configs/."""
-  return sorted({info.name for info in pkgutil.iter_modules(__path__)} | {'configs'})
+@functools.lru_cache(maxsize=None)
+def _subpackages() -> Tuple[str, ...]:
+  """The modules and packages of t2t_jax (listed once); `configs` is installed into it from
+  configs/."""
+  return tuple(sorted({info.name for info in pkgutil.iter_modules(__path__)} | {'configs'}))
 
 
 def __getattr__(name: str) -> Any:

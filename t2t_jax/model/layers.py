@@ -291,6 +291,11 @@ class FeedForward(nn.Module):
     return dense(self.d_model, 'wo')(nn.relu(dense(self.d_ff, 'wi')(x)))
 
 
+def layer_norm(dtype: Dtype, *, name: str) -> nn.LayerNorm:
+  """LayerNorm (§3.1) with epsilon 1e-6 (tensor2tensor's) and float32 parameters."""
+  return nn.LayerNorm(epsilon=1e-6, dtype=dtype, param_dtype=jnp.float32, name=name)
+
+
 class Residual(nn.Module):
   """A residual sub-layer with dropout and layer normalisation (§3.1, §5.4).
 
@@ -306,8 +311,7 @@ class Residual(nn.Module):
   @nn.compact
   def __call__(self, x: Array, sublayer: Callable[[Array], Array], *,
                deterministic: bool = True) -> Array:
-    norm = (self.norm or functools.partial(nn.LayerNorm, epsilon=1e-6, dtype=self.dtype,
-                                           param_dtype=jnp.float32))(name='norm')
+    norm = (self.norm or functools.partial(layer_norm, self.dtype))(name='norm')
     dropout = nn.Dropout(self.dropout_rate)
     if self.norm_position == 'pre':
       return x + dropout(sublayer(norm(x)), deterministic=deterministic)

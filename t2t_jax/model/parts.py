@@ -25,7 +25,6 @@ import functools
 from typing import Callable, Optional
 
 import flax.linen as nn
-import jax.numpy as jnp
 
 from t2t_jax.model import attention, layers
 
@@ -43,8 +42,8 @@ def positions(cfg, *, name: str) -> nn.Module:
 
 
 def layer_norm(cfg, *, name: str) -> nn.Module:
-  """LayerNorm with epsilon 1e-6 (tensor2tensor's), float32 parameters."""
-  return nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, param_dtype=jnp.float32, name=name)
+  """`layers.layer_norm` (epsilon 1e-6, float32 parameters) in the config's dtype."""
+  return layers.layer_norm(cfg.dtype, name=name)
 
 
 def residual(cfg, norm: Factory, *, name: str) -> nn.Module:
