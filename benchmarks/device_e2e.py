@@ -1,0 +1,149 @@
+"""Device check stages (benchmarks/device_check.py): the embedded default end to end.
+
+embedded_default: `python main.py --workdir=DIR` exactly as a user types it (on the device the
+check runs on), timed from the command's start to its exit, compilations included; dev BLEU
+from `metrics.jsonl`, test BLEU from `eval_test_<step>.json`. With --smoke: a 20-step tiny
+model without the final test evaluation.
+
+embedded_decode: that model decodes the bundled test set (--smoke: its first 16 sentences)
+with `--mode=decode` on the device and with the CPU backend (`JAX_PLATFORMS=cpu`): the number
+of differing lines and the BLEU of each against the references. The goal: identical, or BLEU
+within 0.2 (GPU sums are not bitwise the CPU's). Also sentences/s of each whole command.
+"""
+
+import glob
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+from benchmarks.device_check import ROOT, Context, goal
+
+BUNDLED = os.path.join(ROOT, 't2t_jax', 'data', 'bible_en_es')
+REFERENCE_TEST_BLEU = 30.28  # README: the embedded default on the 2-core CPU
+SMOKE_FLAGS = ('--config.num_train_steps=20', '--config.vocab_size=300',
+               '--config.vocab_sample_sentences=3000', '--config.d_model=32',
+               '--config.d_ff=64', '--config.num_heads=2', '--config.num_layers=1',
+               '--config.max_len=64', '--config.max_length=32', '--config.bucket_lengths=(16,32)',
+               '--config.tokens_per_batch=512',
+               '--config.checkpoint_every_steps=10', '--config.eval_every_steps=10',
+               '--config.eval_bleu_sentences=8', '--config.log_every_steps=10',
+               '--config.final_eval_split=')
+SMOKE_SENTENCES = 16
+
+
+def _workdir(ctx: Context) -> str:
+  return os.path.join(ctx.scratch, 'embedded_default')
+
+
+def _main_py(args: List[str], timeout: float, log: str,
+             env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+  """Runs `python main.py ARGS`; its output goes to `log`. (exit code, seconds)."""
+  start = time.time()
+  with open(log, 'w', encoding='utf-8') as out:
+    try:
+      code = subprocess.run([sys.executable, os.path.join(ROOT, 'main.py'), *args], cwd=ROOT,
+                            stdout=out, stderr=subprocess.STDOUT, timeout=max(timeout, 1),
+                            env=dict(os.environ, **(env or {})), check=False).returncode
+    except subprocess.TimeoutExpired:
+      code = 'timeout'
+  return {'exit_code': code, 'seconds': time.time() - start}
+
+
+def _tail(path: str, chars: int = 1500) -> str:
+  with open(path, encoding='utf-8', errors='replace') as f:
+    return f.read()[-chars:]
+
+
+def embedded_default(ctx: Context) -> Dict[str, Any]:
+  workdir = _workdir(ctx)
+  log = os.path.join(ctx.scratch, 'embedded_default.log')
+  flags = list(SMOKE_FLAGS) if ctx.smoke else []
+  run = _main_py([f'--workdir={workdir}', *flags], ctx.left() - 5, log)
+  record: Dict[str, Any] = {'command': 'python main.py --workdir=DIR ' + ' '.join(flags),
+                            'wall_s': run['seconds'], 'exit_code': run['exit_code']}
+  if run['exit_code'] != 0:
+    return dict(record, status='error', error=f'main.py exit {run["exit_code"]}',
+                log_tail=_tail(log))
+  record['dev_bleu'] = _dev_bleu(os.path.join(workdir, 'metrics.jsonl'))
+  finals = sorted(glob.glob(os.path.join(workdir, 'eval_test_*.json')))
+  record['goals'] = []
+  if finals:
+    with open(finals[-1], encoding='utf-8') as f:
+      result = json.load(f)
+    record['test'] = {k: result.get(k) for k in ('bleu', 'tokenized_bleu', 'perplexity', 'step')}
+    bleu = result.get('bleu')
+    record['goals'].append(goal(f'test BLEU {REFERENCE_TEST_BLEU} within 1.0', bleu,
+                                bleu is not None and abs(bleu - REFERENCE_TEST_BLEU) <= 1.0))
+  plots = glob.glob(os.path.join(workdir, 'plots', 'learning_curves_step.png'))
+  if plots and not ctx.smoke:  # one of the check's few result files
+    with open(plots[0], 'rb') as src, open(os.path.join(os.path.dirname(ctx.out),
+                                                        'embedded_default_curves.png'), 'wb') as dst:
+      dst.write(src.read())
+  record['summary'] = {'wall_s': run['seconds'],
+                       'dev_bleu': record['dev_bleu'][-1][1] if record['dev_bleu'] else None,
+                       'test_bleu': record.get('test', {}).get('bleu')}
+  return record
+
+
+def _dev_bleu(path: str) -> List[List[float]]:
+  """[[step, dev BLEU]] from metrics.jsonl."""
+  out = []
+  if os.path.exists(path):
+    with open(path, encoding='utf-8') as f:
+      for line in f:
+        m = json.loads(line)
+        bleu = m.get('eval_dev/bleu')
+        if bleu is not None:
+          out.append([m.get('step'), bleu])
+  return out
+
+
+def _test_set(ctx: Context) -> Dict[str, List[str]]:
+  sides = {}
+  for lang in ('en', 'es'):
+    with gzip.open(os.path.join(BUNDLED, f'test.{lang}.gz'), 'rt', encoding='utf-8') as f:
+      sides[lang] = [line.rstrip('\n') for line in f]
+    if ctx.smoke:
+      sides[lang] = sides[lang][:SMOKE_SENTENCES]
+  return sides
+
+
+def embedded_decode(ctx: Context) -> Dict[str, Any]:
+  import jax  # pylint: disable=import-outside-toplevel
+  import sacrebleu  # pylint: disable=import-outside-toplevel
+  sides = _test_set(ctx)
+  source = os.path.join(ctx.scratch, 'test.en')
+  with open(source, 'w', encoding='utf-8') as f:
+    f.write(''.join(line + '\n' for line in sides['en']))
+  outputs, runs = {}, {}
+  backends = [('device', {}), ('cpu', {'JAX_PLATFORMS': 'cpu'})]
+  for name, env in backends:
+    output = os.path.join(ctx.scratch, f'decoded_{name}.es')
+    log = os.path.join(ctx.scratch, f'decode_{name}.log')
+    runs[name] = _main_py(['--mode=decode', f'--workdir={_workdir(ctx)}', f'--input={source}',
+                           f'--output={output}'], ctx.left() - 3, log, env)
+    if runs[name]['exit_code'] != 0:
+      return {'status': 'error', 'error': f'decode on {name}: exit {runs[name]["exit_code"]}',
+              'log_tail': _tail(log), 'runs': runs}
+    with open(output, encoding='utf-8') as f:
+      outputs[name] = [line.rstrip('\n') for line in f]
+  n = len(sides['en'])
+  bleu = {name: sacrebleu.corpus_bleu(lines, [sides['es']]).score
+          for name, lines in outputs.items()}
+  differing = sum(a != b for a, b in zip(outputs['device'], outputs['cpu']))
+  gap = abs(bleu['device'] - bleu['cpu'])
+  record = {'sentences': n, 'device_backend': jax.default_backend(), 'bleu': bleu,
+            'differing_lines': differing,
+            'sentences_per_s': {k: n / v['seconds'] for k, v in runs.items()},
+            'command_s': {k: v['seconds'] for k, v in runs.items()},
+            'goals': [goal('device decode identical to CPU, or BLEU within 0.2',
+                           f'{differing} lines differ, BLEU gap {gap:.3f}',
+                           differing == 0 or gap <= 0.2)]}
+  record['summary'] = {'differing': differing, 'bleu_device': bleu['device'],
+                       'bleu_cpu': bleu['cpu'],
+                       'sent_per_s_device': record['sentences_per_s']['device']}
+  return record

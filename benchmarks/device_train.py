@@ -1,0 +1,324 @@
+"""Device check stages (benchmarks/device_check.py): training speed, feeding, compiling, decoding.
+
+train_base / train_big: `configs/wmt_base.py` / `wmt_big.py` in bfloat16 at their 25,000
+target tokens a step, fed by the project's pipeline (`pipeline.make_train_iterator`, token
+store, bucketed or packed) from a synthetic corpus with WMT-like lengths, through
+`parallel.make_train_step` as the training loop drives it (each step dispatched, then the
+previous step's non-finite flag read: the loop's one-step-behind sync). Every batch shape is
+compiled first (in threads, at once), then:
+
+  fed     `steps` steps pulling each batch from the iterator and placing it (`shard_batch`)
+  staged  the same batches, placed on the device beforehand, back to back
+
+The device waits for data `1 - staged / fed` of the time (the goal: under 2%). Step time,
+real and padded target tokens/s, MFU (analytic matmul FLOPs of the padded batch against the
+chip's bf16 dense peak, `common.KNOWN_PEAKS`), peak device memory. The PyTorch peer
+(`benchmarks/torch_peer.py`, eager and torch.compile, bf16 autocast) trains on a random batch
+of the packed shape, and ours on the same shape staged: tokens/s ratio ours / best peer.
+"""
+
+import concurrent.futures
+import time
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+
+from benchmarks import common, harness
+from benchmarks.device_check import Context, goal
+from benchmarks.device_numerics import SMOKE_SIZE
+
+SMOKE_TOKENS = 512
+
+
+class SyntheticCorpus:
+  """`n` pairs of WMT-like token lengths: source ~ lognormal around 24 tokens (WMT14 EN-DE's
+  SentencePiece lengths: mean ~27, a long tail to the 256 cap), target = source x
+  lognormal(0, 0.15). A pair's "text" names it; `tokenizer` returns its random ids."""
+
+  def __init__(self, n: int, vocab_size: int, max_length: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    src = np.clip(rng.lognormal(np.log(24), 0.6, n), 1, max_length - 1).astype(np.int64)
+    tgt = np.clip(src * rng.lognormal(0, 0.15, n), 1, max_length - 1).astype(np.int64)
+    self.lengths = {'source': src, 'target': tgt}
+    self.ids = {side: rng.integers(2, vocab_size, int(lens.sum())).astype(np.int32)
+                for side, lens in self.lengths.items()}
+    self.offsets = {side: np.concatenate([[0], np.cumsum(lens)])
+                    for side, lens in self.lengths.items()}
+    self.tokenizer = _Tokenizer(self, vocab_size)
+
+  def __len__(self) -> int:
+    return len(self.lengths['source'])
+
+  def __getitem__(self, i: int) -> Dict[str, str]:
+    return {'source': f'source {i}', 'target': f'target {i}'}
+
+
+class _Tokenizer:
+  def __init__(self, corpus: SyntheticCorpus, vocab_size: int):
+    self.corpus, self.vocab_size = corpus, vocab_size
+
+  def encode_batch(self, texts: List[str]) -> List[np.ndarray]:
+    out = []
+    for text in texts:
+      side, i = text.split()
+      off = self.corpus.offsets[side]
+      out.append(self.corpus.ids[side][off[int(i)]:off[int(i) + 1]])
+    return out
+
+
+def wmt_config(ctx: Context, name: str, **changes):
+  """configs/wmt_<name>.py (the smoke size and batch with --smoke) in bfloat16."""
+  import importlib  # pylint: disable=import-outside-toplevel
+  config = importlib.import_module(f'configs.wmt_{name}').get_config()
+  config.dtype = 'bfloat16'
+  if ctx.smoke:
+    for key, value in SMOKE_SIZE.items():
+      setattr(config, key, value)
+    config.tokens_per_batch, config.max_length = SMOKE_TOKENS, 64
+    config.bucket_lengths = tuple(x for x in config.bucket_lengths if x < 64) + (64,)
+    config.decode_batch_sentences = 8
+  for key, value in changes.items():
+    setattr(config, key, value)
+  return config
+
+
+def _size(config) -> Dict[str, Any]:
+  return {k: config[k] for k in ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_layers',
+                                 'dropout_rate')}
+
+
+class _Trainer:
+  """The run's model, optimizer, state and train step on every device, each batch shape
+  compiled ahead (`compiled[(rows, length)]`)."""
+
+  def __init__(self, config):
+    import jax  # pylint: disable=import-outside-toplevel
+    from t2t_jax.model import transformer  # pylint: disable=import-outside-toplevel
+    from t2t_jax.runtime import parallel  # pylint: disable=import-outside-toplevel
+    from t2t_jax.training import optim  # pylint: disable=import-outside-toplevel
+    self.config, self.parallel = config, parallel
+    self.mesh = parallel.make_mesh(jax.devices())
+    self.cfg = transformer.TransformerConfig.from_config(config)
+    optimizer = optim.make_optimizer(config)
+    self.state = parallel.create_train_state(self.cfg, optimizer, 0, self.mesh)
+    self.step = parallel.make_train_step(self.cfg, optimizer, self.mesh,
+                                         label_smoothing=config.label_smoothing, seed=0)
+    self.compiled: Dict[Tuple[int, int], Any] = {}
+
+  def compile(self, shapes: List[Tuple[int, int]], packed: bool) -> Dict[str, float]:
+    """Compiles the step for every `(rows, length)` at once (threads); seconds per shape."""
+    import jax  # pylint: disable=import-outside-toplevel
+    import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+    keys = ('inputs', 'targets') + (self.parallel.PACKING_KEYS if packed else ())
+    sharding = self.parallel.data_sharded(self.mesh)
+
+    def one(shape):
+      spec = jax.ShapeDtypeStruct(shape, jnp.int32, sharding=sharding)
+      start = time.perf_counter()
+      compiled = self.step.lower(self.state, {k: spec for k in keys}).compile()
+      return shape, compiled, time.perf_counter() - start
+
+    todo = [s for s in shapes if (s, packed) not in self.compiled]
+    seconds = {}
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(8, len(todo)))) as pool:
+      for shape, compiled, s in pool.map(one, todo):
+        self.compiled[shape, packed], seconds[f'{shape[0]}x{shape[1]}'] = compiled, s
+    return seconds
+
+  def run(self, batches, flops_of) -> Dict[str, float]:
+    """Steps over `batches` (host dicts, or placed ones) as the loop drives them: each step
+    dispatched, then the previous step's non-finite flag read. Returns seconds and sums."""
+    import jax  # pylint: disable=import-outside-toplevel
+    pending, flops, padded = None, 0, 0
+    start = time.perf_counter()
+    for batch in batches:
+      shape = tuple(batch['targets'].shape)
+      placed = batch if isinstance(batch['targets'], jax.Array) else self.parallel.shard_batch(
+          batch, self.mesh)
+      packed = self.parallel.PACKING_KEYS[0] in batch
+      self.state, metrics = self.compiled[shape, packed](self.state, placed)
+      if pending is not None:
+        float(pending)
+      pending = metrics['nonfinite']
+      flops, padded = flops + flops_of(shape), padded + shape[0] * shape[1]
+    jax.block_until_ready(self.state)
+    seconds = time.perf_counter() - start
+    return {'seconds': seconds, 'flops': flops, 'padded_tokens': padded}
+
+
+def _layout(trainer: _Trainer, corpus: SyntheticCorpus, packed: bool, steps: int, peak: float,
+            ctx: Context) -> Dict[str, Any]:
+  """One layout (packed or bucketed): compile, fed steps, staged steps."""
+  from t2t_jax.data import pipeline  # pylint: disable=import-outside-toplevel
+  config = trainer.config
+  config.pack_examples = packed
+  lengths, rows = pipeline.bucket_rows(config, trainer.mesh.size, 1)
+  shapes = [(r, n) for r, n in zip(rows, lengths)][-1:] if packed else list(zip(rows, lengths))
+  with harness.timed() as t:
+    compile_s = trainer.compile(shapes, packed)
+  iterator = pipeline.make_train_iterator(config, corpus, corpus.tokenizer,
+                                          rows_multiple=trainer.mesh.size)
+  size = _size(config)
+  flops_of = lambda shape: common.train_flops(size, shape[0], shape[1], shape[1])  # noqa: E731
+  trainer.run([next(iterator) for _ in range(2)], flops_of)  # warm: first executions
+  host: List[Dict[str, np.ndarray]] = []
+
+  def pulled():
+    for _ in range(steps):
+      host.append(next(iterator))
+      yield host[-1]
+
+  fed = trainer.run(pulled(), flops_of)
+  iterator.close()
+  placed = [trainer.parallel.shard_batch(b, trainer.mesh) for b in host]
+  staged = trainer.run(placed, flops_of)
+  real = sum(int(np.count_nonzero(b['targets'])) for b in host)
+  record = {
+      'shapes': [f'{r}x{n}' for r, n in shapes], 'compile_s': compile_s,
+      'compile_wall_s': t.seconds, 'steps': steps,
+      'step_time_s': fed['seconds'] / steps, 'staged_step_time_s': staged['seconds'] / steps,
+      'real_target_tokens_per_batch': real / steps,
+      'padded_target_tokens_per_batch': fed['padded_tokens'] / steps,
+      'real_target_tokens_per_s': real / fed['seconds'],
+      'padded_target_tokens_per_s': fed['padded_tokens'] / fed['seconds'],
+      'mfu': fed['flops'] / fed['seconds'] / peak if peak else None,
+      'wait_fraction': max(0.0, 1.0 - staged['seconds'] / fed['seconds'])}
+  return record
+
+
+def _peer(size_name: str, size: Dict[str, Any], shape: Tuple[int, int], steps: int,
+          ctx: Context) -> Dict[str, Any]:
+  """The PyTorch peer on a random `[rows, length]` batch: seconds per step, eager and (time
+  allowing) torch.compile'd, bf16 autocast on a GPU."""
+  try:
+    import torch  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    return {'skipped': 'torch is not installed'}
+  from benchmarks import train_step  # pylint: disable=import-outside-toplevel
+  common.SIZES.setdefault(size_name, size)
+  host = {k: np.random.default_rng(0).integers(2, size['vocab_size'], shape, dtype=np.int32)
+          for k in ('inputs', 'targets')}
+  device = 'cuda' if torch.cuda.is_available() else 'cpu'
+  runner = train_step._PeerRunner(size_name, host, 'bfloat16', device, 1,  # pylint: disable=protected-access
+                                  ctx.left() > 150 or ctx.smoke, '0')
+  out = {'device': device, **runner.info}
+  for mode in ('eager', 'compiled'):
+    if mode in runner.info:
+      times = runner.steps(mode, steps)
+      out[mode] = dict(runner.info[mode], step_time_s=float(np.median(times)))
+  out['peak_device_memory_bytes'] = runner.peak_memory()
+  return out
+
+
+def _train(ctx: Context, name: str) -> Dict[str, Any]:
+  import jax  # pylint: disable=import-outside-toplevel
+  config = wmt_config(ctx, name)
+  peak = common.known_peak(jax.devices()[0].device_kind)
+  peak = peak * len(jax.devices()) if peak else None
+  corpus = SyntheticCorpus(3_000 if ctx.smoke else 60_000, config.vocab_size, config.max_length)
+  trainer = _Trainer(config)
+  steps = 3 if ctx.smoke else (20 if name == 'base' else 10)
+  record: Dict[str, Any] = {'config': f'wmt_{name} bfloat16', 'tokens_per_batch':
+                            config.tokens_per_batch, 'peak_flops': peak, 'goals': []}
+  for layout in ('packed', 'bucketed'):
+    if layout == 'bucketed' and ctx.left() < (10 if ctx.smoke else 45):
+      record['bucketed'] = {'skipped': 'time box'}
+      continue
+    record[layout] = _layout(trainer, corpus, layout == 'packed', steps, peak, ctx)
+    r = record[layout]
+    ctx.emit({'part': layout, 'status': 'partial', **r, 'summary': {
+        'step_ms': 1e3 * r['step_time_s'], 'real_tok_per_s': r['real_target_tokens_per_s'],
+        'real_per_batch': r['real_target_tokens_per_batch'], 'mfu': r['mfu'],
+        'wait': r['wait_fraction'], 'compile_s': sum(r['compile_s'].values())}})
+  stats = jax.devices()[0].memory_stats() if hasattr(jax.devices()[0], 'memory_stats') else None
+  record['peak_device_memory_bytes'] = (stats or {}).get('peak_bytes_in_use')
+  packed = record['packed']
+  shape = tuple(int(x) for x in packed['shapes'][0].split('x'))
+  peer = _peer(f'device_check_{name}', _size(config), shape, steps, ctx)
+  record['peer'] = peer
+  ours_s = packed['staged_step_time_s']
+  peer_best = min((peer[m]['step_time_s'] for m in ('eager', 'compiled') if m in peer),
+                  default=None)
+  record['ratio_ours_over_best_peer'] = peer_best / ours_s if peer_best else None
+  record['goals'].append(goal('the device waits for batches < 2% of the time (packed)',
+                              packed['wait_fraction'], packed['wait_fraction'] < 0.02))
+  if record['ratio_ours_over_best_peer'] is not None:
+    record['goals'].append(goal('ours >= 1.0x the best PyTorch peer (same shape)',
+                                record['ratio_ours_over_best_peer'],
+                                record['ratio_ours_over_best_peer'] >= 1.0))
+  if name == 'big' and packed['mfu'] is not None:
+    record['goals'].append(goal('MFU >= 40% (big, packed)', packed['mfu'], packed['mfu'] >= 0.4))
+  record['summary'] = {'packed_ms': 1e3 * packed['step_time_s'],
+                       'real_tok_per_s': packed['real_target_tokens_per_s'],
+                       'mfu': packed['mfu'], 'wait': packed['wait_fraction'],
+                       'vs_peer': record['ratio_ours_over_best_peer'],
+                       'bucketed_real_tok_per_s': record['bucketed'].get(
+                           'real_target_tokens_per_s')}
+  return record
+
+
+def train_base(ctx: Context) -> Dict[str, Any]:
+  return _train(ctx, 'base')
+
+
+def train_big(ctx: Context) -> Dict[str, Any]:
+  return _train(ctx, 'big')
+
+
+def compile_times(ctx: Context) -> Dict[str, Any]:
+  """Seconds to compile every program a base run compiles before its steady step, on this
+  device: the train step per batch shape, the dev eval per shape, beam-search decode."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from t2t_jax.plan import compile as plan_compile  # pylint: disable=import-outside-toplevel
+  config = wmt_config(ctx, 'base')
+  run = plan_compile.Run(config, jax.devices())
+  compiles: Dict[str, float] = {}
+  for rows, length in run.train_shapes():
+    stats = run.compile_train(rows, length)
+    compiles[f'train {rows}x{length}'] = sum(s.compile_s for s in stats)
+  for rows, length in _eval_shapes(run):
+    compiles[f'eval {rows}x{length}'] = run.compile_eval(rows, length).compile_s
+    if ctx.left() < 5:
+      break
+  decode = run.compile_decode()
+  compiles['decode ' + 'x'.join(map(str, decode.shapes['inputs']))] = decode.compile_s
+  total = sum(compiles.values())
+  return {'compile_s': compiles, 'total_s': total,
+          'summary': {'programs': len(compiles), 'total_s': total}}
+
+
+def _eval_shapes(run) -> List[Tuple[int, int]]:
+  """The dev eval's batch shapes (the plan's own list where it has one)."""
+  shapes = getattr(run, 'eval_shapes', None)
+  if shapes is not None:
+    return list(shapes())
+  return [run.train_shape()]
+
+
+def decode_speed(ctx: Context) -> Dict[str, Any]:
+  """Beam 4 at base size on 128 sentences of 32 tokens (random weights run every hypothesis to
+  the length limit, 82 steps: the worst case), ours against the peer on the same device."""
+  import argparse  # pylint: disable=import-outside-toplevel
+  from benchmarks import decode  # pylint: disable=import-outside-toplevel
+  size_name = 'base'
+  if ctx.smoke:
+    size_name = 'device_check_smoke'
+    common.SIZES.setdefault(size_name, SMOKE_SIZE)
+  try:
+    import torch  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    no_peer = False
+  except ImportError:
+    no_peer = True
+  args = argparse.Namespace(alpha=0.6, rounds=1 if ctx.smoke else 3, torch_threads='0',
+                            no_peer=no_peer)
+  batch, src_len = (8, 8) if ctx.smoke else (128, 32)
+  records = []
+  record = decode.bench(size_name, batch, src_len, src_len + 50, 4, args, records.append,
+                        common.CompileCounter())
+  record = records[-1] if records else record
+  ours = record['ours']['sentences_per_s']
+  ratio = (record.get('ratio_ours_over_peer') or {}).get('sentences_per_s')
+  out = {'decode': record, 'goals': [], 'summary': {'sentences_per_s': ours, 'vs_peer': ratio}}
+  if ratio is not None:
+    out['goals'].append(goal('beam-4 decode >= 1.0x the PyTorch peer', ratio, ratio >= 1.0))
+  return out
