@@ -9,6 +9,7 @@ usual (`t2t_jax.config`, `t2t_jax.parsing`, `t2t_jax.configs`: the presets of co
 """
 
 import functools
+import glob
 import importlib
 import importlib.util
 import os
@@ -40,6 +41,55 @@ def _checkout_configs() -> None:
 
 
 _checkout_configs()
+
+
+def _on_tpu_vm() -> bool:
+  """True where TPU device files exist (/dev/accel* or /dev/vfio/N): a TPU VM, where libtpu is
+  the runtime and its messages matter (the same test as `cli.start_backends`)."""
+  return bool(glob.glob('/dev/accel*') or glob.glob('/dev/vfio/[0-9]*'))
+
+
+def _skip_absent_tpu() -> bool:
+  """Off a TPU VM with libtpu installed and no other accelerator plugin, jax runs on `cpu`.
+
+  Why: libtpu (requirements-tpu.txt, in the README's install line, for `--mode=plan`) makes jax
+  try a TPU backend first on any machine. Off a TPU VM that fails, as it should, but libtpu
+  first prints 'Failed to find host bounds for accelerator type ...' and an 'E0000 ...
+  unexpected worker hostname' error to stderr, at the first `jax.devices()` or `jit` of every
+  program using the library. main.py sends them to the debug log (`cli.start_backends`); a
+  notebook or script cannot. Here CPU is the only platform jax could start anyway, so naming
+  it changes no result, it only skips the failing TPU attempt. `--mode=plan` is unaffected: it
+  loads libtpu itself to build TPU topologies.
+
+  Only then, and only when nobody chose: JAX_PLATFORMS unset (`JAX_PLATFORMS=` keeps jax's own
+  choice), JAX_FORCE_TPU_INIT unset, jax's backends not started. Before jax is imported the
+  environment variable is set (jax reads it on import, and `import t2t_jax.data` must not import
+  jax); after, `jax.config`. Other accelerators are PJRT plugins (jax[cuda12], jax[cuda13],
+  ROCm), found as jax finds them: with one installed, jax's default stays (noise included).
+  Here, not in runtime/: every package imports this one, so it imports the standard library
+  only (pyproject.toml's contracts). Returns whether it named cpu.
+  """
+  if ('JAX_PLATFORMS' in os.environ or 'JAX_FORCE_TPU_INIT' in os.environ or _on_tpu_vm()
+      or importlib.util.find_spec('libtpu') is None
+      or importlib.util.find_spec('jax_plugins') is not None):
+    return False
+  from importlib import metadata  # pylint: disable=import-outside-toplevel  (only with libtpu)
+  if metadata.entry_points(group='jax_plugins'):
+    return False
+  jax = sys.modules.get('jax')
+  if jax is None:
+    os.environ['JAX_PLATFORMS'] = 'cpu'
+    return True
+  # jax was imported first: its config, if its backends have not started. Read from
+  # sys.modules, not imported; a private API, so if it moves jax is left alone.
+  started = getattr(sys.modules.get('jax._src.xla_bridge'), 'backends_are_initialized', None)
+  if started is None or started() or jax.config.jax_platforms:
+    return False
+  jax.config.update('jax_platforms', 'cpu')
+  return True
+
+
+_skip_absent_tpu()
 
 # The one table of the public API: each module and the names it exports here. `__all__`, the
 # lazy attributes and `dir(t2t_jax)` all come from it. Subpackages are not in `__all__`:

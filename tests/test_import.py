@@ -12,6 +12,8 @@ import subprocess
 import sys
 import tomllib
 
+import pytest
+
 from conftest import ROOT
 
 # Each runtime dependency in pyproject.toml, as the top-level module it installs.
@@ -165,3 +167,32 @@ def test_the_documented_names_resolve():
   assert missing == []
   assert {'config', 'configs', 'parsing', 'inspect'} <= set(dir(t2t_jax))
   assert set(t2t_jax.__all__) <= set(dir(t2t_jax))
+
+
+# Using the library outside main.py, as a notebook or script does; jax imported before or after.
+_LIBRARY_USE = {
+    'jax first': 'import jax\nfrom t2t_jax import Transformer\nprint(jax.devices())\n',
+    't2t_jax first': 'from t2t_jax import Transformer\nimport jax\nprint(jax.devices())\n',
+}
+# What libtpu prints off a TPU VM when jax tries a TPU backend (runtime/backends.py).
+_LIBTPU_NOISE = ('host bounds', 'TPU_ACCELERATOR_TYPE', 'worker hostname', 'libtpu',
+                 'E0000', 'InitGoogle')
+
+
+@pytest.mark.parametrize('order', sorted(_LIBRARY_USE))
+def test_the_library_keeps_libtpu_quiet_off_a_tpu_vm(tmp_path, order):
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  import t2t_jax  # pylint: disable=import-outside-toplevel
+  if importlib.util.find_spec('libtpu') is None:
+    pytest.skip('libtpu is not installed (requirements-tpu.txt): nothing to keep quiet')
+  if t2t_jax._on_tpu_vm():  # pylint: disable=protected-access
+    pytest.skip('a TPU VM: libtpu is the runtime here and its messages stay')
+  # As a user's shell has it: no JAX_PLATFORMS (conftest sets cpu for the test processes).
+  env = {k: v for k, v in os.environ.items() if k not in ('JAX_PLATFORMS', 'JAX_FORCE_TPU_INIT')}
+  result = subprocess.run([sys.executable, '-c', _LIBRARY_USE[order]], cwd=tmp_path, env={
+      **env, 'PYTHONPATH': ROOT}, capture_output=True, text=True, timeout=120)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'cpu' in result.stdout.lower()
+  noise = [line for line in result.stderr.splitlines()
+           if any(word in line for word in _LIBTPU_NOISE)]
+  assert noise == [], result.stderr[-3000:]
