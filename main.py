@@ -99,8 +99,9 @@ flags.DEFINE_float('distributed_timeout_s', 300.0,
                    'How long to wait for the coordinator and the other processes.')
 flags.DEFINE_string('compilation_cache', None,
                     'Directory of the persistent XLA compilation cache, so restarts, eval and '
-                    'decode jobs load compiled programs instead of compiling again; "" turns it '
-                    'off. Default: $T2T_COMPILATION_CACHE_DIR, else ~/.cache/t2t_jax/xla.')
+                    'decode jobs load compiled programs instead of compiling again (plan: what '
+                    'each compilation reported, in its plan/ folder); "" turns it off. Default: '
+                    '$T2T_COMPILATION_CACHE_DIR, else ~/.cache/t2t_jax/xla.')
 FLAGS = flags.FLAGS
 
 
@@ -115,7 +116,8 @@ def _plan(config) -> None:
   jax.config.update('jax_platforms', 'cpu')  # nothing runs here: never start a TPU runtime
   plan_mode.run(config_lib.validate(FLAGS.config), FLAGS.topology, FLAGS.output,
                 search_batch=FLAGS.search_batch, all_shapes=FLAGS.plan_all_shapes,
-                config_name=config_flags.get_config_filename(FLAGS['config']))
+                config_name=config_flags.get_config_filename(FLAGS['config']),
+                compilation_cache=FLAGS.compilation_cache)
 
 
 # Each mode, as a function of the validated --config (None for the bare modes below); the work
@@ -138,7 +140,8 @@ MODE_FUNCTIONS = {
     'plan': _plan,
 }
 # plot reads metrics.jsonl only: no cluster to join, nothing to compile; plan compiles for chips
-# elsewhere: no cluster, no cache, no workdir. Neither validates --config up front.
+# elsewhere: no cluster, no workdir, and its own cache (plan/cache.py). Neither validates
+# --config up front.
 BARE_MODES = ('plot', 'plan')
 WORKDIR_FREE_MODES = ('info', 'plan')
 # What writes into the workdir (checkpoints and metrics; eval_<split>_<step>.json; averaged/;

@@ -300,33 +300,24 @@ def train_big(ctx: Context) -> Dict[str, Any]:
 
 
 def compile_times(ctx: Context) -> Dict[str, Any]:
-  """Seconds to compile every program a base run compiles before its steady step, on this
-  device: the train step per batch shape, the dev eval per shape, beam-search decode."""
+  """Seconds to compile every program a base run compiles on this device (`plan.compile.Run`,
+  as `--mode=plan` lists them): the train step per batch shape, the dev eval per shape, and
+  beam-search decoding per source bucket (a run decodes for dev BLEU or a final evaluation)."""
   import jax  # pylint: disable=import-outside-toplevel
   from t2t_jax.plan import compile as plan_compile  # pylint: disable=import-outside-toplevel
-  config = wmt_config(ctx, 'base')
-  run = plan_compile.Run(config, jax.devices())
+  run = plan_compile.Run(wmt_config(ctx, 'base'), jax.devices())
   compiles: Dict[str, float] = {}
   for rows, length in run.train_shapes():
-    stats = run.compile_train(rows, length)
-    compiles[f'train {rows}x{length}'] = sum(s.compile_s for s in stats)
-  for rows, length in _eval_shapes(run):
+    compiles[f'train {rows}x{length}'] = sum(s.compile_s for s in run.compile_train(rows, length))
+  for rows, length in run.eval_shapes():
     compiles[f'eval {rows}x{length}'] = run.compile_eval(rows, length).compile_s
+  for shape in run.decode_shapes():
     if ctx.left() < 5:
       break
-  decode = run.compile_decode()
-  compiles['decode ' + 'x'.join(map(str, decode.shapes['inputs']))] = decode.compile_s
+    compiles['decode {}x{}->{}'.format(*shape)] = run.compile_decode(shape).compile_s
   total = sum(compiles.values())
   return {'compile_s': compiles, 'total_s': total,
           'summary': {'programs': len(compiles), 'total_s': total}}
-
-
-def _eval_shapes(run) -> List[Tuple[int, int]]:
-  """The dev eval's batch shapes (the plan's own list where it has one)."""
-  shapes = getattr(run, 'eval_shapes', None)
-  if shapes is not None:
-    return list(shapes())
-  return [run.train_shape()]
 
 
 def decode_speed(ctx: Context) -> Dict[str, Any]:

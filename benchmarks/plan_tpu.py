@@ -8,7 +8,10 @@ Every plan compiles the train, eval and beam-search decode steps with libtpu on 
 (about 1-3 minutes each for base and big on 2 CPU cores; --search adds a few train-step
 compilations). One JSON line per (config, dtype, topology, overrides): the plan's dict
 (`t2t_jax.plan.make_plan`) plus the paper's reference time and the projected hours of the
-paper's schedule. Rows already in --out are skipped, so an interrupted run resumes.
+paper's schedule. Rows already in --out are skipped, so an interrupted run resumes; --tag
+names a new series of rows (kept in each row, and part of what counts as done).
+--plan_cache DIR keeps what each compilation reported (`t2t_jax/plan/cache.py`): a second run
+with the same DIR reads them back (`plan_cache_hits`, `plan_compile_s`).
 
 On slices of more than 8 chips the batch grows with the chips (weak scaling: each chip gets
 the tokens it gets on an 8-chip slice, `tokens_per_batch x chips / 8`): the paper's 25k tokens
@@ -32,8 +35,8 @@ from benchmarks import harness  # noqa: E402
 PAPER_HOURS = {'wmt_base': 12.0, 'wmt_big': 84.0}
 
 
-def _key(config_name, dtype, topology, overrides):
-  return json.dumps([config_name, dtype, topology, sorted(overrides)])
+def _key(config_name, dtype, topology, overrides, tag=''):
+  return json.dumps([config_name, dtype, topology, sorted(overrides)] + ([tag] if tag else []))
 
 
 def _done(path):
@@ -42,7 +45,8 @@ def _done(path):
     with open(path) as f:
       for line in f:
         r = json.loads(line)
-        keys.add(_key(r['config_name'], r['dtype'], r['topology'], r['overrides']))
+        keys.add(_key(r['config_name'], r['dtype'], r['topology'], r['overrides'],
+                      r.get('tag', '')))
   return keys
 
 
@@ -65,6 +69,9 @@ def main(argv=None):
                       help='also find the largest tokens_per_batch that fits (slow)')
   parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                       help='config override, e.g. shard_optimizer_state=True')
+  parser.add_argument('--tag', default='', help='a label of this series of rows')
+  parser.add_argument('--plan_cache', default=None, metavar='DIR',
+                      help='keep and reuse compile records here (default: none)')
   harness.add_out_argument(parser)
   args = parser.parse_args(argv)
   import jax  # pylint: disable=import-outside-toplevel
@@ -76,7 +83,7 @@ def main(argv=None):
   for name in args.configs.split(','):
     for dtype in args.dtypes.split(','):
       for topology in args.topologies.split(','):
-        if _key(name, dtype, topology, args.set) in done:
+        if _key(name, dtype, topology, args.set, args.tag) in done:
           continue
         with harness.timed() as wall:
           config = _config(name, dtype, args.set)
@@ -84,9 +91,11 @@ def main(argv=None):
           if chips > 8:
             config.tokens_per_batch = config.tokens_per_batch * chips // 8
           try:
-            plan = make_plan(config, topology, search_batch=args.search)
+            plan = make_plan(config, topology, search_batch=args.search,
+                             cache_dir=args.plan_cache)
           except PlanError as e:
             plan = {'topology': topology, 'dtype': dtype, 'error': str(e)}
+        plan.update({'tag': args.tag} if args.tag else {})
         plan.update(name='plan_tpu', config_name=name, overrides=args.set,
                     wall_s=round(wall.seconds, 1),
                     paper_hours_8_p100=PAPER_HOURS.get(name))

@@ -3,7 +3,8 @@
 Select a row with `--config=configs/table3.py:B1`. The rows are the paper's: A1-A4 (heads),
 B1-B2 (key size), C1-C7 (size), D1-D4 (dropout, label smoothing), E (learned positions),
 plus 'base' and 'big'. `PAPER_PARAMS` holds Table 3's parameter counts (millions) and
-`PAPER_DEV` its dev perplexity (per wordpiece) and dev BLEU on newstest2013.
+`PAPER_DEV` its dev perplexity (per wordpiece) and dev BLEU on newstest2013. Every row is
+batched as `wmt_base` (packed training rows, two dev/decode buckets (64, 256)).
 """
 
 from t2t_jax.configs import wmt_base, wmt_big

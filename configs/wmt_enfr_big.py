@@ -1,4 +1,8 @@
-"""The paper's big model on WMT14 English->French (§5.1, §6.1: P_drop 0.1, 32000 word pieces)."""
+"""The paper's big model on WMT14 English->French (§5.1, §6.1: P_drop 0.1, 32000 word pieces).
+
+Batched as `wmt_base`: packed training rows (one train shape), two dev/decode buckets
+(64, 256).
+"""
 
 from t2t_jax.configs import wmt_big
 

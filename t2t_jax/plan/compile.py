@@ -5,7 +5,11 @@ train state with its shardings, donated) from a run config, but abstract: shapes
 shardings only, no parameters are initialised and nothing is read. The train, eval and
 beam-search decode steps are then lowered and compiled for those devices; each compiled
 program gives its memory (`memory_analysis`), its FLOPs and HBM traffic (`cost_analysis`,
-per device) and its collectives (the optimized HLO).
+per device) and its collectives (the optimized HLO). `train_shapes`, `eval_shapes` and
+`decode_shapes` list every shape the run compiles each step at, as the pipeline and the
+Translator make them. With a `cache.PlanCache`, what a compilation reported is kept on disk
+and a later plan of the same program reads it back (`cache` says why JAX's own cache
+cannot serve compile-only TPU devices).
 """
 
 import dataclasses
@@ -23,7 +27,7 @@ from t2t_jax.model import transformer as model
 from t2t_jax.runtime import parallel
 from t2t_jax.training import optim
 from t2t_jax.data import pipeline
-from t2t_jax.plan import hlo
+from t2t_jax.plan import cache as cache_lib, hlo
 
 
 class DoesNotFit(RuntimeError):
@@ -63,7 +67,12 @@ def _parse_out_of_memory(message: str) -> DoesNotFit:
 
 @dataclasses.dataclass(frozen=True)
 class StepStats:
-  """One compiled program, per device (bytes, FLOPs)."""
+  """One compiled program, per device (bytes, FLOPs).
+
+  compile_s, compile_cpu_s: wall and CPU (all threads of this process) seconds of lowering
+  and compiling it, as measured when it was compiled (a cached program's first compile);
+  spent_s: the wall seconds this plan spent on it (lowering and reading the cache, when
+  `cached`)."""
   name: str
   shapes: Dict[str, Tuple[int, ...]]
   compile_s: float
@@ -75,6 +84,9 @@ class StepStats:
   flops: float
   bytes_accessed: float
   collectives: List[Dict[str, int]]
+  compile_cpu_s: float = 0.0
+  spent_s: float = 0.0
+  cached: bool = False
 
   @property
   def hbm_bytes(self) -> int:
@@ -84,28 +96,62 @@ class StepStats:
             self.code_bytes)
 
 
-def compile_step(name: str, jitted, args: Sequence[Any],
-                 shapes: Dict[str, Tuple[int, ...]]) -> StepStats:
-  """Lowers and compiles `jitted(*args)` (abstract args with shardings); DoesNotFit when the
-  compiler runs out of HBM. `shapes` name the batch arguments for the report."""
-  start = time.monotonic()
-  try:
-    compiled = jitted.lower(*args).compile()
-  except Exception as e:  # pylint: disable=broad-except  (XLA raises JaxRuntimeError)
-    if 'RESOURCE_EXHAUSTED' in str(e):
-      raise _parse_out_of_memory(str(e).split('RESOURCE_EXHAUSTED:', 1)[-1]) from None
-    raise
-  seconds = time.monotonic() - start
+def _compiled_fields(compiled) -> Dict[str, Any]:
+  """What the plan reads of a compiled program: memory, cost, collectives (JSON-able)."""
   memory = compiled.memory_analysis()
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  return StepStats(
-      name=name, shapes=shapes, compile_s=seconds,
+  return dict(
       argument_bytes=memory.argument_size_in_bytes, output_bytes=memory.output_size_in_bytes,
       alias_bytes=memory.alias_size_in_bytes, temp_bytes=memory.temp_size_in_bytes,
       code_bytes=memory.generated_code_size_in_bytes, flops=float(cost.get('flops', 0.0)),
       bytes_accessed=float(cost.get('bytes accessed', 0.0)),
       collectives=hlo.collectives(compiled.as_text()))
+
+
+def _compile(lowered) -> Dict[str, Any]:
+  """The compiled program's fields with compile_s and compile_cpu_s (this compilation's wall
+  and CPU seconds), or {'does_not_fit': message, needed_bytes, available_bytes, ...} when the
+  compiler runs out of HBM (a refusal takes minutes too: it is cached like a program)."""
+  start, cpu_start = time.monotonic(), time.process_time()
+  try:
+    compiled = lowered.compile()
+  except Exception as e:  # pylint: disable=broad-except  (XLA raises JaxRuntimeError)
+    if 'RESOURCE_EXHAUSTED' not in str(e):
+      raise
+    refused = _parse_out_of_memory(str(e).split('RESOURCE_EXHAUSTED:', 1)[-1])
+    record = {'does_not_fit': str(refused), 'needed_bytes': refused.needed_bytes,
+              'available_bytes': refused.available_bytes}
+  else:
+    record = {}
+  record.update(compile_s=time.monotonic() - start,
+                compile_cpu_s=time.process_time() - cpu_start)
+  return record if 'does_not_fit' in record else {**record, **_compiled_fields(compiled)}
+
+
+def compile_step(name: str, jitted, args: Sequence[Any], shapes: Dict[str, Tuple[int, ...]],
+                 cache: Optional[cache_lib.PlanCache] = None) -> StepStats:
+  """Lowers and compiles `jitted(*args)` (abstract args with shardings); DoesNotFit when the
+  compiler runs out of HBM. `shapes` name the batch arguments for the report. compile_s and
+  compile_cpu_s count the lowering and the compilation. With `cache`, a program compiled by
+  an earlier plan (same lowered module, devices and compiler) is read back instead."""
+  start, cpu_start = time.monotonic(), time.process_time()
+  lowered = jitted.lower(*args)
+  lower_s, lower_cpu_s = time.monotonic() - start, time.process_time() - cpu_start
+  key = cache.key(lowered.as_text(), args) if cache else None
+  record = cache.get(key) if cache else None
+  cached = record is not None
+  if not cached:
+    record = _compile(lowered)
+    record['compile_s'] += lower_s
+    record['compile_cpu_s'] += lower_cpu_s
+    if cache:
+      cache.put(key, record)
+  if 'does_not_fit' in record:
+    raise DoesNotFit(record['does_not_fit'], record['needed_bytes'], record['available_bytes'])
+  fields = {k: v for k, v in record.items() if k in _FIELDS}
+  return StepStats(name=name, shapes=shapes, spent_s=time.monotonic() - start, cached=cached,
+                   **fields)
 
 
 def _abstract(tree, shardings):
@@ -125,6 +171,10 @@ def shard_bytes(tree) -> int:
   return total
 
 
+_FIELDS = {f.name for f in dataclasses.fields(StepStats)} - {'name', 'shapes', 'spent_s',
+                                                             'cached'}
+
+
 class Run:
   """A run config's model, optimizer, mesh and abstract train state on `devices`.
 
@@ -132,10 +182,12 @@ class Run:
     config: the run config; cfg: its model config; mesh: 'data' over every device.
     processes: hosts of the slice; local_devices: devices per host.
     state: the abstract `parallel.TrainState`, each leaf with its sharding.
+    cache: where compilations are kept between plans (None: nowhere).
   """
 
-  def __init__(self, config: ml_collections.ConfigDict, devices: Sequence[Any]):
-    self.config = config
+  def __init__(self, config: ml_collections.ConfigDict, devices: Sequence[Any],
+               cache: Optional[cache_lib.PlanCache] = None):
+    self.config, self.cache = config, cache
     self.cfg = model.TransformerConfig.from_config(config)
     self.optimizer = optim.make_optimizer(config)
     self.mesh = parallel.make_mesh(list(devices))
@@ -164,6 +216,22 @@ class Run:
     shapes = [(r * self.processes, n) for r, n in zip(rows, lengths)]
     return shapes[-1:] if config.pack_examples else shapes
 
+  def eval_shapes(self) -> List[Tuple[int, int]]:
+    """[(global rows, length)] of the dev-loss batches (`pipeline.make_eval_batches`), shortest
+    first: one per bucket, never packed. A dev pair longer than the largest bucket adds one
+    more, of its length rounded up to 8 (the data decides; not listed)."""
+    lengths, rows = pipeline.bucket_rows(self.config, self.local_devices, self.processes)
+    return [(r * self.processes, n) for r, n in zip(rows, lengths)]
+
+  def decode_shapes(self) -> List[Tuple[int, int, int]]:
+    """[(sentences, source length, output length)] of the beam-search batches
+    (`portable.batches`): one per bucket of `bucket_lengths` up to `max_len`, the output up
+    to the source + `max_decode_extra` (§6.1: input length + 50). An input longer than the
+    largest bucket adds a source length of a multiple of 32 (the data decides; not listed)."""
+    config, max_len = self.config, self.cfg.max_len
+    return [(config.decode_batch_sentences, n, min(n + config.max_decode_extra, max_len))
+            for n in sorted(set(int(b) for b in config.bucket_lengths)) if n <= max_len]
+
   def train_shape(self, tokens_per_batch: Optional[int] = None) -> Tuple[int, int]:
     """(global rows, length) of the largest bucket's batches: the worst case for memory
     (attention grows with the square of the length)."""
@@ -187,12 +255,12 @@ class Run:
     shapes = {'batch': (rows, length)}
     if config.grad_accum_steps == 1:
       step = parallel.make_train_step(self.cfg, self.optimizer, self.mesh, **kwargs)
-      return [compile_step('train', step, (self.state, batch), shapes)]
+      return [compile_step('train', step, (self.state, batch), shapes, self.cache)]
     grad_step, apply_step = parallel.make_accumulating_steps(self.cfg, self.optimizer,
                                                              self.mesh, **kwargs)
     scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=parallel.replicated(self.mesh))
     grads = compile_step('train_gradients', grad_step,
-                         (self.state.params, batch, scalar, scalar), shapes)
+                         (self.state.params, batch, scalar, scalar), shapes, self.cache)
     if not apply:
       return [grads]
     grad_sums, metric_sums = jax.eval_shape(grad_step, self.state.params, batch, scalar, scalar)
@@ -202,14 +270,14 @@ class Run:
     metric_shardings = jax.tree_util.tree_map(lambda _: parallel.replicated(mesh), metric_sums)
     apply = compile_step('train_apply', apply_step,
                          (self.state, _abstract(grad_sums, grad_shardings),
-                          _abstract(metric_sums, metric_shardings)), {})
+                          _abstract(metric_sums, metric_shardings)), {}, self.cache)
     return [grads, apply]
 
   def compile_eval(self, rows: int, length: int) -> StepStats:
     step = parallel.make_eval_step(self.cfg, self.mesh,
                                    label_smoothing=self.config.label_smoothing)
     return compile_step('eval', step, (self.state.params, self._batch(rows, length, False)),
-                        {'batch': (rows, length)})
+                        {'batch': (rows, length)}, self.cache)
 
   def decode_shape(self) -> Tuple[int, int, int]:
     """(sentences, source length, output length) of the largest decode batch."""
@@ -218,11 +286,11 @@ class Run:
     return (config.decode_batch_sentences, src_len,
             min(src_len + config.max_decode_extra, self.cfg.max_len))
 
-  def compile_decode(self) -> StepStats:
-    """Beam search (§6.1) of one decode batch on one chip, as `translate.Translator` runs it:
+  def compile_decode(self, shape: Optional[Tuple[int, int, int]] = None) -> StepStats:
+    """Beam search (§6.1) of one decode batch of `shape` (default: the largest) on one chip:
     each process decodes its share of the sentences on its first device."""
     config = self.config
-    rows, src_len, max_decode_len = self.decode_shape()
+    rows, src_len, max_decode_len = shape or self.decode_shape()
     cfg = self.cfg.replace(deterministic=True, decode=False)
     device = SingleDeviceSharding(self.mesh.devices.flat[0])
     params = _abstract(self.state.params,
@@ -233,7 +301,8 @@ class Run:
     inputs = jax.ShapeDtypeStruct((rows, src_len), jnp.int32, sharding=device)
     max_lengths = jax.ShapeDtypeStruct((rows,), jnp.int32, sharding=device)
     return compile_step('decode', decode, (params, inputs, max_lengths),
-                        {'inputs': (rows, src_len), 'outputs': (rows, max_decode_len)})
+                        {'inputs': (rows, src_len), 'outputs': (rows, max_decode_len)},
+                        self.cache)
 
   def state_bytes(self) -> Dict[str, int]:
     """Per device: parameters and optimizer state as the run holds them."""

@@ -1,29 +1,42 @@
 """`python main.py --mode=plan --config=... --topology=v5e:2x4 [--output=plan.json]`."""
 
 import json
+import os
 import sys
 from typing import Optional
 
 import ml_collections
 from etils import epath
 
-from t2t_jax.storage import paths
+from t2t_jax.runtime import compile_cache
+from t2t_jax.storage import outputs, paths, workdir
 from t2t_jax.plan import report, topology
+
+
+def cache_dir(compilation_cache: Optional[str]) -> Optional[str]:
+  """The plan cache (`cache.PlanCache`): `plan/` in the compilation cache directory
+  (`--compilation_cache`; None: its default, `compile_cache.default_dir`; '': off)."""
+  base = compile_cache.default_dir() if compilation_cache is None else compilation_cache
+  return os.path.join(base, 'plan') if base else None
 
 
 def run(config: ml_collections.ConfigDict, topology_name: Optional[str],
         output: Optional[str], *, search_batch: bool = True, all_shapes: bool = True,
-        config_name: str = '', stream=sys.stdout) -> dict:
+        config_name: str = '', compilation_cache: Optional[str] = None,
+        stream=sys.stdout) -> dict:
   """Plans `config` on `topology_name`, prints the plan, writes it to `output` as JSON.
 
   Every check that needs no compilation comes first (topology name, libtpu, --output), so a
   mistake costs milliseconds, not minutes. A config that does not fit is written and printed
   like any other, then reported as a PlanError (one line: by how much, the largest batch
   that fits). `all_shapes` False compiles the train step at the largest batch shape alone,
-  not at every bucket's (a quicker plan, without the run's total compile time).
+  not at every bucket's (a quicker plan, without the run's total compile time). What each
+  compilation reported is kept in `cache_dir(compilation_cache)`, so planning the same
+  programs again takes seconds.
 
   Raises:
-    topology.TopologyError, report.PlanError, FileExistsError: one-line reasons.
+    topology.TopologyError, report.PlanError, FileExistsError, WorkdirError: one-line
+      reasons.
   """
   if not topology_name:
     raise report.PlanError(f'--mode=plan needs --topology=NAME, e.g. {topology.EXAMPLES}')
@@ -31,11 +44,14 @@ def run(config: ml_collections.ConfigDict, topology_name: Optional[str],
   topology.check_compiler()
   if output and epath.Path(output).exists():
     raise FileExistsError(f'--output={output} already exists; choose another file or remove it')
+  if output:
+    outputs.check_writable(output)  # in a file, read-only or full: one line, before compiling
   plan = report.make_plan(config, topology_name, search_batch=search_batch,
-                          all_shapes=all_shapes)
+                          all_shapes=all_shapes, cache_dir=cache_dir(compilation_cache))
   stream.write(report.format_plan(plan, config_name) + '\n')
   if output:
-    paths.write_atomic(output, (json.dumps(plan, indent=2, sort_keys=True) + '\n').encode())
+    with workdir.writing(output):  # a disk full by now: one line naming the file
+      paths.write_atomic(output, (json.dumps(plan, indent=2, sort_keys=True) + '\n').encode())
     stream.write(f'wrote {output}\n')
   report.check_fits(plan)
   return plan

@@ -8,13 +8,14 @@ beside the analytic count), collectives, a roofline step time and the hours of t
 """
 
 import importlib.metadata
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import jax
 import ml_collections
 
 from t2t_jax.data import pipeline
-from t2t_jax.plan import analytic, batch_search, compile as compile_lib, roofline, topology
+from t2t_jax.plan import analytic, batch_search, cache as cache_lib, compile as compile_lib
+from t2t_jax.plan import compiles as compiles_lib, roofline, topology
 
 GiB = 2 ** 30
 
@@ -76,27 +77,6 @@ def _step_dict(stats: compile_lib.StepStats) -> Dict[str, Any]:
           'bytes_accessed': stats.bytes_accessed, 'collectives': stats.collectives}
 
 
-def _shape_compiles(run: compile_lib.Run, train: List[compile_lib.StepStats],
-                    largest: Tuple[int, int], all_shapes: bool) -> List[Dict[str, Any]]:
-  """[{batch [rows, length], compile_s, hbm_bytes}] of the train step at every batch shape
-  the run uses (`Run.train_shapes`), shortest first; `train` is the largest's, already
-  compiled (its compile_s includes the apply step of gradient accumulation, compiled once
-  per run). A shape the chip cannot hold has `does_not_fit` (the compiler's line) instead.
-  `all_shapes` False: the largest alone."""
-  records = []
-  for shape in run.train_shapes() if all_shapes else [largest]:
-    try:
-      stats = train if shape == largest else run.compile_train(*shape, apply=False)
-    except compile_lib.DoesNotFit as e:
-      records.append({'batch': list(shape), 'does_not_fit': str(e),
-                      'needed_bytes': e.needed_bytes})
-      continue
-    records.append({'batch': list(shape),
-                    'compile_s': round(sum(s.compile_s for s in stats), 1),
-                    'hbm_bytes': _peak(stats)})
-  return records
-
-
 def _search_fields(run: compile_lib.Run, train, capacity: float,
                    search_batch: bool) -> Dict[str, Any]:
   """The plan's keys of the batch search (see `make_plan`)."""
@@ -108,7 +88,8 @@ def _search_fields(run: compile_lib.Run, train, capacity: float,
 
 
 def make_plan(config: ml_collections.ConfigDict, topology_name: str, *,
-              search_batch: bool = True, all_shapes: bool = True) -> Dict[str, Any]:
+              search_batch: bool = True, all_shapes: bool = True,
+              cache_dir: Optional[str] = None) -> Dict[str, Any]:
   """The plan of `config` on `topology_name` as a JSON-ready dict.
 
   Keys: topology, chip, chips, processes, dtype, tokens_per_batch, train_batch [rows,
@@ -125,17 +106,24 @@ def make_plan(config: ml_collections.ConfigDict, topology_name: str, *,
   tokens_per_s (padded target tokens, what tokens_per_batch counts), num_train_steps,
   train_hours, steps (train / eval / decode: every compiled program's numbers of the
   largest batch), versions;
-  train_compiles ([{batch, compile_s, hbm_bytes}] per train batch shape the run compiles:
-  each bucket, or the packed shape; the largest alone unless `all_shapes`), train_compile_s
-  (their sum: what a run spends compiling across its first steps), train_shape_count,
-  all_shapes. hbm_bytes_per_chip and fits count every compiled shape.
+  train_compiles ([{batch, compile_s, compile_cpu_s, hbm_bytes, cached, spent_s}] per train
+  batch shape the run compiles: each bucket, or the packed shape; the largest alone unless
+  `all_shapes`), train_compile_s (their sum), train_compile_cpu_s, train_shape_count,
+  all_shapes; the same of the dev-loss step (eval_compiles, eval_compile_s, ...: one per
+  eval bucket) and of beam search (decode_compiles [{inputs, outputs, ...}], ...);
+  run_compile_parts (which of train, eval, decode a training run compiles, `compiles.
+  run_parts`), run_compile_s and run_compile_cpu_s (their sums: what the run spends
+  compiling before its steady step), plan_compile_s (what this plan spent on them: less
+  where `cache_dir` held them), plan_cache_hits. hbm_bytes_per_chip and fits count every
+  compiled train shape. `cache_dir`: a `cache.PlanCache` directory (None: compile all).
 
   Raises:
     topology.TopologyError: libtpu is missing or the topology is unknown.
     PlanError: the slice cannot hold the config's batch at all (fewer rows than chips).
   """
   topo = topology.parse(topology_name)
-  run = compile_lib.Run(config, topology.devices(topo))
+  cache = cache_lib.PlanCache(cache_dir) if cache_dir else None
+  run = compile_lib.Run(config, topology.devices(topo), cache)
   chip, chips = topo.chip, run.mesh.devices.size
   rows, length, train = _train(run)
   plan = {
@@ -152,17 +140,21 @@ def make_plan(config: ml_collections.ConfigDict, topology_name: str, *,
     plan.update(fits=False, hbm_bytes_per_chip=train.needed_bytes,
                 compiler_message=str(train))
     return plan
-  plan.update(_fitted(config, run, train, rows, length, plan['memory']['optimizer_state'],
+  evaluated, decoded = run.compile_eval(rows, length), run.compile_decode()
+  plan.update(_fitted(config, run, train, evaluated, decoded, plan['memory']['optimizer_state'],
                       plan['steps'], chip, chips))
   plan['memory']['temporaries'] = max(s.temp_bytes for s in train)
-  compiles = _shape_compiles(run, train, (rows, length), all_shapes)
-  plan.update(train_compiles=compiles, all_shapes=all_shapes,
-              train_shape_count=len(run.train_shapes()),
-              train_compile_s=round(sum(c.get('compile_s', 0.0) for c in compiles), 1))
-  # A run that reaches a bucket its chips cannot hold stops there: every shape counts.
+  plan.update(compiles_lib.fields(run, train, evaluated, decoded, all_shapes))
+  return _every_train_shape_fits(plan, chip.hbm_bytes)
+
+
+def _every_train_shape_fits(plan: Dict[str, Any], capacity: int) -> Dict[str, Any]:
+  """`plan` with hbm_bytes_per_chip and fits over every train shape: a run that reaches a
+  bucket its chips cannot hold stops there."""
+  compiles = plan['train_compiles']
   plan['hbm_bytes_per_chip'] = max([plan['hbm_bytes_per_chip']] + [
       c.get('hbm_bytes') or c.get('needed_bytes') or 0 for c in compiles])
-  plan['fits'] = (plan['hbm_bytes_per_chip'] <= chip.hbm_bytes and
+  plan['fits'] = (plan['hbm_bytes_per_chip'] <= capacity and
                   not any('does_not_fit' in c for c in compiles))
   return plan
 
@@ -183,11 +175,13 @@ def loop_scale(cfg: Any, rows: int, length: int) -> float:
 
 
 def _fitted(config: ml_collections.ConfigDict, run: 'compile_lib.Run', train: List[Any],
-            rows: int, length: int, beside: int, steps: Dict[str, Any], chip: Any,
+            evaluated: Any, decoded: Any, beside: int, steps: Dict[str, Any], chip: Any,
             chips: int) -> Dict[str, Any]:
-  """The plan's numbers for a train step that compiled: eval and decode compiled too (and
-  added to `steps`), HBM per chip and whether it fits, FLOPs, collectives and the roofline."""
+  """The plan's numbers for a train step that compiled, beside the eval and decode steps of
+  the largest shapes (all added to `steps`): HBM per chip and whether it fits, FLOPs,
+  collectives and the roofline."""
   accum = config.grad_accum_steps
+  rows, length = train[0].shapes['batch']
   # Gradient steps run `accum` times; their FLOPs also count every scanned layer (loop_scale).
   steps_of = {'train_gradients': accum}
   scale = loop_scale(run.cfg, rows, length)
@@ -195,7 +189,6 @@ def _fitted(config: ml_collections.ConfigDict, run: 'compile_lib.Run', train: Li
               for s in train)
   traffic = sum(s.bytes_accessed * steps_of.get(s.name, 1) for s in train)
   collectives = [c for s in train for c in s.collectives]
-  evaluated, decoded = run.compile_eval(rows, length), run.compile_decode()
   for s in train + [evaluated, decoded]:
     steps[s.name] = _step_dict(s)
   # Training's dev evaluations run beside the optimizer state it keeps in HBM (`beside`); a
@@ -267,7 +260,7 @@ def format_plan(plan: Dict[str, Any], config_name: str = '') -> str:
     shapes = ', '.join(f'{k} {"x".join(map(str, v))}' for k, v in s['shapes'].items())
     lines.append(f'  {name}: {shapes}; HBM {_gib(s["hbm_bytes"])}; '
                  f'{s["flops"]:.3e} FLOPs per chip; compiled in {s["compile_s"]:.0f} s')
-  return '\n'.join(lines + _compiles_lines(plan))
+  return '\n'.join(lines + compiles_lib.lines(plan))
 
 
 def _largest_line(plan: Dict[str, Any]) -> str:
@@ -281,22 +274,6 @@ def _largest_line(plan: Dict[str, Any]) -> str:
   else:
     found = f'{largest:,} (found by compiling)' if largest else 'none of those compiled'
   return 'largest tokens_per_batch that fits: ' + found
-
-
-def _compiles_lines(plan: Dict[str, Any]) -> List[str]:
-  """One line per train batch shape with its compile seconds, then their sum."""
-  compiles, count = plan['train_compiles'], plan['train_shape_count']
-  which = (f'{count} batch shape(s) the run uses' if plan['all_shapes'] else
-           f'the largest of the run\'s {count} batch shape(s) only')
-  lines = [f'train-step compiles ({which}):']
-  for c in compiles:
-    rows, length = c['batch']
-    lines.append(f'  {rows} x {length}: ' + (
-        f'does not fit: {c["does_not_fit"]}' if 'does_not_fit' in c else
-        f'{c["compile_s"]:.1f} s; HBM {_gib(c["hbm_bytes"])}'))
-  lines.append(f'  sum: {plan["train_compile_s"]:.1f} s of compiling before every shape has '
-               'run once' + ('' if plan['all_shapes'] else ' (the largest alone)'))
-  return lines
 
 
 def check_fits(plan: Dict[str, Any]) -> None:
