@@ -21,7 +21,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
@@ -49,13 +48,9 @@ def compile_run(config_name: str, dtype: str, overrides, cache: str) -> dict:
   run = plan_compile.Run(_config(config_name, dtype, overrides), jax.devices()[:1])
   seconds = {}
   for rows, length in run.train_shapes():
-    start = time.monotonic()
-    run.compile_train(rows, length)
-    seconds[f'train {rows}x{length}'] = time.monotonic() - start
+    seconds[f'train {rows}x{length}'] = harness.time_call(run.compile_train, rows, length)[1]
   for rows, length in run.eval_shapes():
-    start = time.monotonic()
-    run.compile_eval(rows, length)
-    seconds[f'eval {rows}x{length}'] = time.monotonic() - start
+    seconds[f'eval {rows}x{length}'] = harness.time_call(run.compile_eval, rows, length)[1]
   return {'seconds': seconds, 'total_s': sum(seconds.values()), 'jax_events_s': events,
           'cache_files': sum(len(files) for _, _, files in os.walk(cache))}
 

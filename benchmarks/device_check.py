@@ -44,7 +44,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional
 
@@ -92,7 +91,7 @@ SMOKE_BUDGET_S = 300
 
 @dataclasses.dataclass
 class Context:
-  """What a stage gets: `smoke` (tiny sizes), `deadline` (time.time() by which it should
+  """What a stage gets: `smoke` (tiny sizes), `deadline` (harness.now() by which it should
   have written its record: loops stop adding work past it), `scratch` (a folder the stages
   share: the embedded default's workdir lives there), `out` (the records file) and
   `emit(record)` (appends a record of this stage at once; the returned record is the last)."""
@@ -104,7 +103,7 @@ class Context:
   stage: str = ''
 
   def left(self) -> float:
-    return self.deadline - time.time()
+    return self.deadline - harness.now()
 
 
 def _emitter(out: Optional[str], run: str, stage: str) -> Callable[[Dict[str, Any]], Dict[str, Any]]:
@@ -123,17 +122,17 @@ def run_child(args: argparse.Namespace) -> int:
   emit = _emitter(args.out, args.run, stage.name)
   ctx = Context(smoke=args.smoke, deadline=args.deadline, scratch=args.scratch, out=args.out,
                 emit=emit, stage=stage.name)
-  start = time.time()
+  start = harness.now()
   try:
     if stage.starts_jax:
       harness.start_jax()
     record = _call(stage, ctx)
   except Exception as e:  # pylint: disable=broad-except  (recorded: the next stage goes on)
-    emit({'status': 'error', 'seconds': time.time() - start,
+    emit({'status': 'error', 'seconds': harness.now() - start,
           'error': f'{type(e).__name__}: {e}'.splitlines()[0][:500],
           'traceback': traceback.format_exc()[-3000:]})
     return 1
-  emit({'status': record.pop('status', 'ok'), 'seconds': time.time() - start,
+  emit({'status': record.pop('status', 'ok'), 'seconds': harness.now() - start,
         'pid': os.getpid(), **record})
   return 0
 
@@ -160,7 +159,7 @@ def _spawn(stage: Stage, args: argparse.Namespace, deadline: float, log) -> Opti
   log.write(f'\n===== {stage.name} ({harness.timestamp()}) =====\n')
   log.flush()
   # A few seconds past the deadline for the stage to write what it has.
-  timeout = max(5.0, deadline - time.time() + 15)
+  timeout = max(5.0, deadline - harness.now() + 15)
   child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                            start_new_session=True)
   try:
@@ -181,21 +180,21 @@ def _log_tail(path: str, stage: str, chars: int = 2500) -> str:
 def run_all(args: argparse.Namespace) -> List[Dict[str, Any]]:
   """Every selected stage in turn within the budget; returns this run's records."""
   wanted = [s for s in STAGES if not args.stages or s.name in args.stages.split(',')]
-  budget_end = time.time() + args.budget
+  budget_end = harness.now() + args.budget
   log_path = os.path.join(os.path.dirname(os.path.abspath(args.out)), 'device_check.log')
   ok = set()
   with open(log_path, 'a', encoding='utf-8') as log:
     for stage in wanted:
       box = stage.smoke_box_s if args.smoke else stage.box_s
-      deadline = min(time.time() + box, budget_end)
+      deadline = min(harness.now() + box, budget_end)
       emit = _emitter(args.out, args.run, stage.name)
       if stage.needs and stage.needs not in ok:
         emit({'status': 'skipped', 'seconds': 0.0, 'why': f'needs {stage.needs}'})
         continue
-      if deadline - time.time() < 5:
+      if deadline - harness.now() < 5:
         emit({'status': 'skipped', 'seconds': 0.0, 'why': 'the budget is spent'})
         continue
-      start = time.time()
+      start = harness.now()
       if args.in_process:
         child_args = argparse.Namespace(**dict(vars(args), stage=stage.name, deadline=deadline))
         problem = None if run_child(child_args) == 0 else 'failed'
@@ -204,7 +203,7 @@ def run_all(args: argparse.Namespace) -> List[Dict[str, Any]]:
       status = _stage_status(args.out, args.run, stage.name)
       if problem and status in (None, 'partial'):
         emit({'status': 'timeout' if problem.startswith('timeout') else 'error',
-              'seconds': time.time() - start, 'error': problem,
+              'seconds': harness.now() - start, 'error': problem,
               'log_tail': '' if args.in_process else _log_tail(log_path, stage.name)})
       elif status == 'ok':
         ok.add(stage.name)

@@ -17,9 +17,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 from typing import Any, Dict, List, Optional
 
+from benchmarks import harness
 from benchmarks.device_check import ROOT, Context, goal
 
 BUNDLED = os.path.join(ROOT, 't2t_jax', 'data', 'bible_en_es')
@@ -42,7 +42,7 @@ def _workdir(ctx: Context) -> str:
 def _main_py(args: List[str], timeout: float, log: str,
              env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
   """Runs `python main.py ARGS`; its output goes to `log`. (exit code, seconds)."""
-  start = time.time()
+  start = harness.now()
   with open(log, 'w', encoding='utf-8') as out:
     try:
       code = subprocess.run([sys.executable, os.path.join(ROOT, 'main.py'), *args], cwd=ROOT,
@@ -50,7 +50,7 @@ def _main_py(args: List[str], timeout: float, log: str,
                             env=dict(os.environ, **(env or {})), check=False).returncode
     except subprocess.TimeoutExpired:
       code = 'timeout'
-  return {'exit_code': code, 'seconds': time.time() - start}
+  return {'exit_code': code, 'seconds': harness.now() - start}
 
 
 def _tail(path: str, chars: int = 1500) -> str:

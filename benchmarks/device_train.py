@@ -18,7 +18,6 @@ of the packed shape, and ours on the same shape staged: tokens/s ratio ours / be
 """
 
 import concurrent.futures
-import time
 from typing import Any, Dict, List, Tuple
 
 import numpy as np
@@ -114,9 +113,9 @@ class _Trainer:
 
     def one(shape):
       spec = jax.ShapeDtypeStruct(shape, jnp.int32, sharding=sharding)
-      start = time.perf_counter()
-      compiled = self.step.lower(self.state, {k: spec for k in keys}).compile()
-      return shape, compiled, time.perf_counter() - start
+      compiled, seconds = harness.time_call(
+          lambda: self.step.lower(self.state, {k: spec for k in keys}).compile())
+      return shape, compiled, seconds
 
     todo = [s for s in shapes if (s, packed) not in self.compiled]
     seconds = {}
@@ -130,7 +129,7 @@ class _Trainer:
     dispatched, then the previous step's non-finite flag read. Returns seconds and sums."""
     import jax  # pylint: disable=import-outside-toplevel
     pending, flops, padded = None, 0, 0
-    start = time.perf_counter()
+    clock = harness.timed().start()
     for batch in batches:
       shape = tuple(batch['targets'].shape)
       placed = batch if isinstance(batch['targets'], jax.Array) else self.parallel.shard_batch(
@@ -142,7 +141,7 @@ class _Trainer:
       pending = metrics['nonfinite']
       flops, padded = flops + flops_of(shape), padded + shape[0] * shape[1]
     jax.block_until_ready(self.state)
-    seconds = time.perf_counter() - start
+    seconds = clock.stop().seconds
     return {'seconds': seconds, 'flops': flops, 'padded_tokens': padded}
 
 

@@ -132,6 +132,11 @@ def time_call(fn: Callable[..., Any], *args, **kwargs) -> Tuple[Any, float]:
   return result, t.seconds
 
 
+def now() -> float:
+  """Seconds since the epoch (time.time): a deadline that several processes share."""
+  return time.time()
+
+
 def timestamp(compact: bool = False) -> str:
   """The local date and time to the second: ISO 8601 ('2026-11-22T15:15:41+00:00', what
   records carry), or with `compact` a file-name part ('20261122T151541')."""

@@ -36,8 +36,8 @@ _POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_layers', 'max_le
              'max_length', 'tokens_per_batch', 'warmup_steps', 'grad_accum_steps',
              'keep_checkpoints', 'log_every_steps', 'average_last', 'beam_size',
              'decode_batch_sentences', 'vocab_sample_sentences', 'learning_rate_scale',
-             'adam_eps', 'max_consecutive_nonfinite')
-_NON_NEGATIVE = ('d_k', 'd_v', 'num_train_steps', 'checkpoint_every_steps',
+             'adam_eps', 'max_consecutive_nonfinite', 'num_train_steps')
+_NON_NEGATIVE = ('d_k', 'd_v', 'checkpoint_every_steps',
                  'checkpoint_every_minutes', 'eval_every_steps', 'eval_batches',
                  'eval_bleu_sentences', 'length_penalty_alpha', 'max_decode_extra',
                  'decode_threads')

@@ -69,14 +69,15 @@ def _sgm(lines: list[str], tag: str, lang: str) -> bytes:
 
 
 def tar_archive(files: dict[str, bytes], mode: str = 'w:gz') -> bytes:
-  """The bytes of a tar archive (mode 'w:gz': gzip-compressed) holding `files`."""
+  """The bytes of a tar archive (mode 'w:gz': gzip-compressed) holding `files`; the same
+  bytes on every call (tarfile's own gzip header would hold the current second)."""
   buf = io.BytesIO()
-  with tarfile.open(fileobj=buf, mode=mode) as tar:
+  with tarfile.open(fileobj=buf, mode='w') as tar:
     for name, data in files.items():
       info = tarfile.TarInfo(name)
       info.size = len(data)
       tar.addfile(info, io.BytesIO(data))
-  return buf.getvalue()
+  return gzip.compress(buf.getvalue(), mtime=0) if mode == 'w:gz' else buf.getvalue()
 
 
 def train_pairs(pair: str = 'de-en') -> dict[str, tuple[list[str], list[str]]]:

@@ -71,6 +71,9 @@ def _with(**changes):
     (dict(norm_position='middle'), r"'norm_position'.*'post', 'pre'"),
     (dict(dtype='float16'), r"'dtype'.*'float32', 'bfloat16'"),
     (dict(num_layers=0), r"'num_layers'.*> 0"),
+    # Not 0: a run would prepare the data and train a vocabulary for nothing, then find no
+    # checkpoint to average.
+    (dict(num_train_steps=0), r"^config key 'num_train_steps': expected a value > 0, got 0$"),
     (dict(vocab_size=3.5), r"'vocab_size'.*integer"),
     (dict(bucket_lengths=(8, 64, 32)), r"'bucket_lengths'.*increasing"),
     (dict(max_length=300), r"'bucket_lengths'.*max_length=300"),

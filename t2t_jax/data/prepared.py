@@ -14,7 +14,9 @@ checks, both before any use:
 * the manifest `t2t_jax-manifest.json` written beside TFDS's files once the preparation is
   complete: every file's size and crc32 (`storage/manifest.py`), so truncated or garbled
   array_record files are found before a reader meets them. A preparation made before the
-  manifest existed is checked by opening alone and then given one.
+  manifest existed is checked by opening each array_record file and comparing its record
+  count with TFDS's (a missing or truncated file), and then given one; so is a prepared
+  WMT'14, which has no manifest.
 
 A damaged folder is moved aside to `<data_dir>/damaged/<name>-<config>-<version>-<time>` (never
 deleted: it is the user's to inspect or remove) and prepared again, after one warning line.
@@ -28,6 +30,7 @@ import time
 from typing import Any, Callable, Iterator, Optional, Tuple
 
 from absl import logging
+from array_record.python import array_record_module
 
 from t2t_jax.data.textfiles import DataError
 from t2t_jax.data.tfds_prepare import download_and_prepare
@@ -59,8 +62,31 @@ def adopt(builder: Any) -> None:
       pass  # it is checked by opening each time instead
 
 
+def _shard_records(path: str, expected: int) -> Optional[str]:
+  """What is wrong with the array_record file `path` that should hold `expected` records:
+  opening it reads its footer and index (not its records), so a missing or truncated file
+  is found (a reader of a missing one, or of one cut before its footer, holds 0 records, and
+  TFDS's data source then yields empty examples without an error)."""
+  name = os.path.basename(path)
+  if not os.path.isfile(path):
+    return f'{name} is missing'
+  try:
+    reader = array_record_module.ArrayRecordReader(path, 'readahead_buffer_size:0')
+    try:
+      count = reader.num_records()
+    finally:
+      reader.close()
+  except Exception as e:  # pylint: disable=broad-except  (riegeli's errors are RuntimeError)
+    return f'{name} does not open ({textio.one_line(e) or type(e).__name__})'
+  return None if count == expected else f'{name} holds {count} records, not {expected}'
+
+
 def _split_counts(builder: Any) -> Optional[str]:
-  """What is wrong opening each split's records (None when each holds its recorded count)."""
+  """What is wrong opening each split's records (None when each holds its recorded count).
+
+  TFDS's data source takes its length from `dataset_info.json` and opens its files only
+  when a record is read, so each local array_record file is opened here and its record
+  count compared with the recorded shard length."""
   for name, split in builder.info.splits.items():
     try:
       count = len(builder.as_data_source(split=name))
@@ -68,6 +94,10 @@ def _split_counts(builder: Any) -> Optional[str]:
       return f'split {name} does not open: {textio.one_line(e)}'
     if count != split.num_examples:
       return f'split {name} holds {count} records, not {split.num_examples}'
+    for path, expected in zip(split.filepaths, split.shard_lengths):
+      wrong = _shard_records(os.fspath(path), expected) if paths.is_local(path) else None
+      if wrong:
+        return f'split {name}: {wrong}'
   return None
 
 

@@ -10,6 +10,7 @@ import dataclasses
 import gzip
 import itertools
 import os
+import zlib
 from typing import Iterator, Optional
 
 from etils import epath
@@ -50,7 +51,11 @@ class SplitFiles:
 
 
 def _existing(path: str) -> Optional[str]:
-  """`path` or `path.gz`, whichever exists (error if both: ambiguous)."""
+  """`path` or `path.gz`, whichever exists (error if both: ambiguous, or a folder)."""
+  for p in (path, path + '.gz'):
+    if epath.Path(p).is_dir():
+      raise DataError(f'{p} is a folder; expected a corpus file (UTF-8 text, one sentence '
+                      'or tab-separated pair per line, optionally .gz)')
   found = [p for p in (path, path + '.gz') if epath.Path(p).is_file()]
   if len(found) > 1:
     raise DataError(f'Both {found[0]} and {found[1]} exist; keep only one of them.')
@@ -106,13 +111,57 @@ def discover_splits(corpus_dir: str, source_lang: str,
   return splits
 
 
+GZIP_MAGIC = b'\x1f\x8b'  # the first two bytes of every gzip file
+
+
+class ReadError(DataError):
+  """A corpus file that cannot be read to its end: a folder in its place, an I/O error, gzip
+  data that is truncated or damaged, or a name that says the opposite of its compression."""
+
+
+def read_error(path: str, error: BaseException, lines_read: int) -> ReadError:
+  """The one-line ReadError for `error`, raised reading `path` after `lines_read` whole
+  lines (what every reader of corpus files raises: plain text, .gz, TSV, treebank)."""
+  where = f'{path}:{lines_read + 1}'
+  if isinstance(error, IsADirectoryError):
+    return ReadError(f'{path} is a folder; expected a text file.')
+  if isinstance(error, gzip.BadGzipFile) and lines_read == 0 and 'Not a gzipped' in str(error):
+    return ReadError(f'{path} is not gzip-compressed although its name ends in .gz; '
+                     f'compress it (gzip {path[:-3]}) or remove .gz from its name.')
+  if isinstance(error, EOFError):
+    return ReadError(f'{where}: the gzip file ends early (it is truncated: no end-of-stream '
+                     f'marker after line {lines_read}); copy or compress it again.')
+  if isinstance(error, (gzip.BadGzipFile, zlib.error)):
+    return ReadError(f'{where}: damaged gzip data ({error}); copy or compress the file '
+                     'again.')
+  if isinstance(error, OSError):
+    return ReadError(f'{path}: cannot read: {error.strerror or error}.')
+  raise TypeError(f'not a read error: {error!r}')
+
+
+def not_gzip_data(path: str, head: bytes, what_to_do: str = '') -> None:
+  """ReadError when `head` (the first bytes of `path`, a file read as plain text) is gzip;
+  `what_to_do` replaces the advice to add .gz to its name."""
+  if head.startswith(GZIP_MAGIC):
+    raise ReadError(f'{path} is gzip-compressed data but read as plain text: '
+                    f'{what_to_do or f"name it {path}.gz (or decompress it)"}.')
+
+
 def _raw_lines(path: str) -> Iterator[bytes]:
   """Lines split on b'\\n' only (str.splitlines would also split on U+2028 and the like,
-  which would break the alignment), without the line terminator."""
-  with epath.Path(path).open('rb') as raw_file:
-    with (gzip.GzipFile(fileobj=raw_file) if path.endswith('.gz') else raw_file) as f:
-      for raw in f:
-        yield raw.rstrip(b'\r\n')
+  which would break the alignment), without the line terminator. ReadError (one line, the
+  file and line) when the file cannot be read to its end."""
+  compressed, lines_read = path.endswith('.gz'), 0
+  try:
+    with epath.Path(path).open('rb') as raw_file:
+      with (gzip.GzipFile(fileobj=raw_file) if compressed else raw_file) as f:
+        for raw in f:
+          if lines_read == 0 and not compressed:
+            not_gzip_data(path, raw)
+          lines_read += 1
+          yield raw.rstrip(b'\r\n')
+  except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+    raise read_error(path, e, lines_read) from None
 
 
 def _decode(raw: bytes, path: str, lineno: int) -> str:

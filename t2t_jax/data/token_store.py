@@ -43,6 +43,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import sys
 import time
 import zlib
 from typing import Any, Optional, Sequence
@@ -208,6 +209,37 @@ def default_workers() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+MAIN_GUARD = "if __name__ == '__main__':"
+
+
+def refuse_in_a_starting_process() -> None:
+  """Stops (SystemExit, one line) a process that multiprocessing is starting while it runs its
+  parent's main script again.
+
+  The encoding processes are started with spawn: each imports the parent's main script
+  (as `__mp_main__`) before it takes any work. A script that calls the library at its top
+  level, without a main guard, then builds the store again in each of them, and they would
+  wait for the lock the parent holds while the parent waits for them, for ever. Python itself
+  refuses a process started from there (`multiprocessing.spawn._check_not_importing_main`).
+  """
+  if not getattr(multiprocessing.current_process(), '_inheriting', False):
+    return
+  script = getattr(sys.modules.get('__mp_main__'), '__file__', None) or 'the main script'
+  raise SystemExit(f'error: {script} calls t2t_jax at its top level, so every process that '
+                   'multiprocessing starts for it (the token store is encoded in several) runs '
+                   f'it again: put its calls under {MAIN_GUARD}')
+
+
+def _pool_broke(folder: str) -> TokenStoreError:
+  """The error of a build whose encoding processes stopped before they finished."""
+  main = sys.modules.get('__main__')  # a script (not -m) is run again by each process
+  script = getattr(main, '__file__', None) if getattr(main, '__spec__', None) is None else None
+  why = (f'each runs {script} again, so its calls of t2t_jax belong under {MAIN_GUARD}; or '
+         'one was killed (out of memory?)' if script else 'one was killed (out of memory?)')
+  return TokenStoreError(f'The processes encoding the token store {folder} stopped before '
+                         f'they finished: {why}. The chunks encoded so far are kept.')
+
+
 def _build(source: Any, tokenizer: Any, folder: str, num_workers: int) -> None:
   """Encodes every chunk (resuming at the missing ones) and assembles the store in `folder`."""
   n, dtype = len(source), _dtype(tokenizer)
@@ -223,14 +255,17 @@ def _build(source: Any, tokenizer: Any, folder: str, num_workers: int) -> None:
   workers = min(num_workers, len(todo)) if n >= PARALLEL_MIN_PAIRS else 1
   if workers > 1:
     # spawn: the parent has JAX's threads running, which fork would copy mid-flight.
-    with concurrent.futures.ProcessPoolExecutor(
-        workers, mp_context=multiprocessing.get_context('spawn')) as pool:
-      futures = [pool.submit(_write_chunk, source, tokenizer, *bounds[k], dtype.name,
-                             _chunk_path(partial, k)) for k in todo]
-      for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-        future.result()
-        if done % 16 == 0:
-          logging.info('Token store: %d of %d chunks encoded', done, len(todo))
+    try:
+      with concurrent.futures.ProcessPoolExecutor(
+          workers, mp_context=multiprocessing.get_context('spawn')) as pool:
+        futures = [pool.submit(_write_chunk, source, tokenizer, *bounds[k], dtype.name,
+                               _chunk_path(partial, k)) for k in todo]
+        for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+          future.result()
+          if done % 16 == 0:
+            logging.info('Token store: %d of %d chunks encoded', done, len(todo))
+    except concurrent.futures.process.BrokenProcessPool:
+      raise _pool_broke(folder) from None
   else:
     for k in todo:
       _write_chunk(source, tokenizer, *bounds[k], dtype.name, _chunk_path(partial, k))
@@ -313,6 +348,7 @@ def load_or_build(source: Any, tokenizer: Any, cache_dir: Optional[str], *,
       source or tokenizer without a name or fingerprint, gives a store in memory.
     num_workers: encoding processes for large corpora (None: `default_workers()`).
   """
+  refuse_in_a_starting_process()  # before the lock its parent holds (a script's top level)
   name, fingerprint = getattr(source, 'name', None), getattr(tokenizer, 'fingerprint', None)
   if not cache_dir or not name or not fingerprint:
     return encode_in_memory(source, tokenizer)

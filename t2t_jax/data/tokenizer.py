@@ -8,7 +8,10 @@ both languages, into `<workdir>/vocab/spm.model` (+ `spm.vocab`). SentencePiece 
 local files, so it trains in a local temp folder; both files are then written atomically into
 place (`paths.write_atomic`; the workdir may be remote) with `spm.model` last, so the presence
 of `spm.model` means the vocabulary is complete. Models are read as bytes through epath. Process 0 trains; the other processes wait for
-that file. An existing model is always reused and never overwritten.
+that file. What it was trained from is recorded beside it first (`vocab/spm.meta.json`,
+`vocab_record.py`): an existing model is reused when its record matches the run (or it has
+none: a vocabulary from before records), trained again with a warning when it does not and
+no checkpoint depends on it yet, and refused when one does.
 
 Normalisation is 'identity' and character coverage 1.0, so `decode(encode(s)) == s` for any
 text whose characters were in the sample (up to whitespace: SentencePiece strips leading and
@@ -26,6 +29,7 @@ from etils import epath
 import numpy as np
 import sentencepiece as spm
 
+from t2t_jax.data import vocab_record
 from t2t_jax.storage import layout, leftovers, paths
 
 PAD_ID = 0
@@ -165,12 +169,14 @@ def sample_sentences(source: Any, num_per_language: int, seed: int = 0) -> Itera
 
 
 def train(sentences: Iterable[str], vocab_size: int, model_path: str,
-          user_defined_symbols: Sequence[str] = ()) -> Tokenizer:
+          user_defined_symbols: Sequence[str] = (),
+          before_model: Optional[Callable[[bytes], None]] = None) -> Tokenizer:
   """Trains a BPE model on `sentences` and writes `model_path` (+ `.vocab`) atomically.
 
   `user_defined_symbols` become pieces of their own that BPE never splits or merges, cut out
   of the text wherever they occur (parsing's tree tokens, `parsing/linearize.py`); they count
-  towards `vocab_size`.
+  towards `vocab_size`. `before_model(model bytes)` runs before the model file is written
+  (`load_or_train` writes the vocabulary's record there).
   """
   model_path = paths.absolute(model_path)
   prefix = os.path.splitext(os.path.basename(model_path))[0]
@@ -199,7 +205,10 @@ def train(sentences: Iterable[str], vocab_size: int, model_path: str,
     for suffix, target in (('.vocab', os.path.splitext(model_path)[0] + '.vocab'),
                            ('.model', model_path)):
       with open(os.path.join(tmp, prefix + suffix), 'rb') as f:
-        paths.write_atomic(target, f.read(), overwrite=True)
+        data = f.read()
+      if suffix == '.model' and before_model is not None:
+        before_model(data)
+      paths.write_atomic(target, data, overwrite=True)
   finally:
     shutil.rmtree(tmp, ignore_errors=True)
   logging.info('Trained a %d-piece BPE vocabulary on %d sentences: %s', vocab_size,
@@ -218,9 +227,14 @@ def _checked(tok: Tokenizer, vocab_size: int) -> Tokenizer:
 def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable[str]],
                   process_index: int = 0, process_count: int = 1, *,
                   symbols_fn: Optional[Callable[[], Sequence[str]]] = None,
-                  trained: bool = False,
+                  trained: bool = False, data_fingerprint: Optional[dict] = None,
                   timeout_s: float = 7200.0, poll_s: float = 1.0) -> Tokenizer:
   """The workdir's vocabulary: loaded if `<workdir>/vocab/spm.model` exists, else trained.
+
+  An existing vocabulary whose record (`vocab/spm.meta.json`, `vocab_record.py`) says it was
+  trained from other data or settings than this run's is trained again, with one warning,
+  while no checkpoint depends on it (`trained` False), and refused otherwise; one from
+  before records existed is reused.
 
   Args:
     config: uses `vocab_size` and `vocab_sample_sentences`.
@@ -230,8 +244,11 @@ def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable
       by process 0 and only when training; at most 2 * vocab_sample_sentences are used.
     process_index, process_count: `jax.process_index()`, `jax.process_count()`.
     symbols_fn: returns the user-defined symbols of `train` (called like `sentences_fn`).
-    trained: the workdir has checkpoints: its vocabulary must exist and match
-      `config.vocab_size` (TokenizerError naming the file otherwise), never be trained anew.
+    trained: the workdir has checkpoints: its vocabulary must exist, match
+      `config.vocab_size` and its record (TokenizerError naming the file otherwise), never be
+      trained anew.
+    data_fingerprint: what the training data is (`fingerprint.compute`), recorded with a
+      vocabulary trained now and compared with an existing one's record; None: not compared.
     timeout_s: how long processes other than 0 wait for process 0's file.
     poll_s: how often they look.
 
@@ -239,31 +256,79 @@ def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable
     The Tokenizer, whose vocab_size equals config.vocab_size (TokenizerError otherwise).
   """
   path = vocab_path(workdir)
-  if trained or epath.Path(path).is_file():
+  want = vocab_record.wanted(config, data_fingerprint)
+  stale = _stale(workdir, want, trained)
+  if stale is None:
     tok = load(path, config.vocab_size) if trained else _checked(Tokenizer(path),
                                                                  config.vocab_size)
     logging.info('Reusing the vocabulary %s', path)
     return tok
   if process_index == 0:
-    limit = 2 * int(config.vocab_sample_sentences)
-
-    def bounded() -> Iterator[str]:
-      for i, s in enumerate(sentences_fn()):
-        if i >= limit:
-          return
-        yield s
-
-    symbols = symbols_fn() if symbols_fn is not None else ()
-    return _checked(train(bounded(), config.vocab_size, path, symbols), config.vocab_size)
+    if stale != _MISSING:
+      logging.warning('The vocabulary %s must be trained again: %s; no checkpoint depends on '
+                      'it yet', path, stale)
+    return _train_recorded(config, workdir, want, sentences_fn, symbols_fn)
   logging.info('Process %d/%d waits for the vocabulary %s', process_index, process_count,
                path)
   deadline = time.monotonic() + timeout_s
-  while not _appeared(path):
+  while _stale(workdir, want, False) is not None:
     if time.monotonic() > deadline:
       raise TokenizerError(f'Process {process_index} waited {timeout_s:g} s for process 0 to '
                            f'write {path}; it did not appear.')
     time.sleep(poll_s)
   return _checked(Tokenizer(path), config.vocab_size)
+
+
+_MISSING = 'there is none'
+
+
+def _train_recorded(config: Any, workdir: str, want: dict,
+                    sentences_fn: Callable[[], Iterable[str]],
+                    symbols_fn: Optional[Callable[[], Sequence[str]]]) -> Tokenizer:
+  """Trains the workdir's vocabulary on at most 2 * vocab_sample_sentences sentences, its
+  record `want` written just before the model."""
+  limit = 2 * int(config.vocab_sample_sentences)
+
+  def bounded() -> Iterator[str]:
+    for i, s in enumerate(sentences_fn()):
+      if i >= limit:
+        return
+      yield s
+
+  symbols = symbols_fn() if symbols_fn is not None else ()
+  return _checked(train(bounded(), config.vocab_size, vocab_path(workdir), symbols,
+                        before_model=lambda model: vocab_record.write(
+                            workdir, want, vocab_record.sha256(model))), config.vocab_size)
+
+
+def _stale(workdir: str, want: dict, trained: bool) -> Optional[str]:
+  """None when the workdir's vocabulary may be used for a run that `want`s it (its record,
+  `vocab_record.wanted`); else why it is (to be) trained. With `trained` (checkpoints depend
+  on it) a vocabulary that differs raises TokenizerError naming it; a missing or unreadable
+  one is left to `load` to report, an unreadable record is only warned about."""
+  path, where = vocab_path(workdir), vocab_record.path(workdir)
+  if not _appeared(path):
+    return None if trained else _MISSING
+  record, problem = vocab_record.read(workdir)
+  if record is None:  # none: a vocabulary from before records existed
+    if problem is not None and trained:
+      logging.warning('%s is unreadable (%s); keeping the vocabulary %s unchecked (the '
+                      'checkpoints were trained with it)', where, problem, path)
+    return (None if problem is None or trained
+            else f'its record {where} is unreadable ({problem})')
+  if record['sha256'] != vocab_record.sha256(paths.read_bytes(path)):
+    why = (f'it is not the vocabulary {where} describes (sha256 {record["sha256"][:12]}...): '
+           'an interrupted training, or a replaced file')
+  else:
+    diff = vocab_record.difference(record, want)
+    why = diff and f'it was trained from other data or settings ({diff})'
+  if why and trained:
+    Tokenizer(path)  # one that does not parse is reported as damaged
+    raise TokenizerError(f'{path}: {why}; the checkpoints of this workdir were trained with '
+                         'the vocabulary its record describes, so it cannot be trained again: '
+                         'restore those files and settings, or train in a new --workdir '
+                         '(nothing was changed)')
+  return why
 
 
 def _appeared(path: str) -> bool:

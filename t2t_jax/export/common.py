@@ -19,7 +19,8 @@ from etils import epath
 
 from t2t_jax.data import tasks
 from t2t_jax.model import transformer as model_lib
-from t2t_jax.storage import leftovers, paths
+from t2t_jax.storage import leftovers, outputs, paths
+from t2t_jax.storage import workdir as workdir_lib
 
 
 class ExportError(ValueError):
@@ -52,7 +53,8 @@ def check_output(output: str) -> str:
 
   Raises:
     FileExistsError: `output` exists (file or directory); nothing is changed.
-    ExportError: no `output` given, or its local parent is not a directory.
+    ExportError: no `output` given, or its local parent does not exist.
+    OutputError: its parent is a file, read-only or full (a probe file cannot be written).
   """
   if not output:
     raise ExportError('--output is required for --mode=export: the directory to create')
@@ -61,9 +63,9 @@ def check_output(output: str) -> str:
     raise FileExistsError(f'--output={output} already exists; choose a new directory or '
                           'remove it (nothing was written)')
   parent = os.path.dirname(path)
-  if paths.is_local(path) and not os.path.isdir(parent):  # object stores have no folders
+  if paths.is_local(path) and not os.path.lexists(parent):  # object stores have no folders
     raise ExportError(f'--output={output}: the parent directory {parent} does not exist')
-  return path
+  return outputs.check_writable(output)  # a file, read-only or full: one line, before work
 
 
 def _appeared(output: str) -> FileExistsError:
@@ -84,7 +86,9 @@ def new_directory(output: str) -> Iterator[str]:
       paths.upload_directory(temp, path)
     return
   # A killed export's folder (its pid gone) is removed by the next export to the same name.
-  temp = leftovers.owned_temp_dir(f'.{os.path.basename(path)}.', os.path.dirname(path), '.tmp')
+  with workdir_lib.writing(os.path.dirname(path)):
+    temp = leftovers.owned_temp_dir(f'.{os.path.basename(path)}.', os.path.dirname(path),
+                                    '.tmp')
   umask = os.umask(0)
   os.umask(umask)
   os.chmod(temp, 0o777 & ~umask)  # mkdtemp's 0700 would make the export private

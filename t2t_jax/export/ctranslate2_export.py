@@ -31,6 +31,7 @@ import numpy as np
 
 from t2t_jax.model import layers, parts, transformer as model
 from t2t_jax.storage import paths
+from t2t_jax.storage import workdir as workdir_lib
 from t2t_jax.export.common import (ExportError, ExportSource, check_output, load_source,
                                    new_directory)
 
@@ -231,7 +232,8 @@ def write_model(cfg: model.TransformerConfig, params, pieces: Sequence[str], out
   """
   check_quantization(quantization)
   check_expressible(cfg, params)
-  with new_directory(output) as temp:
+  # A full disk or a read-only file system: one line naming `output`, nothing left of it.
+  with new_directory(output) as temp, workdir_lib.writing(paths.absolute(output)):
     # The converter writes into a directory it creates: one inside our temporary one.
     converted = _converter(cfg, params, pieces, files or {}).convert(
         os.path.join(temp, 'model'), quantization=quantization)
@@ -246,12 +248,13 @@ def convert(source: ExportSource, output: str, quantization: Optional[str] = Non
   settings (t2t_jax_decoding.json) in the model directory. Returns `output`'s absolute path."""
   with tempfile.TemporaryDirectory() as scratch:
     options = os.path.join(scratch, DECODING_FILE)
-    with open(options, 'w', encoding='utf-8') as f:
-      json.dump(decoding_options(source.config, source.description), f, indent=2,
-                sort_keys=True)
     vocab = os.path.join(scratch, 'spm.model')  # a local copy: the workdir may be gs://
-    with open(vocab, 'wb') as f:
-      f.write(paths.read_bytes(source.tokenizer_path))
+    with workdir_lib.writing(scratch):  # the system's temporary folder, full or read-only
+      with open(options, 'w', encoding='utf-8') as f:
+        json.dump(decoding_options(source.config, source.description), f, indent=2,
+                  sort_keys=True)
+      with open(vocab, 'wb') as f:
+        f.write(paths.read_bytes(source.tokenizer_path))
     check_paper_layers(source.transformer)
     return write_model(source.model_config, source.params, source.pieces(), output,
                        quantization=quantization,

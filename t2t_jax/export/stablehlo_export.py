@@ -20,7 +20,7 @@ artifact translates exactly as the model it came from.
 import json
 import os
 import shutil
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +29,7 @@ import numpy as np
 from t2t_jax.inference import portable, translate
 from t2t_jax.model import transformer as model
 from t2t_jax.storage import paths
+from t2t_jax.storage import workdir as workdir_lib
 from t2t_jax.export.common import (ExportError, ExportSource, check_output, load_source,
                                    new_directory)
 
@@ -90,15 +91,14 @@ def write_artifact(source: ExportSource, output: str,
                                alpha=config.length_penalty_alpha, rows=rows, src_len=src_len,
                                max_decode_len=max_decode_len, platforms=platforms)
       name = f'decode_{src_len}x{max_decode_len}.stablehlo'
-      with open(os.path.join(temp, name), 'wb') as f:
-        f.write(exported.serialize())
+      _write(temp, output, name, lambda path: _write_bytes(path, exported.serialize()))
       buckets.append({'source_length': src_len, 'max_decode_len': max_decode_len,
                       'file': name})
-    np.savez(os.path.join(temp, portable.PARAMS),
-             **dict(zip(names, jax.tree_util.tree_leaves(params))))
-    with open(os.path.join(temp, portable.VOCAB), 'wb') as f:  # the workdir may be gs://
-      f.write(paths.read_bytes(source.tokenizer_path))
-    shutil.copyfile(portable.__file__, os.path.join(temp, 'serve.py'))
+    _write(temp, output, portable.PARAMS, lambda path: np.savez(
+        path, **dict(zip(names, jax.tree_util.tree_leaves(params)))))
+    vocab = paths.read_bytes(source.tokenizer_path)  # the workdir may be gs://
+    _write(temp, output, portable.VOCAB, lambda path: _write_bytes(path, vocab))
+    _write(temp, output, 'serve.py', lambda path: shutil.copyfile(portable.__file__, path))
     manifest = {
         'format': portable.ARTIFACT_FORMAT, 'version': portable.ARTIFACT_VERSION,
         'jax_version': jax.__version__, 'platforms': list(platforms),
@@ -107,10 +107,21 @@ def write_artifact(source: ExportSource, output: str,
         'bucket_lengths': list(config.bucket_lengths), 'buckets': buckets,
         'params': list(names), 'eos_id': portable.EOS_ID, 'pad_id': portable.PAD_ID,
         'checkpoint': source.description}
-    with open(os.path.join(temp, portable.MANIFEST), 'w', encoding='utf-8') as f:
-      json.dump(manifest, f, indent=2)
-      f.write('\n')
+    text = json.dumps(manifest, indent=2) + '\n'
+    _write(temp, output, portable.MANIFEST, lambda path: _write_bytes(path, text.encode()))
   return paths.absolute(output)
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+  with open(path, 'wb') as f:
+    f.write(data)
+
+
+def _write(temp: str, output: str, name: str, write: Callable[[str], None]) -> None:
+  """`write(temp/name)`; a full disk or a read-only file system raises one WorkdirError
+  naming `output/name` (`new_directory` then removes `temp`: nothing partial is left)."""
+  with workdir_lib.writing(os.path.join(output, name)):
+    write(os.path.join(temp, name))
 
 
 def export_stablehlo(workdir: str, output: str, *, checkpoint: Optional[str] = None,

@@ -142,6 +142,37 @@ def checkpoint_name(path: str) -> str:
   return f'checkpoint {path}'
 
 
+def vocabulary_item(checkpoint_dir: str) -> Optional[Dict[str, Any]]:
+  """The vocabulary's sha256 and size saved with a checkpoint; None for one without."""
+  item = os.path.join(checkpoint_dir, checkpoint_lib.VOCAB_ITEM)
+  return read_json_item(item) if epath.Path(item).is_dir() else None
+
+
+def gone(path: str) -> bool:
+  """Whether `path` no longer exists (asking the store, not a cache)."""
+  paths.forget(path)
+  return not epath.Path(path).exists()
+
+
+def unless_vanished(read):
+  """`read(path)` that raises `damage.VanishedCheckpointError` when it failed because `path`
+  was deleted meanwhile (a live training run keeps only its last keep_checkpoints)."""
+  def wrapped(path):
+    try:
+      return read(path)
+    except Exception as e:  # noqa: BLE001  whatever a half-deleted checkpoint raises
+      if gone(path):
+        raise damage.VanishedCheckpointError(
+            'was deleted while it was read (a training run on this workdir keeps only its '
+            'last keep_checkpoints)') from e
+      raise
+  return wrapped
+
+
+class _Relist(Exception):
+  """Steps vanished while averaging: list the training checkpoints again."""
+
+
 def _pick_readable(source: str, available: List[int], num: int, damaged: Dict[int, str]
                    ) -> Dict[int, Any]:
   """{step: params metadata} of the newest `num` steps whose metadata reads; steps found
@@ -150,9 +181,11 @@ def _pick_readable(source: str, available: List[int], num: int, damaged: Dict[in
   remaining = [s for s in reversed(available) if s not in damaged]
   while len(metadata) < num:
     meta, step, skipped = first_readable(
-        remaining, lambda s: params_metadata(os.path.join(source, str(s))),
+        remaining, lambda s: unless_vanished(params_metadata)(os.path.join(source, str(s))),
         lambda s: checkpoint_name(os.path.join(source, str(s))))
     damaged.update(skipped)
+    if step is None and any(gone(os.path.join(source, str(s))) for s in damaged):
+      raise _Relist()
     if step is None:
       raise CheckpointError(
           f'cannot average the last {num} checkpoints: only {len(metadata)} of the '
@@ -186,7 +219,8 @@ def _sum_params(source: str, metadata: Dict[int, Any], damaged: Dict[int, str]) 
   total = None
   for s in sorted(metadata):
     path = os.path.join(source, str(s))
-    params, _, skipped = first_readable([path], lambda p: restore_params(p, metadata[s]), checkpoint_name)
+    params, _, skipped = first_readable(
+        [path], unless_vanished(lambda p: restore_params(p, metadata[s])), checkpoint_name)
     if params is None:
       damaged[s] = skipped[0][1]
       return None
@@ -226,28 +260,55 @@ def average_checkpoints(workdir: str, num: int) -> AveragedCheckpoint:
   if existing is not None:
     return existing  # made before any damage: nothing to read
   damaged: Dict[int, str] = {}
-  while True:  # again after a step turns out damaged while its arrays are read
-    # Check every tree against the newest before reading any array: a mismatch costs nothing.
-    metadata = _pick_readable(source, available, num, damaged)
-    steps = tuple(sorted(metadata))
-    target = workdir.averaged_checkpoint(steps[-1], num)
-    existing = _existing_average(target, steps)
-    if existing is not None:
-      return existing
-    _check_averageable(steps, metadata)
-    newest = os.path.join(source, str(steps[-1]))
-    config, _, skipped = first_readable([newest], checkpoint_config, checkpoint_name)
-    if config is None:
-      damaged[steps[-1]] = skipped[0][1]
-      continue
-    total = _sum_params(source, metadata, damaged)
-    if total is not None:
+  for _ in range(_MAX_RELISTS):  # again after a step turns out damaged or deleted
+    try:
+      found = _average_once(workdir, available, num, damaged)
+    except _Relist:
+      found = None
+    if isinstance(found, AveragedCheckpoint):
+      return found
+    if found is not None:
       break
+    # A live training run may have deleted (and saved) steps meanwhile: list them again.
+    available = _available_steps(source, workdir, num)
+    damaged = {s: r for s, r in damaged.items() if s in available}
+  else:
+    raise CheckpointError(f'cannot average the last {num} checkpoints of {source}: they kept '
+                          'changing while they were read; rerun')
+  target, steps, total, config, vocabulary, metadata = found
   dtypes = jax.tree_util.tree_map(lambda m: np.dtype(m.dtype), metadata[steps[-1]])
   mean = jax.tree_util.tree_map(lambda acc, dtype: (acc / np.float32(num)).astype(dtype),
                                 total, dtypes)
-  _write_average(target, mean, config, steps, num, source)
+  _write_average(target, mean, config, steps, num, source, vocabulary)
   return AveragedCheckpoint(target, steps, mean)
+
+
+_MAX_RELISTS = 1000  # each try rules out a step, or follows a training run that moved on
+
+
+def _average_once(workdir: layout.Workdir, available: List[int], num: int,
+                  damaged: Dict[int, str]):
+  """One try of `average_checkpoints` over `available`: an existing AveragedCheckpoint, or
+  (target, steps, float32 sum, config, vocabulary item, metadata), or None when a step turned
+  out damaged or deleted (added to `damaged`; `_Relist` when deleted before it was chosen)."""
+  source = workdir.checkpoints
+  # Check every tree against the newest before reading any array: a mismatch costs nothing.
+  metadata = _pick_readable(source, available, num, damaged)
+  steps = tuple(sorted(metadata))
+  target = workdir.averaged_checkpoint(steps[-1], num)
+  existing = _existing_average(target, steps)
+  if existing is not None:
+    return existing
+  _check_averageable(steps, metadata)
+  newest = os.path.join(source, str(steps[-1]))
+  setup, _, skipped = first_readable(
+      [newest], unless_vanished(lambda p: (checkpoint_config(p), vocabulary_item(p))),
+      checkpoint_name)
+  if setup is None:
+    damaged[steps[-1]] = skipped[0][1]
+    return None
+  total = _sum_params(source, metadata, damaged)
+  return None if total is None else (target, steps, total, *setup, metadata)
 
 
 def _available_steps(source: str, workdir: str, num: int) -> List[int]:
@@ -275,15 +336,18 @@ def _check_averageable(steps: Tuple[int, ...], metadata: Dict[int, Any]) -> None
 
 
 def _write_average(target: str, mean: Any, config: Dict[str, Any], steps: Tuple[int, ...],
-                   num: int, source: str) -> None:
-  """Saves the mean parameters with the newest config and the steps averaged (orbax writes a
-  temporary directory and renames it, so `target` is complete or absent)."""
+                   num: int, source: str, vocabulary: Optional[Dict[str, Any]] = None) -> None:
+  """Saves the mean parameters with the newest config, its vocabulary item and the steps
+  averaged (orbax writes a temporary directory and renames it, so `target` is complete or
+  absent)."""
+  items = {checkpoint_lib.VOCAB_ITEM: ocp.args.JsonSave(vocabulary)} if vocabulary else {}
   paths.makedirs(os.path.dirname(target))
   checkpoint_lib.quiet_failed_save_reports()  # a full disk: one line, not orbax's tracebacks
   with workdir_lib.writing(target, ' and average again'), ocp.Checkpointer(
       ocp.CompositeCheckpointHandler()) as checkpointer:
     checkpointer.save(target, args=ocp.args.Composite(
         state=ocp.args.PyTreeSave({'params': mean}), config=ocp.args.JsonSave(config),
-        averaging=ocp.args.JsonSave({'steps': list(steps), 'num': num, 'source': source})))
+        averaging=ocp.args.JsonSave({'steps': list(steps), 'num': num, 'source': source}),
+        **items))
   logging.info('checkpoint averaging: averaged steps %s of %s into %s',
                ','.join(map(str, steps)), source, target)

@@ -14,9 +14,11 @@ import numpy as np
 from absl import logging
 from etils import epath
 
-from t2t_jax.inference.averaging import (checkpoint_config, is_finalized,
+from t2t_jax.data import tokenizer, vocab_record
+from t2t_jax.inference.averaging import (checkpoint_config, is_finalized, gone,
                                          checkpoint_name, params_metadata, restore_params,
-                                         averaged_checkpoints, training_steps)
+                                         averaged_checkpoints, training_steps, unless_vanished,
+                                         vocabulary_item)
 from t2t_jax.runtime.checkpoint import CheckpointError, first_readable, read_json_item
 from t2t_jax.storage import layout, paths
 
@@ -30,11 +32,16 @@ class InferenceParams:
     config_json: the run config saved with the checkpoint (`config.from_json` reads it).
     description: e.g. 'averaged steps 600,700,800' or 'training checkpoint step 800'.
     step: the training step (for an averaged checkpoint, the last step averaged).
+    path: the checkpoint's directory.
+    vocabulary: the sha256 and size of the vocabulary it was trained with (None: a
+      checkpoint from before they were saved).
   """
   params: Any
   config_json: Dict[str, Any]
   description: str
   step: int
+  path: str = ''
+  vocabulary: Optional[Dict[str, Any]] = None
 
 
 def latest_training_config(workdir: str) -> Dict[str, Any]:
@@ -45,7 +52,8 @@ def latest_training_config(workdir: str) -> Dict[str, Any]:
   if not steps:
     raise CheckpointError(f'no training checkpoint in {source}')
   config, _, skipped = first_readable(
-      [os.path.join(source, str(s)) for s in reversed(steps)], checkpoint_config, checkpoint_name)
+      [os.path.join(source, str(s)) for s in reversed(steps)], unless_vanished(checkpoint_config),
+      checkpoint_name)
   if config is None:
     raise CheckpointError(f'no training checkpoint in {source} has a readable config: '
                           + '; '.join(f'{p}: {reason}' for p, reason in skipped))
@@ -94,7 +102,8 @@ def _read_inference(path: str) -> InferenceParams:
     description = f'training checkpoint step {step}'
   params = restore_params(path, params_metadata(path))
   params = jax.tree_util.tree_map(lambda x: jax.device_put(np.asarray(x, np.float32)), params)
-  return InferenceParams(params, checkpoint_config(path), description, step)
+  return InferenceParams(params, checkpoint_config(path), description, step, path,
+                         vocabulary_item(path))
 
 
 def _warn_if_stale(workdir: str, inference: InferenceParams, path: str) -> None:
@@ -127,23 +136,59 @@ def load_inference_params(workdir: str, checkpoint: Optional[str] = None) -> Inf
       listed) or is damaged, or a read failed for a passing reason (I/O error, memory).
   """
   workdir = layout.of(workdir)
-  candidates = _default_candidates(workdir) if checkpoint is None else [
-      _resolve(workdir, checkpoint)]
-  if not candidates:
-    raise CheckpointError(f'no checkpoint in workdir {workdir}: looked in '
-                          f'{workdir.checkpoints} and {workdir.averaged}')
-  inference, path, skipped = first_readable(candidates, _read_inference, checkpoint_name,
-                                            warn=checkpoint is None)
+  for _ in range(_MAX_RELISTS):  # again when a live training run deleted what was listed
+    candidates = _default_candidates(workdir) if checkpoint is None else [
+        _resolve(workdir, checkpoint)]
+    if not candidates:
+      raise CheckpointError(f'no checkpoint in workdir {workdir}: looked in '
+                            f'{workdir.checkpoints} and {workdir.averaged}')
+    inference, path, skipped = first_readable(candidates, unless_vanished(_read_inference),
+                                              checkpoint_name, warn=checkpoint is None)
+    if inference is not None or checkpoint is not None or not any(
+        gone(p) for p, _ in skipped):
+      break
   if inference is None and checkpoint is not None:
     steps = ', '.join(map(str, training_steps(workdir))) or 'none'
+    what = ('was deleted while it was read (a live training run on this workdir keeps only '
+            'its last keep_checkpoints)' if gone(candidates[0])
+            else f'is damaged ({skipped[0][1]})')
     raise CheckpointError(
-        f'{checkpoint_name(candidates[0])} is damaged ({skipped[0][1]}); choose another with '
-        f'--checkpoint=STEP (training steps: {steps}) or leave --checkpoint out to use the '
-        'newest readable one')
+        f'{checkpoint_name(candidates[0])} {what}; choose another with --checkpoint=STEP '
+        f'(training steps: {steps}) or leave --checkpoint out to use the newest readable one')
   if inference is None:
     raise CheckpointError(f'no checkpoint in workdir {workdir} is readable: ' + '; '.join(
         f'{p}: {reason}' for p, reason in skipped))
   if checkpoint is None:
     _warn_if_stale(workdir, inference, path)
+  _check_vocabulary(workdir, inference)
   logging.info('inference parameters: %s (%s)', inference.description, path)
   return inference
+
+
+_MAX_RELISTS = 10
+
+
+def _check_vocabulary(workdir: layout.Workdir, inference: InferenceParams) -> None:
+  """Refuses a checkpoint trained with another vocabulary than the workdir's: blaming the
+  checkpoint when the vocabulary is the one trained in this workdir (its record describes it)
+  or the checkpoint lies outside it, else the vocabulary (replaced). A missing or damaged
+  vocabulary is left to the mode's own load to report."""
+  try:
+    tok = tokenizer.Tokenizer(workdir.vocab) if epath.Path(workdir.vocab).is_file() else None
+  except tokenizer.TokenizerError:
+    return
+  problem = tok and vocab_record.checkpoint_mismatch(
+      inference.vocabulary, inference.config_json.get('vocab_size'), tok)
+  if not problem:
+    return
+  inside = paths.absolute(inference.path).startswith(workdir.root + os.sep)
+  if vocab_record.describes(workdir, tok) or not inside:
+    training = ', '.join(map(str, training_steps(workdir))) or 'none'
+    raise CheckpointError(
+        f'{checkpoint_name(inference.path)} was trained with another vocabulary than this '
+        f'workdir\'s {workdir.vocab} ({problem}): it belongs to another run; use its own '
+        f'--workdir, or one of this workdir\'s checkpoints (training steps: {training})')
+  raise tokenizer.TokenizerError(
+      f'{workdir.vocab} is not the vocabulary {checkpoint_name(inference.path)} was trained '
+      f'with ({problem}): it was replaced; restore the original file from a copy, or train '
+      'in a new --workdir')

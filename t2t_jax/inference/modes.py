@@ -15,7 +15,7 @@ from t2t_jax import config as config_lib
 from t2t_jax.data import tasks, tokenizer
 from t2t_jax.inference import averaging, checkpoint_choice, evaluate, translate
 from t2t_jax.runtime import multihost
-from t2t_jax.storage import textio
+from t2t_jax.storage import outputs, textio
 from t2t_jax.storage import workdir as workdir_lib
 
 
@@ -63,6 +63,8 @@ def decode(workdir: str, overrides: Overrides, checkpoint: Optional[str],
   (stdout), which must not exist: it is claimed before the checkpoint loads (`_claimed`)."""
   if output and epath.Path(output).exists():  # local or gs://...
     raise _taken(output)
+  if output:
+    outputs.check_writable(output)  # a folder that is a file, read-only or full: one line now
   lines = (textio.read_lines(input_path) if input_path
            else textio.decode_lines(sys.stdin.buffer.read(), '<stdin>'))
   multihost.barrier('decode_output_checked')  # every process checked before the writer claims

@@ -28,9 +28,10 @@ than the model's `max_len`, an `--attention_layer` out of range, an `--output` t
 or a non-empty directory (nothing is ever overwritten; an empty directory is used).
 """
 
+import contextlib
 import io
 import os
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 from etils import epath
@@ -40,7 +41,8 @@ from t2t_jax.inference import modes, translate
 from t2t_jax.inspect import attention_html, attention_maps, attention_plots
 from t2t_jax.model import transformer as model
 from t2t_jax.runtime import multihost
-from t2t_jax.storage import textio
+from t2t_jax.storage import outputs, textio
+from t2t_jax.storage import workdir as workdir_lib
 
 _ROUND = 16  # sentences are padded to a multiple of this: few compiled shapes, exact maps
 
@@ -59,7 +61,8 @@ class Sentence(NamedTuple):
 
 
 def check_output(path: Optional[str]) -> None:
-  """Refuses a missing `--output`, an existing file and a non-empty directory."""
+  """Refuses a missing `--output`, an existing file, a non-empty directory and one that
+  cannot be written (`outputs.check_writable`)."""
   if not path:
     raise AttentionInputError('--mode=attention needs --output=DIR, a new or empty directory '
                               'for the maps')
@@ -69,6 +72,7 @@ def check_output(path: Optional[str]) -> None:
   if epath.Path(path).is_dir() and any(epath.Path(path).iterdir()):
     raise FileExistsError(f'--output={path} is a non-empty directory; choose a new or empty '
                           'one (nothing is overwritten)')
+  outputs.check_writable(path)  # in a file, read-only or full: one line, before any work
 
 
 def _read(flag: str, path: str) -> List[str]:
@@ -203,7 +207,8 @@ def write_sentence(directory: str, title: str, sentence: Sentence, tokenizer,
   paths = []
   for name, data in files.items():
     paths.append(os.path.join(directory, name))
-    textio.write_bytes_atomic(paths[-1], data)
+    with workdir_lib.writing(paths[-1]):  # a full disk: one line naming the file
+      textio.write_bytes_atomic(paths[-1], data)
   return paths
 
 
@@ -232,6 +237,29 @@ def run(workdir: str, overrides: modes.Overrides, checkpoint: Optional[str],
   sentences = prepare(config, inference.params, tok, sources, targets, input_path,
                       targets_path)
   if multihost.is_writer():
-    for directory, sentence in zip(write_all(output, sentences, tok, layer,
-                                             inference.description), sentences):
+    with _removed_on_failure(output):
+      directories = write_all(output, sentences, tok, layer, inference.description)
+    for directory, sentence in zip(directories, sentences):
       print(f'{directory}\t{sentence.target}')
+
+
+@contextlib.contextmanager
+def _removed_on_failure(output: str) -> Iterator[None]:
+  """Removes what the body wrote into `output` when it fails (a full disk, an interrupt):
+  `output` itself if it did not exist, else everything in it (it was empty), so the same
+  command can be run again."""
+  existed = epath.Path(output).exists()
+  try:
+    yield
+  except BaseException:
+    root = epath.Path(output)
+    made = [root] if not existed else list(root.iterdir()) if root.is_dir() else []
+    for path in made:
+      try:
+        if path.is_dir():
+          path.rmtree()
+        else:
+          path.unlink()
+      except OSError:
+        pass  # what cannot be removed stays; the error raised says why the run failed
+    raise

@@ -29,7 +29,8 @@ from etils import epath
 
 from t2t_jax.storage import paths
 from t2t_jax.data import corpora, prepared
-from t2t_jax.data.textfiles import DataError, EncodingError, MissingDataError
+from t2t_jax.data.textfiles import (DataError, EncodingError, MissingDataError,
+                                    not_gzip_data, read_error)
 from t2t_jax.parsing import linearize, trees
 
 SPLIT_FILE_SUFFIX = '.trees'
@@ -80,6 +81,9 @@ def find_splits(treebank_dir: str) -> dict[str, TreebankSplit]:
                            f'({_layouts_help(treebank_dir)}).')
   split_files = {split: os.path.join(treebank_dir, split + SPLIT_FILE_SUFFIX)
                  for split in WSJ_SECTIONS}
+  for path in split_files.values():
+    if epath.Path(path).is_dir():
+      raise LayoutError(f'{path} is a folder; expected a file of bracketed trees.')
   sections = _sections_dir(treebank_dir)
   present = {split: path for split, path in split_files.items() if epath.Path(path).is_file()}
   if 'train' in present:
@@ -109,7 +113,11 @@ def find_splits(treebank_dir: str) -> dict[str, TreebankSplit]:
 
 
 def _read_text(path: str) -> str:
-  raw = epath.Path(path).read_bytes()
+  try:
+    raw = epath.Path(path).read_bytes()
+  except OSError as e:  # a folder in its place, an I/O error
+    raise read_error(path, e, 0) from None
+  not_gzip_data(path, raw[:2], 'decompress it (tree files are read as plain text)')
   try:
     return raw.decode('utf-8').lstrip('\ufeff')
   except UnicodeDecodeError as e:

@@ -26,13 +26,13 @@ def run(config: ml_collections.ConfigDict, topology_name: Optional[str],
         stream=sys.stdout) -> dict:
   """Plans `config` on `topology_name`, prints the plan, writes it to `output` as JSON.
 
-  Every check that needs no compilation comes first (topology name, libtpu, --output), so a
-  mistake costs milliseconds, not minutes. A config that does not fit is written and printed
-  like any other, then reported as a PlanError (one line: by how much, the largest batch
-  that fits). `all_shapes` False compiles the train step at the largest batch shape alone,
-  not at every bucket's (a quicker plan, without the run's total compile time). What each
-  compilation reported is kept in `cache_dir(compilation_cache)`, so planning the same
-  programs again takes seconds.
+  Every check that needs no compilation comes first (topology name, --output and its folder,
+  libtpu), so a mistake costs milliseconds, not minutes. A config that does not fit is
+  written and printed like any other, then reported as a PlanError (one line: by how much,
+  the largest batch that fits). `all_shapes` False compiles the train step at the largest
+  batch shape alone, not at every bucket's (a quicker plan, without the run's total compile
+  time). What each compilation reported is kept in `cache_dir(compilation_cache)`, so
+  planning the same programs again takes seconds.
 
   Raises:
     topology.TopologyError, report.PlanError, FileExistsError, WorkdirError: one-line
@@ -41,11 +41,11 @@ def run(config: ml_collections.ConfigDict, topology_name: Optional[str],
   if not topology_name:
     raise report.PlanError(f'--mode=plan needs --topology=NAME, e.g. {topology.EXAMPLES}')
   topology.parse(topology_name)
-  topology.check_compiler()
   if output and epath.Path(output).exists():
     raise FileExistsError(f'--output={output} already exists; choose another file or remove it')
   if output:
     outputs.check_writable(output)  # in a file, read-only or full: one line, before compiling
+  topology.check_compiler()
   plan = report.make_plan(config, topology_name, search_batch=search_batch,
                           all_shapes=all_shapes, cache_dir=cache_dir(compilation_cache))
   stream.write(report.format_plan(plan, config_name) + '\n')

@@ -39,6 +39,7 @@ from t2t_jax.data import fingerprint as fingerprint_lib
 from jax.experimental import multihost_utils
 
 FINGERPRINT_ITEM = 'data_fingerprint'
+VOCAB_ITEM = 'vocabulary'  # the sha256 and size of the vocabulary (`data/vocab_record.py`)
 
 # Keys whose change makes an existing checkpoint unusable for this run: the parameter shapes,
 # or the data order and batch shapes the saved iterator position refers to.
@@ -137,8 +138,10 @@ def first_readable(candidates: Sequence[C], read: Callable[[C], T], name: Callab
           'files (an I/O error, a full disk, too little memory?), so nothing was skipped or '
           'moved. Fix the cause and rerun; if its files really are damaged, move it away.'
       ) from error
-    if warn:
-      logging.warning('%s is damaged (%s); skipping it', name(candidate), reason)
+    if warn:  # a checkpoint deleted while it was read is not damaged: its reason says so
+      gone = isinstance(error, damage.VanishedCheckpointError)
+      logging.warning('%s %s; skipping it', name(candidate),
+                      error if gone else f'is damaged ({reason})')
     skipped.append((candidate, reason))
   return None, None, skipped
 
@@ -187,6 +190,7 @@ class Checkpointer:
                data_fingerprint: Optional[Dict[str, Any]] = None):
     self.directory = layout.of(workdir).checkpoints
     self.data_fingerprint = data_fingerprint
+    self.vocabulary: Optional[Dict[str, Any]] = None  # saved with every step once set
     self._damaged: Dict[int, str] = {}  # step -> reason, found (and agreed on) while reading
     self._pending: Optional[int] = None  # the step being saved in the background
     self._last_saved: Optional[int] = None  # the step of the latest save started
@@ -217,6 +221,8 @@ class Checkpointer:
                  config=ocp.args.JsonSave(config_to_json(config)))
     if self.data_fingerprint is not None:
       items[FINGERPRINT_ITEM] = ocp.args.JsonSave(self.data_fingerprint)
+    if self.vocabulary is not None:
+      items[VOCAB_ITEM] = ocp.args.JsonSave(self.vocabulary)
     with self._writing(step):
       self._manager.save(step, args=ocp.args.Composite(**items), force=True)
     self._pending = self._last_saved = step
@@ -232,9 +238,10 @@ class Checkpointer:
     step = self.latest_step() if step is None else step
     return read_config_item(os.path.join(self._step_dir(step), 'config'))
 
-  def saved_fingerprint(self, step: int) -> Optional[Dict[str, Any]]:
-    """The data fingerprint saved with `step`; None for checkpoints written without one."""
-    item = os.path.join(self._step_dir(step), FINGERPRINT_ITEM)
+  def saved_fingerprint(self, step: int, name: str = FINGERPRINT_ITEM) -> Optional[Any]:
+    """The data fingerprint (or the JSON item `name`) saved with `step`; None for
+    checkpoints written without one."""
+    item = os.path.join(self._step_dir(step), name)
     return read_json_item(item) if epath.Path(item).is_dir() else None
 
   def _read_setup(self, step: int) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
@@ -307,7 +314,7 @@ class Checkpointer:
     return state, read_json_item(os.path.join(self._step_dir(step), 'data'))
 
   def _read_step(self, abstract_state, step: int):
-    self._read_setup(step)  # a step is usable only if every item of it reads
+    self._read_setup(step), self.saved_fingerprint(step, VOCAB_ITEM)  # every item must read
     return self.restore(abstract_state, step)
 
   def restore_latest_good(self, abstract_state) -> Tuple[Any, Dict[str, Any], int]:

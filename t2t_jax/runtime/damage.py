@@ -38,6 +38,12 @@ class DamagedCheckpointError(ValueError):
   object); raised by our own checks, classified as damage."""
 
 
+class VanishedCheckpointError(DamagedCheckpointError):
+  """A checkpoint deleted while it was read: a live training run on the same workdir keeps
+  only its last `keep_checkpoints` (readers take no lock). Skipped like damage, but named as
+  what it is; nothing is moved."""
+
+
 def is_damage(error: BaseException) -> bool:
   """True when `error`, raised while reading a checkpoint, means its files are damaged.
 

@@ -339,6 +339,14 @@ def make_eval_step(model: model_lib.ModelLike, mesh: Mesh, *,
   return jax.jit(sharded, out_shardings=replicated(mesh))
 
 
+def programs_one_at_a_time(mesh: Mesh) -> bool:
+  """Whether independent collective programs (eval batches, accumulated micro-batches) must
+  be waited for one by one on `mesh`: on XLA:CPU, two all-reducing programs in flight over
+  several devices can deadlock in the collectives' rendezvous (XLA aborts the process after
+  40 s). Accelerators run a device's programs in order, so they keep the overlap."""
+  return mesh.size > 1 and mesh.devices.flat[0].platform == 'cpu'
+
+
 def add_metrics(a: Optional[Dict[str, Array]], b: Dict[str, Array]) -> Dict[str, Array]:
   """Adds two dicts of metric sums (None acts as zero); stays on device."""
   return b if a is None else jax.tree_util.tree_map(jnp.add, a, b)

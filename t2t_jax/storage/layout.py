@@ -49,6 +49,13 @@ VOCAB = Entry(
     'train, eval, decode, attention, export',
     'missing before any checkpoint: trained; otherwise one line naming the file, which cannot '
     'be retrained for the existing checkpoints (restore it, or use a new --workdir)')
+VOCAB_RECORD = Entry(
+    'vocab/spm.meta.json', PRECIOUS, 'train, before spm.model (`data/vocab_record.py`)',
+    'train',
+    'what the vocabulary was trained from (data fingerprint, vocab settings, its sha256); '
+    'missing (a vocabulary from before records): accepted; unreadable: one warning line, '
+    'then trained again with the vocabulary if no checkpoint exists, else kept (the '
+    'checkpoints\' vocabulary hash still guards the vocabulary)')
 VOCAB_LISTING = Entry(
     'vocab/spm.vocab', WRITTEN, 'train, beside spm.model', '',
     'nothing reads it (the pieces and their scores, for people)')
@@ -70,6 +77,11 @@ METRICS = Entry(
     'a torn last line is cut with one warning and training appends after it; --mode=plot '
     'stops in one line naming the file and line of any other unreadable line (training only '
     'warns); never rewritten')
+METRICS_SET_ASIDE = Entry(
+    'metrics.old-<n>.jsonl', WRITTEN,
+    'train, starting at step 0 beside a metrics.jsonl of later steps (its checkpoints gone)',
+    '', 'nothing reads it (the metrics of that run, moved aside with one warning line and '
+    'kept for the user)')
 TENSORBOARD = Entry(
     'tensorboard', WRITTEN, 'train (a new event file per run)', '',
     'nothing here reads it; a new run writes a new event file beside damaged ones')
@@ -95,15 +107,17 @@ STORE_LOCK = Entry(
     'data_cache/.t2t_jax-prepare.lock', LOCK, 'train (one process encodes the token store)',
     'train', 'recreated when missing; one line when it cannot be opened (e.g. a folder)')
 RUN_LOCK = Entry(
-    '.t2t_jax.lock', LOCK, 'train, average, eval: the live run (a local flock)', 'the same',
+    '.t2t_jax.lock', LOCK, 'train: the live training run (a local flock); average, eval, '
+    'decode, attention and export take none: they only read checkpoints', 'train',
     'recreated when missing, its text is only a note; one line when it cannot be opened')
 RUN_LEASE = Entry(
-    '.t2t_jax.lease', LOCK, 'the same, on object stores (a heartbeat lease)', 'the same',
+    '.t2t_jax.lease', LOCK, 'train, on object stores (a heartbeat lease)', 'train',
     'unreadable or stale: taken over with one warning line (`storage/lease.py`)')
 
 ENTRIES: Tuple[Entry, ...] = (
-    VOCAB, VOCAB_LISTING, CHECKPOINTS, UNREADABLE, AVERAGED, METRICS, TENSORBOARD, PLOTS,
-    EVAL_RESULT, TOKEN_STORE, PREPARED, DOWNLOADS, STORE_LOCK, RUN_LOCK, RUN_LEASE)
+    VOCAB, VOCAB_RECORD, VOCAB_LISTING, CHECKPOINTS, UNREADABLE, AVERAGED, METRICS,
+    METRICS_SET_ASIDE, TENSORBOARD, PLOTS, EVAL_RESULT, TOKEN_STORE, PREPARED, DOWNLOADS,
+    STORE_LOCK, RUN_LOCK, RUN_LEASE)
 
 
 class Workdir(os.PathLike):
@@ -139,6 +153,10 @@ class Workdir(os.PathLike):
     return self.join(VOCAB.name)
 
   @property
+  def vocab_record(self) -> str:
+    return self.join(VOCAB_RECORD.name)
+
+  @property
   def checkpoints(self) -> str:
     return self.join('checkpoints')
 
@@ -156,6 +174,10 @@ class Workdir(os.PathLike):
   @property
   def metrics(self) -> str:
     return self.join(METRICS.name)
+
+  def metrics_set_aside(self, n: int) -> str:
+    """`metrics.old-<n>.jsonl`: the metrics of a run whose checkpoints are gone."""
+    return self.join(METRICS_SET_ASIDE.name.replace('<n>', str(n)))
 
   @property
   def tensorboard(self) -> str:
@@ -199,3 +221,70 @@ PREPARE_LOCK_NAME = os.path.basename(STORE_LOCK.name)
 def of(workdir: Union[str, os.PathLike, Workdir]) -> Workdir:
   """`workdir` as a `Workdir` (itself when it is one already)."""
   return workdir if isinstance(workdir, Workdir) else Workdir(workdir)
+
+
+# What each mode of main.py writes, and how a read-only or full target stops it (README
+# "Damaged, read-only or full"). `tests/cli/test_mode_targets.py` runs every mode of
+# `main.MODES` against a read-only and a full target from this table: a mode without a row
+# fails it.
+WORKDIR_TARGET, OUTPUT_TARGET, NO_TARGET = 'workdir', '--output', ''
+SPM_TEMP = '$TMPDIR/t2t_jax-spm-<pid>-* (vocabulary training; a dead run\'s: removed)'
+ATOMIC_TEMP = '.<name>.tmp* beside each file written (temp file + rename)'
+XLA_CACHE = ('~/.cache/t2t_jax/xla (--compilation_cache; JAX\'s own, a failed write only '
+             'warns)')
+ORBAX_TEMP = '<checkpoint>.orbax-checkpoint-tmp* while orbax saves (renamed when complete)'
+
+
+@dataclasses.dataclass(frozen=True)
+class ModeWrites:
+  """One mode of main.py and every path it writes.
+
+  Attributes:
+    mode: its `--mode` name.
+    target: WORKDIR_TARGET, OUTPUT_TARGET or NO_TARGET: where the user points it to write.
+    writes: every path it writes: workdir entries (`Entry.name`), its output, temporary
+      files and folders, caches.
+    check: where a read-only or full target stops it; the work comes after.
+  """
+  mode: str
+  target: str
+  writes: Tuple[str, ...]
+  check: str
+
+
+_WORKDIR_CHECK = ('main.py: `workdir.check_writable` (a probe file) before any work; a disk '
+                  'that fills later: one line at the write (`workdir.writing`)')
+_OUTPUT_CHECK = ('`outputs.check_writable` (its folder is a folder; a probe file) before '
+                 'any work; a disk that fills later: one line at the write, ')
+
+MODE_WRITES: Tuple[ModeWrites, ...] = (
+    ModeWrites('train', WORKDIR_TARGET, tuple(entry.name for entry in ENTRIES) + (
+        SPM_TEMP, ATOMIC_TEMP, ORBAX_TEMP, XLA_CACHE),
+               _WORKDIR_CHECK + '; train also at its start'),
+    ModeWrites('eval', WORKDIR_TARGET, (EVAL_RESULT.name, ATOMIC_TEMP, XLA_CACHE),
+               _WORKDIR_CHECK),
+    ModeWrites('average', WORKDIR_TARGET, (AVERAGED.name, ORBAX_TEMP, XLA_CACHE),
+               _WORKDIR_CHECK),
+    ModeWrites('plot', WORKDIR_TARGET, (PLOTS.name, ATOMIC_TEMP), _WORKDIR_CHECK),
+    ModeWrites('decode', OUTPUT_TARGET, (
+        '--output (a new file; stdout without it)', ATOMIC_TEMP, XLA_CACHE),
+        _OUTPUT_CHECK + 'the file claimed empty before the work is removed'),
+    ModeWrites('attention', OUTPUT_TARGET, (
+        '--output (a new or empty folder)', '--output/sentence_<n>/*', ATOMIC_TEMP,
+        XLA_CACHE), _OUTPUT_CHECK + 'what the run wrote into --output is removed'),
+    ModeWrites('export', OUTPUT_TARGET, (
+        '--output (a new folder)', '<folder of --output>/.<name>.<pid>-*.tmp (renamed to '
+        '--output when complete; a dead run\'s: removed)',
+        '$TMPDIR/tmp* (ctranslate2: a copy of the vocabulary)', XLA_CACHE),
+        _OUTPUT_CHECK + 'the temporary folder is removed'),
+    ModeWrites('info', NO_TARGET, (), 'writes nothing: it prints the sizes'),
+    ModeWrites('plan', OUTPUT_TARGET, (
+        '--output (a new JSON file; optional)', ATOMIC_TEMP,
+        '<compilation cache>/plan (plan/cache.py; a failed write is skipped)'),
+        _OUTPUT_CHECK + 'nothing is left but the printed plan'),
+)
+
+
+def mode_writes(mode: str) -> ModeWrites:
+  """The row of `mode` (KeyError when it has none)."""
+  return {row.mode: row for row in MODE_WRITES}[mode]

@@ -115,8 +115,13 @@ def check_writable(workdir: str, create: bool = True) -> str:
   try:
     paths.makedirs(workdir)
     probe = epath.Path(workdir) / f'.write_test.{socket.gethostname()}.{os.getpid()}'
-    probe.write_text('ok')
-    probe.unlink()
+    try:
+      probe.write_text('ok')
+    finally:  # a full disk creates the file, then refuses its bytes: leave nothing behind
+      try:
+        probe.unlink()
+      except OSError:
+        pass
   except OSError as e:
     raise WorkdirError(f'workdir {workdir} is not writable: {e.strerror or e}') from e
   return workdir

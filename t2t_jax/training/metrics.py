@@ -17,6 +17,7 @@ import math
 from typing import Dict, Optional
 
 from absl import logging
+from etils import epath
 
 from t2t_jax.storage import layout, paths
 from t2t_jax.storage import workdir as workdir_lib
@@ -74,6 +75,50 @@ def _is_record(line: str) -> bool:
     return isinstance(json.loads(line), dict)
   except ValueError:
     return False
+
+
+def _last_step(data: bytes) -> int:
+  """The largest integer `step` of the whole records in metrics.jsonl's bytes (0: none)."""
+  last = 0
+  for line in data.decode('utf-8', 'replace').split('\n'):
+    try:
+      record = json.loads(line)
+    except ValueError:
+      continue  # a torn or garbled line: MetricsWriter and --mode=plot say so
+    if isinstance(record, dict) and type(record.get('step')) is int:
+      last = max(last, record['step'])
+  return last
+
+
+def set_aside_lost_run(workdir: str) -> Optional[str]:
+  """Called by a training run that starts at step 0 (no checkpoint), before it writes metrics.
+
+  A metrics.jsonl that already holds steps beyond 0 was written by a run whose checkpoints are
+  gone (deleted, or never written before it stopped): appended to, the file would run 0, 200,
+  300, 0, 20 and its learning curves would mix two runs. It is moved to
+  `metrics.old-<n>.jsonl` (the first free n; never deleted, it is the user's) with one warning
+  line, so that metrics.jsonl, the plots and `--mode=plot` hold the new run only. Returns the
+  new path, or None when nothing was moved (no file, or only the step-0 eval of a run stopped
+  before its first step, which the new run's own replaces).
+  """
+  wd = layout.of(workdir)
+  try:
+    last = _last_step(paths.read_bytes(wd.metrics))
+  except OSError:  # missing; or unreadable, which MetricsWriter reports in one line
+    return None
+  if last <= 0:
+    return None
+  n = 1
+  while epath.Path(wd.metrics_set_aside(n)).exists():
+    n += 1
+  target = wd.metrics_set_aside(n)
+  with workdir_lib.writing(target):
+    paths.move(wd.metrics, target)
+  logging.warning('%s holds steps up to %d, but training starts again at step 0 (no checkpoint '
+                  'in %s: deleted, or that run stopped before its first one): moved it to %s '
+                  'so that metrics.jsonl and the plots show this run only', wd.metrics, last,
+                  wd.checkpoints, target)
+  return target
 
 
 class MetricsWriter:

@@ -22,7 +22,8 @@ import ml_collections
 from absl import logging
 
 from t2t_jax import config as config_lib
-from t2t_jax.data import corpora, fingerprint, pipeline, split_check, tasks, tokenizer
+from t2t_jax.data import (corpora, fingerprint, pipeline, split_check, tasks, tokenizer,
+                          vocab_record)
 from t2t_jax.inference.evaluate import summarize
 from t2t_jax.model import transformer as model
 from t2t_jax.runtime import checkpoint, first_fit, parallel
@@ -39,16 +40,19 @@ class Data:
   """Vocabulary, training iterator and dev batches of a run."""
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *, with_eval: bool,
-               trained: bool = False):
+               trained: bool = False, data_fingerprint=None):
     pi, pc = jax.process_index(), jax.process_count()
     data_dir = corpora.default_data_dir(config, workdir)
+    if data_fingerprint is None:  # what the vocabulary is recorded as trained from
+      data_fingerprint = fingerprint.compute(config, data_dir)
     per_host = corpora.prepared_per_host(config, workdir)
     train_source = corpora.load_split(config, config.train_split, data_dir, process_index=pi,
                                       per_host=per_host)
     self.tokenizer = tokenizer.load_or_train(
         config, workdir,
         lambda: tokenizer.sample_sentences(train_source, config.vocab_sample_sentences), pi, pc,
-        symbols_fn=vocabulary_symbols(config, train_source), trained=trained)
+        symbols_fn=vocabulary_symbols(config, train_source), trained=trained,
+        data_fingerprint=data_fingerprint)
     rows = jax.local_device_count()
     self.train = pipeline.make_train_iterator(
         config, train_source, self.tokenizer, rows_multiple=rows, process_index=pi,
@@ -246,7 +250,9 @@ class _Run:
     self.mesh = parallel.make_mesh()
     logging.info('mesh: %d devices over %d processes', self.mesh.size, jax.process_count())
     self.data = Data(config, workdir, with_eval=config.eval_every_steps > 0,
-                     trained=self.checkpointer.latest_step() is not None)
+                     trained=self.checkpointer.latest_step() is not None,
+                     data_fingerprint=self.checkpointer.data_fingerprint)
+    self.checkpointer.vocabulary = vocab_record.of_tokenizer(self.data.tokenizer)
     cfg = model.TransformerConfig.from_config(config)
     optimizer = optim.make_optimizer(config)
     # Restored into the layout of this run (`abstract_like` keeps the shardings), whether
@@ -255,6 +261,8 @@ class _Run:
         cfg, optimizer, config.seed, self.mesh,
         shard_optimizer_state=config.shard_optimizer_state))
     self.step = int(jax.device_get(self.state.step))
+    if self.step == 0 and self.is_chief:  # metrics of a run whose checkpoints are gone
+      metrics.set_aside_lost_run(workdir)
     self.writer = metrics.MetricsWriter(workdir, enabled=self.is_chief)
     self.evaluator = (dev_eval.DevEvaluator(config, cfg, self.mesh, self.data, self.writer,
                                             workdir, self.start_time)
@@ -270,9 +278,22 @@ class _Run:
       return state
     state, data_state, start = self.checkpointer.restore_latest_good(
         checkpoint.abstract_like(state))
+    self._check_vocabulary(start)
     self.data.train.set_state(data_state)
     logging.info('resumed from step %d of %s', start, self.checkpointer.directory)
     return state
+
+  def _check_vocabulary(self, step: int) -> None:
+    """Refuses a vocabulary other than the one checkpoint `step` was trained with (replaced
+    by another of the same size that still parses); checkpoints from before the vocabulary
+    was saved with them pass."""
+    saved = self.checkpointer.saved_fingerprint(step, checkpoint.VOCAB_ITEM)
+    mismatch = vocab_record.checkpoint_mismatch(saved, None, self.data.tokenizer)
+    if mismatch:
+      raise checkpoint.CheckpointError(
+          f'{self.data.tokenizer.path} is not the vocabulary checkpoint step {step} of '
+          f'{self.checkpointer.directory} was trained with ({mismatch}): it was replaced; '
+          'restore the original file from a copy, or train in a new --workdir')
 
   def loop(self, handler: preemption.PreemptionHandler) -> Dict[str, float]:
     """Steps until the end or a stop request; returns the last metrics."""

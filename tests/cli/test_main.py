@@ -64,8 +64,10 @@ _ROWS = 'base, A1, A2, A3, A4, B1, B2, C1, C2, C3, C4, C5, C6, C7, D1, D2, D3, D
      'created)'),
     (['--mode=eval', '--split=bogus'], 'flag --split=bogus: value should be one of '
      '<train|dev|test>'),
+    (['--config.num_train_steps=0'],  # refused before any data is prepared
+     "config key 'num_train_steps': expected a value > 0, got 0"),
 ], ids=['missing-config', 'lower-case-row', 'unknown-row', 'nested-key', 'input-folder',
-        'workdir-file', 'bad-split'])
+        'workdir-file', 'bad-split', 'zero-steps'])
 def test_user_mistakes_fail_in_one_line_and_touch_nothing(tmp_path, args, message):
   blocker = tmp_path / 'file'
   blocker.write_text('keep me\n')
@@ -117,7 +119,10 @@ def test_decode_onto_a_full_disk_fails_in_one_line_and_leaves_no_output(tiny_wor
   full = tmp_path / 'full'  # a full file system there (`write_faults`): files are created
   full.mkdir()              # empty, writing their bytes fails
   output = full / 'out.txt'
-  result = write_faults.run('ENOSPC', str(full), '--mode=decode', f'--workdir={tiny_workdir}',
+  # Full for the output's temporary file only: a disk full from the start is refused before
+  # any work (`outputs.check_writable`'s probe, tests/cli/test_mode_targets.py).
+  result = write_faults.run('ENOSPC', str(full / '.out.txt.tmp'), '--mode=decode',
+                            f'--workdir={tiny_workdir}',
                             f'--input={sentences}', f'--output={output}', timeout=300)
   assert result.returncode == 1
   assert result.stderr.splitlines()[-1] == (

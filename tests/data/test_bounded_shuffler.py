@@ -109,13 +109,21 @@ def test_nothing_touches_the_disk_below_the_budget(tmp_path):
 def test_duplicates_raise_tfds_error_with_the_same_records(tmp_path, disable_shuffling,
                                                            copies):
   records = _records(3)
-  # Repeats of one key spread over several runs, and of another inside one run.
-  far = [(records[100][0], os.urandom(30)) for _ in range(copies - 1)]
-  records = records[:1500] + far[:1] + records[1500:] + far[1:] + [records[2999]]
+  rng = random.Random(copies)
+  # Repeats of one key spread over several runs, and of another inside one run; every repeat
+  # carries its own payload, so the error's two records (TFDS: the key's second smallest
+  # payload, then its smallest) cannot be told apart in the wrong order.
+  far = [(records[100][0], rng.randbytes(30)) for _ in range(copies - 1)]
+  near = [(records[2999][0], rng.randbytes(20)) for _ in range(copies - 1)]
+  records = records[:1500] + far[:1] + records[1500:] + far[1:] + near
   tfds, ours = _both(tmp_path, records, disable_shuffling=disable_shuffling)
   tfds_out, tfds_error = _drain(tfds)
   ours_out, ours_error = _drain(ours)
   assert tfds_error is not None and tfds_error[0] is tfds_shuffle.DuplicatedKeysError
+  key = tfds_out[-1][0]  # the repeated key raised first: its smallest payload was yielded
+  payloads = sorted(d for k, d in records if key in (k, hashing.Hasher('salt').hash_key(k)))
+  assert len(payloads) == copies and len(set(payloads)) == copies
+  assert tfds_error[1:] == (payloads[1], payloads[0]) and tfds_out[-1][1] == payloads[0]
   assert (ours_out, ours_error) == (tfds_out, tfds_error)
   assert os.listdir(tmp_path / 'runs') == []
 

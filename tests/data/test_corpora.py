@@ -3,6 +3,7 @@
 import gzip
 import logging
 import os
+import re
 import threading
 import time
 
@@ -314,3 +315,18 @@ def test_per_host_preparation_takes_turns_and_prepares_once(tmp_path):
   prepared = os.listdir(os.path.join(data_dir, 'local_parallel_corpus'))
   assert len(prepared) == 1 and len(os.listdir(
       os.path.join(data_dir, 'local_parallel_corpus', prepared[0]))) == 1  # one version
+
+
+@pytest.mark.parametrize('folder,files', [
+    ('train.en', ['train.es']), ('train.en.gz', ['train.es']), ('train.tsv', [])])
+def test_a_corpus_file_that_is_a_folder_is_named_as_a_folder(tmp_path, folder, files):
+  # A folder train.en beside train.es was reported as 'train.es exists but its counterpart
+  # train.en[.gz] does not'.
+  corpus = tmp_path / 'corpus'
+  corpus.mkdir()
+  for name in files:
+    _write(corpus / name, ['uno'])
+  (corpus / folder).mkdir()
+  with pytest.raises(corpora.DataError, match='^' + re.escape(
+      f'{corpus / folder} is a folder; expected a corpus file (UTF-8 text, ')):
+    corpora.load_split(_config(corpus, 'en', 'es'), 'train', str(tmp_path / 'tfds'))

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import TINY as TINY_FLAGS, read_metrics, run_main
 from t2t_jax.model import attention, losses, transformer as model
-from t2t_jax.runtime import parallel
+from t2t_jax.runtime import first_fit, parallel
 from t2t_jax.data import packing, pipeline
 from test_pipeline import ROWS_MULTIPLE, _config, _take, _tokenized, source, tok  # noqa: F401
 
@@ -113,6 +113,36 @@ def test_pack_is_first_fit_over_the_open_rows():
       [0], [1], [2, 3, 4], [5]]
   assert rows(*packing.pack(lengths, lengths, order, 64, open_rows=2)) == [
       [0, 2], [1, 4], [3], [5]]
+
+
+@pytest.mark.parametrize('kernel', ['loop', 'scan'])
+def test_pairs_fill_a_row_exactly_and_not_one_token_over(kernel, monkeypatch):
+  if kernel == 'scan':  # the training loop's kernel, taken from SCAN_MIN_PAIRS pairs on
+    monkeypatch.setattr(packing, 'SCAN_MIN_PAIRS', 0)
+  pack = lambda s, t, n=64: packing.pack(  # noqa: E731
+      np.asarray(s), np.asarray(t), np.arange(len(s)), n,
+      row_ids=first_fit.row_ids if kernel == 'scan' else None)
+  rows = lambda members, starts: [members[a:b].tolist()  # noqa: E731
+                                  for a, b in zip(starts[:-1], starts[1:])]
+  # 40 + 24 = 64 and 10 + 54 = 64: the second pair fills both sides of row 0 exactly.
+  assert rows(*pack([40, 24, 1], [10, 54, 1])) == [[0, 1], [2]]
+  # One token more on either side does not fit: a new row.
+  assert rows(*pack([40, 25, 1], [10, 54, 1])) == [[0, 2], [1]]
+  assert rows(*pack([40, 24, 1], [10, 55, 1])) == [[0, 2], [1]]
+  # A pair of exactly L tokens fits a row alone; L + 1 on either side is refused.
+  assert rows(*pack([64, 64, 3], [1, 64, 3])) == [[0], [1], [2]]
+  for s, t in ((65, 1), (1, 65)):
+    with pytest.raises(ValueError, match=f'pair 1 \\({s}, {t} tokens\\) does not fit a row '
+                       'of 64'):
+      pack([3, s], [3, t])
+  # The layout of an exactly full row, and of one token over.
+  tokens, seg, _ = packing.layout([[[5] * 4, [6] * 2], [[7] * 6]], 6)
+  np.testing.assert_array_equal(tokens, [[5, 5, 5, 5, 6, 6], [7] * 6])
+  np.testing.assert_array_equal(seg, [[1, 1, 1, 1, 2, 2], [1] * 6])
+  with pytest.raises(ValueError, match='row 0: 7 tokens do not fit 6'):
+    packing.layout([[[5] * 4, [6] * 3]], 6)
+  with pytest.raises(ValueError, match='row 1: 7 tokens do not fit 6'):
+    packing.layout([[[5]], [[7] * 7]], 6)
 
 
 @pytest.mark.parametrize('positional,norm_position', [('sinusoidal', 'post'),

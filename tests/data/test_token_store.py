@@ -153,3 +153,36 @@ def test_non_integer_ids_are_refused_in_one_line(source, tmp_path):
 
   with pytest.raises(token_store.TokenStoreError, match='not uint16 integers for pairs 0-'):
     token_store.load_or_build(source, Words(), str(tmp_path))
+
+
+def test_inconsistent_chunks_left_by_an_interrupted_build_are_encoded_again(source, tok,
+                                                                           tmp_path,
+                                                                           monkeypatch):
+  monkeypatch.setattr(token_store, 'CHUNK_PAIRS', 200)  # chunks 0-199, ..., 600-699
+  clean = token_store.load_or_build(source, tok, str(tmp_path / 'clean'))
+  cache = tmp_path / 'cache'
+  folder = str(cache / token_store.store_key('bible-700', N, tok.fingerprint))
+  partial = folder + '.partial'
+  os.makedirs(partial)
+  dtype = token_store._dtype(tok).name
+  chunk = lambda k: token_store._chunk_path(partial, k)  # noqa: E731
+  # What a build interrupted by another version or a torn write may leave: each file is a
+  # readable npz, only its arrays disagree.
+  token_store._write_chunk(source, tok, 0, 150, dtype, chunk(0))  # 150 pairs, not 200
+  token_store._write_chunk(source, tok, 200, 400, dtype, chunk(1))
+  with np.load(chunk(1)) as f:
+    arrays = {k: f[k] for k in f.files}
+  arrays['target_ids'] = arrays['target_ids'][:-1]  # lengths sum to one id more than there is
+  np.savez(chunk(1), **arrays)
+  token_store._write_chunk(source, tok, 400, 600, dtype, chunk(2))  # intact: kept
+  with open(chunk(3), 'wb') as f:
+    f.write(b'PK\x03\x04 not a zip')  # unreadable
+  counting = Counting(tok)
+  store = token_store.load_or_build(source, counting, str(cache))
+  assert counting.texts == 2 * (200 + 200 + 100)  # chunks 0, 1 and 3 again; 2 reused
+  _check_equal_to_the_tokenizer(store, source, tok)
+  for name in ('source.tokens', 'source.offsets', 'target.tokens', 'target.offsets'):
+    with open(os.path.join(store.path, name), 'rb') as a, \
+        open(os.path.join(clean.path, name), 'rb') as b:
+      assert a.read() == b.read(), name
+  assert not os.path.exists(partial)

@@ -2,8 +2,11 @@
 
 import gzip
 import itertools
+import json
+import logging
 import os
 import pickle
+import shutil
 import threading
 import time
 
@@ -12,7 +15,7 @@ import pytest
 
 from configs import default
 from t2t_jax.data import corpora
-from t2t_jax.data import tokenizer
+from t2t_jax.data import tokenizer, vocab_record
 
 VOCAB = 500
 
@@ -53,8 +56,9 @@ def test_files_and_ids(trained):
   workdir, tok = trained
   assert tok.path == os.path.join(workdir, 'vocab', 'spm.model')
   assert os.path.isfile(os.path.join(workdir, 'vocab', 'spm.vocab'))
-  # Only the two files: the temp training folder is gone.
-  assert sorted(os.listdir(os.path.join(workdir, 'vocab'))) == ['spm.model', 'spm.vocab']
+  # Only the two files and the record: the temp training folder is gone.
+  assert sorted(os.listdir(os.path.join(workdir, 'vocab'))) == ['spm.meta.json', 'spm.model',
+                                                                'spm.vocab']
   assert tok.vocab_size == VOCAB
   assert (tok.pad_id, tok.eos_id) == (0, 1)
   sp = tok._sp  # pylint: disable=protected-access
@@ -114,12 +118,112 @@ def test_second_call_reuses_the_file(trained):
   assert clone.encode('darkness') == tok.encode('darkness') and clone.path == tok.path
 
 
-def test_size_mismatch_is_refused(trained):
+def test_size_mismatch_of_a_vocabulary_without_record_is_refused(trained, tmp_path):
   workdir, tok = trained
-  before = open(tok.path, 'rb').read()
+  old = str(tmp_path / 'old')  # a workdir from before vocabulary records
+  shutil.copytree(workdir, old)
+  os.remove(vocab_record.path(old))
+  before = open(tokenizer.vocab_path(old), 'rb').read()
   with pytest.raises(tokenizer.TokenizerError, match=r'vocab size 500 .*vocab_size is 600'):
-    tokenizer.load_or_train(_config(vocab_size=600), workdir, lambda: [])
+    tokenizer.load_or_train(_config(vocab_size=600), old, lambda: [])
+  assert open(tokenizer.vocab_path(old), 'rb').read() == before
+  again = tokenizer.load_or_train(_config(), old, lambda: [], data_fingerprint={'dataset': 'x'})
+  assert again.fingerprint == tok.fingerprint  # accepted as it is, record or not
+
+
+def _fingerprint(text_sha):
+  return {'dataset': 'local', 'source_lang': 'en', 'target_lang': 'es', 'train_split': 'train',
+          'corpus_dir': '/c', 'sha256': text_sha, 'files': {'train': {'train.es': text_sha}}}
+
+
+@pytest.fixture
+def recorded(tmp_path, pairs):
+  """A vocabulary trained for _fingerprint('a') (no checkpoint depends on it)."""
+  workdir = str(tmp_path / 'run')
+  tok = tokenizer.load_or_train(_config(vocab_size=300), workdir,
+                                lambda: tokenizer.sample_sentences(pairs[:600], 600),
+                                data_fingerprint=_fingerprint('a'))
+  return workdir, tok
+
+
+def _warnings(caplog):
+  return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_the_record_says_what_the_vocabulary_was_trained_from(recorded):
+  workdir, tok = recorded
+  with open(vocab_record.path(workdir)) as f:
+    record = json.load(f)
+  assert record == {'sha256': tok.fingerprint, 'vocab_size': 300,
+                    'vocab_sample_sentences': 5000, 'data': _fingerprint('a')}
+
+
+@pytest.mark.parametrize('change', ['data', 'vocab_sample_sentences'])
+def test_a_vocabulary_of_other_data_is_trained_again_before_any_checkpoint(
+    recorded, pairs, caplog, change):
+  """Issue 37 fault 7: the run killed after its vocabulary, train.es edited, the same command
+  again: the vocabulary is trained anew (one warning), not reused."""
+  workdir, tok = recorded
+  config = _config(vocab_size=300, sample=4000 if change != 'data' else 5000)
+  data = _fingerprint('b' if change == 'data' else 'a')
+  caplog.set_level(logging.INFO)
+  new = tokenizer.load_or_train(config, workdir,
+                                lambda: tokenizer.sample_sentences(pairs[600:1200], 600),
+                                data_fingerprint=data)
+  assert new.fingerprint != tok.fingerprint
+  [warning] = _warnings(caplog)
+  assert tokenizer.vocab_path(workdir) in warning and 'trained again' in warning
+  assert ('train.es' in warning) if change == 'data' else ('vocab_sample_sentences' in warning)
+  record, _ = vocab_record.read(workdir)
+  assert record['sha256'] == new.fingerprint and record['data'] == data
+  caplog.clear()  # the same run again: reused without a word
+  assert tokenizer.load_or_train(config, workdir, lambda: [], data_fingerprint=data
+                                 ).fingerprint == new.fingerprint
+  assert not _warnings(caplog)
+
+
+def test_a_vocabulary_of_other_data_is_refused_once_checkpoints_depend_on_it(recorded):
+  workdir, tok = recorded
+  before = open(tok.path, 'rb').read()
+  with pytest.raises(tokenizer.TokenizerError) as e:
+    tokenizer.load_or_train(_config(vocab_size=300), workdir, lambda: [], trained=True,
+                            data_fingerprint=_fingerprint('b'))
+  assert '\n' not in str(e.value) and tok.path in str(e.value) and 'train.es' in str(e.value)
   assert open(tok.path, 'rb').read() == before
+
+
+def test_a_replaced_vocabulary_is_refused_with_checkpoints_and_retrained_without(
+    recorded, pairs, tmp_path, caplog):
+  workdir, tok = recorded
+  other = tokenizer.train(tokenizer.sample_sentences(pairs[1200:1800], 600), 300,
+                          str(tmp_path / 'other' / 'spm.model'))
+  shutil.copy(other.path, tok.path)  # same size, still parses
+  with pytest.raises(tokenizer.TokenizerError, match='not the vocabulary .*spm.meta.json'):
+    tokenizer.load_or_train(_config(vocab_size=300), workdir, lambda: [], trained=True,
+                            data_fingerprint=_fingerprint('a'))
+  new = tokenizer.load_or_train(_config(vocab_size=300), workdir,  # an interrupted retraining
+                                lambda: tokenizer.sample_sentences(pairs[:600], 600),
+                                data_fingerprint=_fingerprint('a'))
+  assert new.fingerprint != other.fingerprint and len(_warnings(caplog)) == 1
+  assert vocab_record.read(workdir)[0]['sha256'] == new.fingerprint
+
+
+def test_an_interrupted_training_leaves_a_record_that_does_not_describe_the_model(
+    tmp_path, pairs, monkeypatch):
+  """The record is written before the model: killed in between, the next run trains."""
+  workdir = str(tmp_path / 'run')
+  real = tokenizer.paths.write_atomic
+
+  def killed(path, data, **kwargs):
+    if path.endswith('.model'):
+      raise KeyboardInterrupt
+    real(path, data, **kwargs)
+  monkeypatch.setattr(tokenizer.paths, 'write_atomic', killed)
+  with pytest.raises(KeyboardInterrupt):
+    tokenizer.load_or_train(_config(vocab_size=300), workdir,
+                            lambda: tokenizer.sample_sentences(pairs[:600], 600))
+  assert os.path.exists(vocab_record.path(workdir))
+  assert not os.path.exists(tokenizer.vocab_path(workdir))
 
 
 def test_sample_is_deterministic_and_bounded(pairs):

@@ -7,6 +7,8 @@ import json
 import os
 
 import pytest
+from tensorflow_datasets.core.download import checksums as tfds_checksums
+from tensorflow_datasets.core.download import download_manager as tfds_download_manager
 from tensorflow_datasets.core.download import downloader
 
 import fake_statmt
@@ -26,14 +28,32 @@ def _proxy_env(monkeypatch, address):
 
 
 @contextlib.contextmanager
+def _fake_checksums(monkeypatch, files):
+  """The checksums of the synthetic `files` replace TFDS's records of the real ones, for the
+  builder and for TFDS's process-wide table, which is restored after.
+
+  TFDS's DownloadManager takes `checksums.get_all_url_infos()` (memoized: one dict for the
+  process) and `update`s that very dict with the builder's `url_infos`, so without the
+  restore the synthetic records outlive the test: a later download in the same process
+  then checks the synthetic archives against the synthetic records (the archives are the
+  same bytes every time), and `test_download_not_matching_tfds_checksums_is_refused`
+  fails, after whichever test of this worker prepared WMT with fake checksums first."""
+  monkeypatch.setattr(wmt.Wmt14Translate, 'url_infos', fake_statmt.url_infos(files))
+  try:
+    yield
+  finally:
+    tfds_checksums.get_all_url_infos.cache_clear()  # TFDS's own records, read again
+
+
+@contextlib.contextmanager
 def _statmt(monkeypatch, pair, *, real_checksums=False):
   """Serves the synthetic archives of `pair`; yields the list of URLs requested. Unless
   `real_checksums`, their checksums replace TFDS's records of the real files."""
   files = fake_statmt.archives(pair)
-  with fake_statmt.proxy(files) as (address, requested):
+  with fake_statmt.proxy(files) as (address, requested), contextlib.ExitStack() as stack:
     _proxy_env(monkeypatch, address)
     if not real_checksums:
-      monkeypatch.setattr(wmt.Wmt14Translate, 'url_infos', fake_statmt.url_infos(files))
+      stack.enter_context(_fake_checksums(monkeypatch, files))
     yield requested
 
 
@@ -123,6 +143,14 @@ def test_prepared_wmt_is_reused_without_network(de_en, monkeypatch):
 
 
 def test_download_not_matching_tfds_checksums_is_refused(tmp_path, monkeypatch):
+  # As any earlier test of this process that prepared with fake checksums did: TFDS's
+  # DownloadManager writes a builder's url_infos into its process-wide table.
+  with _fake_checksums(monkeypatch, fake_statmt.archives('de-en')):
+    tfds_download_manager.DownloadManager(download_dir=tmp_path / 'fake',
+                                          url_infos=wmt.Wmt14Translate.url_infos)
+  monkeypatch.undo()
+  dev = 'http://data.statmt.org/wmt19/translation-task/dev.tgz'
+  assert tfds_checksums.get_all_url_infos()[dev].size > 30 << 20  # the real file's record
   # The synthetic archives are not the files TFDS recorded: verification stays on.
   with _statmt(monkeypatch, 'de-en', real_checksums=True):
     with pytest.raises(corpora.DataError, match=r'^Downloading http://data\.statmt\.org/wmt19/'
@@ -135,18 +163,18 @@ def test_download_not_matching_tfds_checksums_is_refused(tmp_path, monkeypatch):
 def test_failed_downloads_are_one_line_errors(tmp_path, monkeypatch):
   files = fake_statmt.archives('de-en')
   del files[fake_statmt.EUROPARL]
-  with fake_statmt.proxy(files) as (address, _):
-    _proxy_env(monkeypatch, address)
-    monkeypatch.setattr(wmt.Wmt14Translate, 'url_infos', fake_statmt.url_infos(files))
-    with pytest.raises(corpora.DataError, match=r'Downloading .*europarl-v7\.tgz into .* '
-                       r'failed: Failed to get url .* HTTP code: 404\.'):
-      corpora.load_split(wmt_base.get_config(), 'train', str(tmp_path / 'a'))
-  # No network at all (TFDS's 10 retries, over minutes, cut to none).
-  monkeypatch.setattr(downloader, 'MAX_RETRIES', 0)
-  _proxy_env(monkeypatch, NO_NETWORK)
-  with pytest.raises(corpora.DataError, match=r'Downloading http://.*dev\.tgz into .* failed: '
-                     r'.*Connection refused.* needs the network once'):
-    corpora.load_split(wmt_base.get_config(), 'train', str(tmp_path / 'b'))
+  with _fake_checksums(monkeypatch, files):
+    with fake_statmt.proxy(files) as (address, _):
+      _proxy_env(monkeypatch, address)
+      with pytest.raises(corpora.DataError, match=r'Downloading .*europarl-v7\.tgz into .* '
+                         r'failed: Failed to get url .* HTTP code: 404\.'):
+        corpora.load_split(wmt_base.get_config(), 'train', str(tmp_path / 'a'))
+    # No network at all (TFDS's 10 retries, over minutes, cut to none).
+    monkeypatch.setattr(downloader, 'MAX_RETRIES', 0)
+    _proxy_env(monkeypatch, NO_NETWORK)
+    with pytest.raises(corpora.DataError, match=r'Downloading http://.*dev\.tgz into .* '
+                       r'failed: .*Connection refused.* needs the network once'):
+      corpora.load_split(wmt_base.get_config(), 'train', str(tmp_path / 'b'))
 
 
 def test_fr_en_prepared_offline_with_gzip_files_in_a_tar(tmp_path, monkeypatch):

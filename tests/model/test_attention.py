@@ -105,7 +105,17 @@ def test_causal_self_attention_equals_numpy():
   rng = np.random.RandomState(1)
   x = rng.randn(2, 7, 4, 16).astype(np.float32)
   mask = attention.causal_mask(7)
-  expected, _ = numpy_attention(x, x, x, np.asarray(mask))
+  # Written out by hand (§3.2.3): query i sees keys 0..i, never a later one.
+  by_hand = np.array([[1, 0, 0, 0, 0, 0, 0],
+                      [1, 1, 0, 0, 0, 0, 0],
+                      [1, 1, 1, 0, 0, 0, 0],
+                      [1, 1, 1, 1, 0, 0, 0],
+                      [1, 1, 1, 1, 1, 0, 0],
+                      [1, 1, 1, 1, 1, 1, 0],
+                      [1, 1, 1, 1, 1, 1, 1]], bool)[None, None]
+  assert mask.shape == (1, 1, 7, 7) and mask.dtype == jnp.bool_
+  np.testing.assert_array_equal(mask, by_hand)
+  expected, _ = numpy_attention(x, x, x, by_hand)
   np.testing.assert_allclose(attention.dot_product_attention(x, x, x, mask), expected, atol=1e-5)
 
 

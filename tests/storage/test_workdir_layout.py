@@ -33,10 +33,12 @@ STOP, WARN, WORKS = 'stops in one line', 'warns and goes on', 'goes on'
 # (entry, damage) -> outcome; an entry absent here has the same outcome for every damage.
 EXPECTED = {
     layout.VOCAB: STOP, layout.VOCAB_LISTING: WORKS,
+    layout.VOCAB_RECORD: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
     layout.CHECKPOINTS: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
     layout.UNREADABLE: WORKS,
     layout.AVERAGED: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
     layout.METRICS: {'missing': STOP, 'truncated': WARN, 'garbled': STOP},
+    layout.METRICS_SET_ASIDE: WORKS,
     layout.TENSORBOARD: WORKS, layout.PLOTS: WORKS,
     layout.EVAL_RESULT: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
     layout.TOKEN_STORE: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
@@ -70,6 +72,7 @@ def trained(tiny_workdir, tmp_path_factory):
     writer.write(step, {'loss': 5.0 - step / 100})
   writer.close()
   plots.write_learning_curves(wd)
+  shutil.copy(wd.metrics, wd.metrics_set_aside(1))
   shutil.copytree(os.path.join(wd.checkpoints, '5'), os.path.join(wd.unreadable, '5-1'))
   lease_lib.Lease(wd.lease, settle_s=0.0).acquire().release()
   lease_lib.Lease(wd.lease + '.kept', settle_s=0.0).acquire()  # a record to damage
@@ -124,14 +127,14 @@ def _snapshot(root, skip):
 
 def _exercise(wd, entry, config):
   """Reads `entry` the way the project does; what that changes is under `_changes`."""
-  if entry in (layout.VOCAB, layout.VOCAB_LISTING):
+  if entry in (layout.VOCAB, layout.VOCAB_RECORD, layout.VOCAB_LISTING):
     tokenizer.load_or_train(config, wd, lambda: [], trained=True)
   elif entry in (layout.CHECKPOINTS, layout.UNREADABLE):
     shutil.rmtree(wd.averaged)  # training checkpoints are read after the averaged ones
     assert checkpoint_choice.load_inference_params(wd).step in (5, 10)
   elif entry is layout.AVERAGED:
     checkpoint_choice.load_inference_params(wd)
-  elif entry is layout.METRICS:
+  elif entry in (layout.METRICS, layout.METRICS_SET_ASIDE):  # plots read metrics.jsonl only
     plots.load_curves(wd.metrics)
   elif entry is layout.TENSORBOARD:
     metrics.MetricsWriter(wd).close()

@@ -1,0 +1,103 @@
+"""What a workdir's vocabulary was trained from: `vocab/spm.meta.json`, beside `spm.model`.
+
+The record holds the settings that determine the vocabulary (`vocab_size`,
+`vocab_sample_sentences`), the data fingerprint of the corpus it was sampled from
+(`data/fingerprint.py`: the training files' sha256, or the TFDS name/config/version) and the
+sha256 of the `spm.model` it describes. `tokenizer.load_or_train` writes it before the model
+(so an interrupted training leaves a record that does not describe the model, never a model
+without its record) and compares it with the run's own on every reuse: a vocabulary trained
+from other data or settings is trained again while no checkpoint depends on it, and refused
+once checkpoints do. A vocabulary from before records existed has none and is accepted.
+
+Checkpoints save `of_tokenizer` (sha256 and size) as their `vocabulary` item, so that a
+vocabulary replaced by another one (same size, still parses) is noticed at resume, eval and
+decode, and so that a checkpoint of another run is told apart from a replaced vocabulary
+(`checkpoint_mismatch`, `describes`).
+"""
+
+import hashlib
+import json
+from typing import Any, Dict, Optional, Tuple
+
+from etils import epath
+
+from t2t_jax.data import fingerprint as fingerprint_lib
+from t2t_jax.storage import layout, paths
+
+SETTINGS = ('vocab_size', 'vocab_sample_sentences')
+_DATA_KEYS = ('dataset', 'source_lang', 'target_lang', 'train_split')
+
+
+def path(workdir: str) -> str:
+  """`<workdir>/vocab/spm.meta.json`."""
+  return layout.of(workdir).vocab_record
+
+
+def wanted(config: Any, data_fingerprint: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+  """The record a vocabulary trained now for `config` would have (without its sha256)."""
+  return dict({k: int(config[k]) for k in SETTINGS}, data=data_fingerprint)
+
+
+def sha256(model: bytes) -> str:
+  return hashlib.sha256(model).hexdigest()
+
+
+def write(workdir: str, record: Dict[str, Any], model_sha256: str) -> None:
+  """Writes the record of the model whose bytes hash to `model_sha256` (atomically)."""
+  data = json.dumps(dict(record, sha256=model_sha256), indent=1, sort_keys=True)
+  paths.write_atomic(path(workdir), data.encode('utf-8'), overwrite=True)
+
+
+def read(workdir: str) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
+  """(record, None); (None, None) when there is none; (None, why) when it is unreadable."""
+  where = path(workdir)
+  paths.forget(where)
+  if not epath.Path(where).exists():
+    return None, None
+  try:
+    record = json.loads(paths.read_bytes(where).decode('utf-8'))
+  except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError included
+    return None, f'{type(e).__name__}: {e}'
+  if not isinstance(record, dict) or not isinstance(record.get('sha256'), str):
+    return None, 'not a vocabulary record'
+  return record, None
+
+
+def difference(saved: Dict[str, Any], current: Dict[str, Any]) -> Optional[str]:
+  """What differs between the record `saved` and the run's `wanted` one, or None."""
+  diffs = [f'{k} {saved.get(k)!r} then, {current[k]!r} now' for k in SETTINGS
+           if saved.get(k) != current[k]]
+  before, now = saved.get('data'), current.get('data')
+  if before and now:  # a library caller may not know its data
+    diffs += [f'{k} {before.get(k)!r} then, {now.get(k)!r} now' for k in _DATA_KEYS
+              if before.get(k) != now.get(k)]
+    refusal, _ = fingerprint_lib.compare(before, now)
+    if refusal and not diffs:
+      diffs.append(refusal)
+  return '; '.join(diffs) or None
+
+
+def of_tokenizer(tok: Any) -> Dict[str, Any]:
+  """What a checkpoint saves of the vocabulary it was trained with."""
+  return {'sha256': tok.fingerprint, 'vocab_size': tok.vocab_size}
+
+
+def checkpoint_mismatch(saved: Optional[Dict[str, Any]], saved_vocab_size: Optional[int],
+                        tok: Any) -> Optional[str]:
+  """How the vocabulary a checkpoint saved (`saved`, None for checkpoints from before it was
+  saved: then only its config's `saved_vocab_size`) differs from `tok`, or None."""
+  mine = f'{tok.vocab_size} pieces, sha256 {tok.fingerprint[:12]}...'
+  if saved and saved.get('sha256'):
+    if saved['sha256'] == tok.fingerprint:
+      return None
+    return (f'the checkpoint\'s has {saved.get("vocab_size")} pieces, sha256 '
+            f'{str(saved["sha256"])[:12]}...; the file has {mine}')
+  if saved_vocab_size is None or int(saved_vocab_size) == tok.vocab_size:
+    return None
+  return f'the checkpoint\'s config has vocab_size={saved_vocab_size}; the file has {mine}'
+
+
+def describes(workdir: str, tok: Any) -> bool:
+  """Whether the workdir's record describes `tok` (the vocabulary was trained here)."""
+  record, _ = read(workdir)
+  return record is not None and record['sha256'] == tok.fingerprint
