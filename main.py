@@ -180,6 +180,8 @@ def main(argv) -> None:
     raise app.UsageError(f'--workdir is required for --mode={FLAGS.mode}')
   if FLAGS.mode in WORKDIR_WRITING_MODES:
     workdir_lib.check_writable(FLAGS.workdir, create=False)  # train creates it, once checked
+  if FLAGS.mode != 'train':
+    cli.raise_on_sigterm()
   MODE_FUNCTIONS[FLAGS.mode](config)
 
 
@@ -188,3 +190,5 @@ if __name__ == '__main__':
     app.run(main, flags_parser=cli.parse_flags)
   except errors.user_errors() as e:
     errors.exit_with(e)
+  except KeyboardInterrupt as e:
+    cli.exit_interrupted(e)

@@ -1,5 +1,6 @@
-"""The damage tour of issue 30, rerun through main.py: bad input, damaged files of a trained
-workdir, a read-only workdir and a full disk, each classified by what the user sees.
+"""The damage tours of issues 30 and 37, rerun through main.py: bad input, damaged files of a
+trained workdir, damaged corpora, read-only and full targets of every mode, signals and
+concurrent runs, each classified by what the user sees (issue 37's tries: damage_tries.py).
 
   python benchmarks/damage_tour.py [--scratch=DIR] [--out=FILE.jsonl]
 
@@ -10,7 +11,9 @@ the run every try copies. Every try runs
   warned          exit status 0 with a warning line that names the damaged path;
   ok              exit status 0 and the expected output;
   traceback       a Python traceback on stderr (a fault);
-  wrong           exit status 0 but the output or the files are not what they should be.
+  wrong           exit status 0 but the output or the files are not what they should be
+                  (or something partial left behind);
+  (damage_tries.py adds interrupted, misleading and hang).
 Read-only workdirs and full disks are real: a read-only bind mount and a 4 MiB tmpfs, so the
 tour must run as root on Linux (tries that cannot mount are reported as skipped). Writes one
 JSON line per try to --out and prints the counts per class.
@@ -25,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -86,7 +90,9 @@ class Tour:
   def __init__(self, trained, scratch, out):
     self.trained, self.scratch, self.out = trained, scratch, out
     self.counts = collections.Counter()
+    self.by_expected = collections.Counter()
     self.n = 0
+    self.tour = time.strftime('%Y-%m-%dT%H:%M:%S')
 
   def copy(self):
     self.n += 1
@@ -98,17 +104,22 @@ class Tour:
 
   def record(self, name, outcome, result=None, seconds=None, expected=None):
     self.counts[outcome] += 1
+    self.by_expected[(expected, outcome)] += 1
     line = {'try': name, 'outcome': outcome, 'expected': expected, 'seconds': seconds,
             'stderr_tail': (result.stderr.strip().splitlines() or [''])[-1][:300]
-            if result else ''}
+            if result else '', 'rc': result.returncode if result else None, 'tour': self.tour}
+    if result is not None and outcome != expected:
+      line['stderr_last_lines'] = result.stderr.strip().splitlines()[-8:]
     print(json.dumps(line), flush=True)
     with open(self.out, 'a', encoding='utf-8') as f:
       f.write(json.dumps(line) + '\n')
 
-  def run(self, name, args, expected, damaged=None, expect_output=None, stdin=None):
+  def run(self, name, args, expected, damaged=None, expect_output=None, stdin=None,
+          check=None):
+    """`check(result)` classifies instead of `classify` when given."""
     result, seconds = main_py(*args, stdin=stdin)
-    self.record(name, classify(result, damaged, expect_output), result, round(seconds, 1),
-                expected)
+    outcome = check(result) if check else classify(result, damaged, expect_output)
+    self.record(name, outcome, result, round(seconds, 1), expected)
     return result
 
 
@@ -173,7 +184,7 @@ def tour(t):
       target = (os.path.join(version, 'dataset_info.json') if what == 'tfds info' else
                 os.path.join(version, [n for n in os.listdir(version) if 'train' in n][0]))
     damage_file(target, how)
-    steps = _latest_step(w) + 1
+    steps = latest_step(w) + 1
     t.run(f'{what} {how}, train', ['--mode=train', f'--workdir={w}', *SMALL,
           f'--config.num_train_steps={steps}'], 'warned',
           damaged=os.path.dirname(target) if what != 'data_cache' else target)
@@ -208,7 +219,7 @@ def tour(t):
       w = os.path.join(full, 'run')
       shutil.copytree(t.trained, w)
       fill(full, keep=64 << 10)  # less than one more checkpoint of SMALL's model
-      steps = _latest_step(w) + 20
+      steps = latest_step(w) + 20
       before = {n for n in os.listdir(os.path.join(w, 'checkpoints')) if n.isdigit()}
       t.run('train into a full disk', ['--mode=train', f'--workdir={w}', *SMALL,
             f'--config.num_train_steps={steps}'], 'one-line error')
@@ -218,6 +229,9 @@ def tour(t):
           '--mode=train', f'--workdir={w}', *SMALL, f'--config.num_train_steps={steps}'], 'ok',
           expect_output=lambda r: before <= after and f'resumed from step {max(map(int, after))}'
           in r.stderr)
+  from benchmarks import damage_new_tries, damage_tries  # pylint: disable=import-outside-toplevel
+  damage_tries.issue37(t, source)
+  damage_new_tries.new_tries(t, source)
 
 
 def fill(folder, keep=0):
@@ -234,7 +248,7 @@ def fill(folder, keep=0):
       pass  # full
 
 
-def _latest_step(workdir):
+def latest_step(workdir):
   return max(int(n) for n in os.listdir(os.path.join(workdir, 'checkpoints')) if n.isdigit())
 
 
@@ -257,6 +271,8 @@ def main():
   finally:
     shutil.rmtree(scratch, ignore_errors=True)
   print(json.dumps({'counts': dict(t.counts)}))
+  print(json.dumps({'expected -> outcome': {f'{e} -> {o}': n for (e, o), n in
+                                            sorted(t.by_expected.items(), key=str)}}))
 
 
 if __name__ == '__main__':

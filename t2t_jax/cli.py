@@ -15,8 +15,9 @@ import inspect
 import logging
 import os
 import re
+import signal
 import sys
-from typing import List, Optional, Sequence
+from typing import List, NoReturn, Optional, Sequence
 
 import ml_collections
 from absl import flags
@@ -229,3 +230,25 @@ def start_backends() -> None:
     return
   with native_stderr_to_debug_log('starting jax backends'):
     jax.devices()
+
+
+def raise_on_sigterm() -> None:
+  """SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so that each mode's own cleanup runs:
+  decode removes its still-empty claim on `--output`, attention the output it began, export
+  its temporary folder. Without it, SIGTERM ends the process before any of that, and a rerun
+  of the same command is refused (the claimed output exists). For every mode but train,
+  whose `PreemptionHandler` replaces it to finish the step and checkpoint first."""
+
+  def interrupt(signum, frame):  # pylint: disable=unused-argument
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+  signal.signal(signal.SIGTERM, interrupt)
+
+
+def exit_interrupted(interrupt: KeyboardInterrupt) -> NoReturn:
+  """The one line of a command stopped by Ctrl-C or SIGTERM (exit status 130, the shell's
+  for SIGINT), instead of the traceback of wherever it was."""
+  name = str(interrupt) or 'SIGINT (Ctrl-C)'
+  sys.stderr.write(f'error: interrupted by {name}; what this command had not finished is not '
+                   'kept: run the same command again\n')
+  sys.exit(130)

@@ -11,6 +11,7 @@ decode can rebuild the model from it alone.
 import dataclasses
 import os
 import re
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import jax
@@ -154,14 +155,37 @@ def gone(path: str) -> bool:
   return not epath.Path(path).exists()
 
 
+# How long a checkpoint whose read found a file missing may take to vanish: a training run's
+# keep_checkpoints deletes a step's files before its folder, so a reader may fail on a missing
+# file while the folder is still there for a moment.
+DELETION_WAIT_S = 1.0
+
+
+def vanished(path: str, error: BaseException) -> bool:
+  """Whether `path`, whose read raised `error`, was deleted: it is gone, or `error` says a
+  file of it is missing and the folder vanishes within `DELETION_WAIT_S` (a deletion under
+  way; a damaged checkpoint with a file missing costs that wait once)."""
+  if gone(path):
+    return True
+  if not damage.is_missing_file(error):
+    return False
+  deadline = time.monotonic() + DELETION_WAIT_S
+  while time.monotonic() < deadline:
+    time.sleep(0.05)
+    if gone(path):
+      return True
+  return False
+
+
 def unless_vanished(read):
   """`read(path)` that raises `damage.VanishedCheckpointError` when it failed because `path`
-  was deleted meanwhile (a live training run keeps only its last keep_checkpoints)."""
+  was deleted meanwhile (a live training run keeps only its last keep_checkpoints), also when
+  the deletion was still under way (`vanished`)."""
   def wrapped(path):
     try:
       return read(path)
     except Exception as e:  # noqa: BLE001  whatever a half-deleted checkpoint raises
-      if gone(path):
+      if vanished(path, e):
         raise damage.VanishedCheckpointError(
             'was deleted while it was read (a training run on this workdir keeps only its '
             'last keep_checkpoints)') from e

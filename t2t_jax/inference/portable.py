@@ -25,7 +25,7 @@ import json
 import os
 import sys
 import time
-from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -115,11 +115,22 @@ def _decoded(decode_batch: DecodeBatch, batch_list: List[Batch], threads: int
   """(batch, its best hypotheses) in batch order, `threads` batches decoding at once (jax
   releases the GIL while a compiled program runs)."""
   call = lambda b: np.asarray(decode_batch(b.inputs, b.max_lengths, b.max_decode_len))  # noqa: E731
+  return in_threads(call, batch_list, threads)
+
+
+def in_threads(call: Callable[[Batch], Any], batch_list: List[Batch], threads: int
+               ) -> Iterator[Tuple[Batch, Any]]:
+  """(batch, call(batch)) in batch order, `threads` calls at once. When the consumer stops
+  early (Ctrl-C, SIGTERM, a failed write) the batches not yet started are dropped rather than
+  decoded before the process may exit."""
   if threads <= 1 or len(batch_list) <= 1:
     yield from ((b, call(b)) for b in batch_list)
     return
-  with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+  pool = concurrent.futures.ThreadPoolExecutor(threads)
+  try:
     yield from zip(batch_list, pool.map(call, batch_list))
+  finally:
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def until_eos(row: Sequence[int]) -> List[int]:

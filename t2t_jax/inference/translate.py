@@ -11,7 +11,6 @@ processes); on CPU batches run on one device, one batch per core at once
 (`choose_parallelism`).
 """
 
-import concurrent.futures
 import functools
 import sys
 import time
@@ -335,11 +334,7 @@ def _beam_search(model: model_lib.ModelLike, beam_size: int, alpha: float, param
 def _map_batches(decode: Callable[..., Any], batch_list: List[portable.Batch], threads: int):
   """(batch, decode(batch)) in batch order, `threads` batches at once (as `portable`'s)."""
   call = lambda b: decode(b.inputs, b.max_lengths, b.max_decode_len)  # noqa: E731
-  if threads <= 1 or len(batch_list) <= 1:
-    yield from ((b, call(b)) for b in batch_list)
-    return
-  with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-    yield from zip(batch_list, pool.map(call, batch_list))
+  return portable.in_threads(call, batch_list, threads)
 
 
 def truncation_warning(lines: Sequence[int], max_len: int, shown: int = 10) -> str:

@@ -91,6 +91,22 @@ def is_damage(error: BaseException) -> bool:
   return False
 
 
+def is_missing_file(error: BaseException) -> bool:
+  """Whether `error` (a checkpoint read) says a file or item of the checkpoint is missing, as
+  it does while the checkpoint is being deleted: FileNotFoundError, tensorstore's NOT_FOUND,
+  orbax's KeyError for an item that is not there."""
+  error = cause(error)
+  if isinstance(error, OSError):
+    return error.errno == errno.ENOENT or (
+        error.errno is None and isinstance(error, FileNotFoundError))
+  if isinstance(error, KeyError):
+    return 'was not found in the checkpoint' in str(error)
+  if type(error) is ValueError:  # tensorstore's, as in is_damage
+    status = _STATUS.match(str(error))
+    return bool(status) and status.group(1) == 'NOT_FOUND'
+  return False
+
+
 def _is_wrapper(error: BaseException) -> bool:
   """Whether `error` only wraps its `__cause__`: our CheckpointError, or a bare Exception.
 

@@ -2,12 +2,15 @@
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import write_faults
 from checkpoint_helpers import snapshot
+from conftest import main_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 
@@ -152,3 +155,32 @@ def test_eval_and_average_onto_a_full_disk_fail_in_one_line(tiny_workdir, tmp_pa
   assert last.startswith(f'error: cannot write {target}: No space left on device; free space')
   assert result.stderr.count('error:') == 1
   assert snapshot(os.path.join(workdir, 'checkpoints')) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM], ids=['SIGINT', 'SIGTERM'])
+def test_a_signal_during_decode_ends_in_one_line_and_leaves_no_claim(tiny_workdir, tmp_path,
+                                                                     sig):
+  # Ctrl-C printed a KeyboardInterrupt traceback; SIGTERM killed the process before decode
+  # removed its empty claim on --output, so the same command was then refused.
+  source = tmp_path / 'in.en'
+  source.write_text('And God said, Let there be light: and there was light.\n' * 20_000)
+  out = tmp_path / 'out.es'
+  child = subprocess.Popen(
+      main_command('--mode=decode', f'--workdir={tiny_workdir}', f'--input={source}',
+                   f'--output={out}'), cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'),
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  for _ in range(1200):  # the claim exists once decoding is about to start
+    if out.exists() or child.poll() is not None:
+      break
+    time.sleep(0.1)
+  time.sleep(1.0)
+  assert child.poll() is None, child.communicate()[1][-2000:]
+  child.send_signal(sig)
+  _, stderr = child.communicate(timeout=120)
+  assert child.returncode == 130, stderr[-2000:]
+  assert 'Traceback' not in stderr
+  assert stderr.strip().splitlines()[-1] == (
+      f'error: interrupted by {sig.name if sig == signal.SIGTERM else "SIGINT (Ctrl-C)"}; what '
+      'this command had not finished is not kept: run the same command again')
+  assert not out.exists()

@@ -10,6 +10,8 @@ average of other steps than it says.
 
 import logging
 import os
+import shutil
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -90,3 +92,51 @@ def test_a_checkpoint_asked_for_and_deleted_while_read_is_named_in_one_line(four
       f'checkpoint {four}/checkpoints/3 was deleted while it was read (a live training run on '
       'this workdir keeps only its last keep_checkpoints); choose another with '
       '--checkpoint=STEP (training steps: 4, 5)')
+
+
+def test_a_step_read_while_its_deletion_is_under_way_is_deleted_not_damaged(four, monkeypatch,
+                                                                               caplog):
+  # As keep_checkpoints deletes it, a step's files go before its folder: average reads step
+  # 2 after its state is removed and while the folder still stands (gone 0.3 s later). It
+  # must be told apart from damage (found in the damage tour: "only 1 of the 2 ... are
+  # readable (damaged: step 44: FileNotFoundError: ... _METADATA does not exist").
+  step2 = os.path.join(four, 'checkpoints', '2')
+
+  def half_deleted():
+    _training_saves(four, {5: tree(10.0)}, keep=4)  # saves 5, deletes 1
+    shutil.rmtree(os.path.join(step2, 'state'))
+    threading.Timer(0.3, shutil.rmtree, [step2]).start()
+  done = _pause_before_reading(averaging, monkeypatch, lambda p: p == step2, half_deleted)
+  result = averaging.average_checkpoints(four, 3)
+  assert done and _steps(four) == [3, 4, 5]
+  assert result.steps == (3, 4, 5)
+  for leaf in leaves(result.params):
+    np.testing.assert_allclose(leaf, 6.0)
+  assert any('was deleted while it was read' in r.getMessage() for r in caplog.records
+             if r.levelno == logging.WARNING)
+  assert not any('is damaged' in r.getMessage() for r in caplog.records)
+
+
+def test_eval_skips_a_step_whose_deletion_is_under_way(four, monkeypatch, caplog):
+  step4 = os.path.join(four, 'checkpoints', '4')
+
+  def half_deleted():
+    _training_saves(four, {5: tree(7.0)}, keep=5)
+    shutil.rmtree(os.path.join(step4, 'state'))
+    threading.Timer(0.3, shutil.rmtree, [step4]).start()
+  # eval lists 1..4 and reads 4 while training (saving 5) deletes it.
+  done = _pause_before_reading(checkpoint_choice, monkeypatch, lambda p: p == step4,
+                               half_deleted)
+  loaded = checkpoint_choice.load_inference_params(four)
+  assert done and loaded.step == 3  # the next one listed: 4 is not moved aside as damaged
+  assert any(r.getMessage().endswith(f'{step4} was deleted while it was read (a training run '
+                                     'on this workdir keeps only its last keep_checkpoints); '
+                                     'skipping it') for r in caplog.records)
+  assert not any('is damaged' in r.getMessage() for r in caplog.records)
+
+
+def test_a_checkpoint_missing_a_file_that_stays_is_still_damaged(four, monkeypatch):
+  monkeypatch.setattr(averaging, 'DELETION_WAIT_S', 0.2)
+  shutil.rmtree(os.path.join(four, 'checkpoints', '4', 'state'))
+  loaded = checkpoint_choice.load_inference_params(four)
+  assert loaded.step == 3  # 4 skipped as damaged (it did not vanish), not as deleted

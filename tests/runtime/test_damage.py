@@ -292,3 +292,20 @@ def test_unretrieved_tensorstore_read_errors_are_dropped_from_the_asyncio_log():
     assert not logger.filter(record(_orbax_wrapper(ValueError('DATA_LOSS: x')), what))
     assert not logger.filter(record(_orbax_wrapper(GeneratorExit()), what))
     assert logger.filter(record(_orbax_wrapper(RuntimeError('other')), what))
+
+
+@pytest.mark.parametrize('error, missing', [
+    (FileNotFoundError(errno.ENOENT, 'gone'), True),
+    (FileNotFoundError('Metadata file (named _METADATA) does not exist'), True),
+    (ValueError('NOT_FOUND: Error reading local file "x/state/_sharding"'), True),
+    (KeyError('Item "state" was not found in the checkpoint.'), True),
+    (ValueError('DATA_LOSS: CRC-32C checksum verification failed'), False),
+    (json.JSONDecodeError('junk', '{', 0), False),
+    (OSError(errno.EIO, 'Input/output error'), False),
+])
+def test_is_missing_file_is_what_a_deletion_under_way_raises(error, missing):
+  # averaging.vanished waits for such a checkpoint to disappear before calling it damaged.
+  assert damage.is_missing_file(error) is missing
+  wrapped = Exception('Encountered error while reading array index')
+  wrapped.__cause__ = error
+  assert damage.is_missing_file(wrapped) is missing
