@@ -248,6 +248,15 @@ def fill(folder, keep=0):
       pass  # full
 
 
+def _signals_only(t):
+  from benchmarks import damage_new_tries, damage_tries  # pylint: disable=import-outside-toplevel
+  source = os.path.join(t.scratch, 'input.txt')
+  with open(source, 'w', encoding='utf-8') as f:
+    f.write('\n'.join(SENTENCES) + '\n')
+  damage_tries.corpus(os.path.join(t.scratch, 'corpus'))
+  damage_new_tries.signal_tries(t, source)
+
+
 def latest_step(workdir):
   return max(int(n) for n in os.listdir(os.path.join(workdir, 'checkpoints')) if n.isdigit())
 
@@ -255,6 +264,8 @@ def latest_step(workdir):
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--scratch', default=None)
+  parser.add_argument('--only', choices=['signals'], default=None,
+                      help='signals: only the tries that signal decode, export, attention, eval')
   parser.add_argument('--out', default=os.path.join(ROOT, 'benchmarks', 'results',
                                                     'damage_tour.jsonl'))
   args = parser.parse_args()
@@ -267,7 +278,10 @@ def main():
   print(json.dumps({'trained': trained, 'seconds': round(seconds, 1)}), flush=True)
   t = Tour(trained, scratch, args.out)
   try:
-    tour(t)
+    if args.only == 'signals':
+      _signals_only(t)
+    else:
+      tour(t)
   finally:
     shutil.rmtree(scratch, ignore_errors=True)
   print(json.dumps({'counts': dict(t.counts)}))

@@ -49,8 +49,7 @@ def finish(process, timeout=600):
     hung = True
   process.err_file.seek(0)
   stderr = process.err_file.read()
-  process.err_file.close()
-  os.remove(process.err_file.name)
+  process.err_file.close()  # a TemporaryFile: gone once closed
   return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), hung
 
 
