@@ -5,9 +5,10 @@ Beam search (`search.py`) calls `decode_step` once per output position; what the
 computed once per batch of sentences by `decode_context`. The steps must compute exactly the
 teacher-forced model that training and evaluation run, or a variant trains one model and
 decodes another: `incremental_logits` runs the steps over a whole target sequence and
-`check_incremental` compares them. An `attention_fn` that reads positions (rotary, ALiBi)
-gets the step and the cache slots from the cache in decoding, and a wrong one shows there
-first.
+`check_incremental` compares them, with a cache as long as the targets and with a longer one
+(as beam search's), and checks the attention weights the model's `attention_fn` returns for
+attention maps. An `attention_fn` that reads positions (rotary, ALiBi) gets the step and the
+cache slots from the cache in decoding, and a wrong one shows there first.
 """
 
 from typing import NamedTuple, Optional, Tuple
@@ -116,8 +117,8 @@ def decode_step(model: ModelLike, params, cache, tokens: Array, context: DecodeC
   return logits[:, 0], updated['cache']
 
 
-def incremental_logits(model: ModelLike, params, inputs: Array,
-                       targets: Array) -> Array:
+def incremental_logits(model: ModelLike, params, inputs: Array, targets: Array,
+                       max_decode_len: Optional[int] = None) -> Array:
   """The logits of every target position from `decode_step`, one position at a time.
 
   Args:
@@ -125,11 +126,18 @@ def incremental_logits(model: ModelLike, params, inputs: Array,
     params: its parameters.
     inputs: `[batch, src_len]` int32 source ids, EOS-terminated, 0-padded.
     targets: `[batch, tgt_len]` int32 target ids (the decoder reads them shifted right).
+    max_decode_len: the self-attention cache's positions, >= tgt_len (None: tgt_len); beam
+      search's caches are longer than the output so far, their unfilled slots masked.
 
   Returns:
     `[batch, tgt_len, vocab]` float32, what `Transformer.__call__(inputs, targets)` gives.
   """
   inputs, targets = jnp.asarray(inputs, jnp.int32), jnp.asarray(targets, jnp.int32)
+  if max_decode_len is None:
+    max_decode_len = targets.shape[1]
+  if max_decode_len < targets.shape[1]:
+    raise ValueError(f'incremental_logits: max_decode_len={max_decode_len} is shorter than the '
+                     f'targets ({targets.shape[1]} positions)')
   context = decode_context(model, params, inputs)
   tokens = shift_right(targets)
 
@@ -137,27 +145,83 @@ def incremental_logits(model: ModelLike, params, inputs: Array,
     logits, cache = decode_step(model, params, cache, token[:, None], context)
     return cache, logits
 
-  cache = init_cache(model, inputs.shape[0], targets.shape[1])
+  cache = init_cache(model, inputs.shape[0], max_decode_len)
   _, logits = jax.lax.scan(step, cache, tokens.T)
   return logits.transpose(1, 0, 2)
 
 
 def check_incremental(model: ModelLike, params, inputs: Array, targets: Array,
-                      atol: float = 1e-4) -> float:
-  """Teacher-forced logits vs `incremental_logits` at the real target positions.
+                      atol: float = 1e-4, max_decode_len: Optional[int] = None) -> float:
+  """Teacher-forced logits vs `incremental_logits` at the real (non-padding) target positions,
+  and the attention weights the model's `attention_fn` returns when asked for them.
 
-  Returns the largest absolute difference; raises ValueError naming it and where it is when
-  it exceeds `atol` (float32 on CPU stays near 1e-5 for the paper's model).
+  Decoding is compared twice: with a cache of exactly the targets' length, and with one of
+  `max_decode_len` positions (None: `cfg.max_len`, the longest a decode may use), as beam
+  search's caches are longer than the output (a variant whose logits depend on the number of
+  keys decodes differently only then). With `capture_attention` (attention maps,
+  `return_weights=True`) the logits must be the teacher-forced ones, and every layer's weights
+  `[batch, heads, q_len, kv_len]` with rows summing to 1 over the unmasked keys.
+
+  Returns the largest absolute difference of the logits; raises ValueError naming it and
+  where it is when it exceeds `atol` (float32 on CPU stays near 1e-5 for the paper's model),
+  or naming `attention_fn` when its weights are not attention weights.
   """
   net = as_model(model, deterministic=True, decode=False)
+  inputs, targets = np.asarray(inputs, np.int32), np.asarray(targets, np.int32)
+  tgt_len = targets.shape[1]
+  longest = net.cfg.max_len if max_decode_len is None else max_decode_len
   forced = np.asarray(net.apply({'params': params}, inputs, targets), np.float64)
-  stepped = np.asarray(jax.jit(incremental_logits, static_argnums=0)(net, params, inputs,
-                                                                      targets), np.float64)
-  gap = np.abs(forced - stepped) * (np.asarray(targets) != PAD_ID)[..., None]
-  worst = float(gap.max())
-  if not worst <= atol:
-    row, position, _ = np.unravel_index(int(np.argmax(gap)), gap.shape)
-    raise ValueError(f'incremental decoding differs from teacher forcing by {worst:.3g} '
-                     f'(row {row}, target position {position}; atol {atol}): the model decodes '
-                     'differently from how it trains')
+  real = (targets != PAD_ID)[..., None]
+  worst = 0.0
+  stepped_fn = jax.jit(incremental_logits, static_argnums=(0, 4))
+  for length in sorted({tgt_len, max(longest, tgt_len)}):
+    stepped = np.asarray(stepped_fn(net, params, inputs, targets, length), np.float64)
+    gap = np.abs(forced - stepped) * real
+    worst = max(worst, float(gap.max()))
+    if not gap.max() <= atol:
+      row, position, _ = np.unravel_index(int(np.argmax(gap)), gap.shape)
+      raise ValueError(f'incremental decoding differs from teacher forcing by {gap.max():.3g} '
+                       f'(row {row}, target position {position}, a cache of {length} '
+                       f'positions; atol {atol}): the model decodes differently from how it '
+                       'trains')
+  _check_captured(net, params, inputs, targets, forced, real, atol)
   return worst
+
+
+def _check_captured(net: Transformer, params, inputs: np.ndarray, targets: np.ndarray,
+                    forced: np.ndarray, real: np.ndarray, atol: float) -> None:
+  """The teacher-forced model with `capture_attention`: the same logits, and weights that
+  are attention weights (rows sum to 1 over the unmasked keys, masked keys ~0)."""
+  name = getattr(net.attention_fn, '__name__', None) or repr(net.attention_fn)
+  captured, state = as_model(net, capture_attention=True).apply(
+      {'params': params}, inputs, targets, mutable=['intermediates'])
+  gap = np.abs(np.asarray(captured, np.float64) - forced) * real
+  if not gap.max() <= atol:
+    raise ValueError(f'attention_fn {name}: with return_weights=True (attention maps) the '
+                     f'logits differ from training by {gap.max():.3g} (atol {atol})')
+  source = inputs != PAD_ID
+  tgt_len = targets.shape[1]
+  allowed = {'encoder/self_attention': source[:, None, None, :],
+             'decoder/self_attention': np.tril(np.ones((tgt_len, tgt_len), bool))[None, None],
+             'decoder/cross_attention': source[:, None, None, :]}
+  for path, leaf in jax.tree_util.tree_leaves_with_path(state['intermediates']):
+    keys = [str(getattr(k, 'key', getattr(k, 'idx', k))) for k in path]
+    where = '/'.join(k for k in keys if not k.isdigit())
+    if 'attention_weights' not in keys:
+      continue
+    kind = f"{keys[0]}/{keys[keys.index('attention_weights') - 1]}"
+    if kind not in allowed:
+      continue
+    weights = np.asarray(leaf, np.float64)
+    mask = np.broadcast_to(allowed[kind], weights.shape)
+    rows = mask.any(-1)  # a row with every key masked has no weights to check
+    sums = np.abs((weights * mask).sum(-1) - 1.0)[rows]
+    masked = np.abs(np.where(mask, 0.0, weights)).max(-1)[rows]
+    bad_sum = float(sums.max(initial=0.0))
+    bad_masked = float(masked.max(initial=0.0))
+    if not (bad_sum <= 1e-3 and bad_masked <= 1e-6 and np.isfinite(weights).all() and
+            weights.min() >= 0):
+      raise ValueError(f'attention_fn {name}: the weights it returns for return_weights=True '
+                       f'({where}) are not attention weights: rows must sum to 1 over the '
+                       f'unmasked keys (off by up to {bad_sum:.3g}) with masked keys 0 (up to '
+                       f'{bad_masked:.3g})')

@@ -204,9 +204,12 @@ class MultiHeadAttention(nn.Module):
     if dropout_rate > 0.0:
       options.update(dropout_rate=dropout_rate, dropout_rng=self._dropout_key())
     fn = attention.dot_product_attention if self.attention_fn is None else self.attention_fn
-    return fn(query, key, value, mask, query_positions=query_positions,
-              key_positions=key_positions, kind=self.kind,
-              return_weights=self.capture_weights, **options)
+    result = fn(query, key, value, mask, query_positions=query_positions,
+                key_positions=key_positions, kind=self.kind,
+                return_weights=self.capture_weights, **options)
+    return _checked_result(fn, result, self.capture_weights,
+                           (query.shape[0], query.shape[1], self.num_heads, value.shape[-1]),
+                           (query.shape[0], self.num_heads, query.shape[1], key.shape[1]))
 
   def _dropout_key(self) -> Array:
     """The attention-dropout key: a method of its own so that a scanned layer stack
@@ -246,6 +249,39 @@ class MultiHeadAttention(nn.Module):
     filled = (jnp.arange(cached_key.value.shape[2]) <= index)[None, None, None]
     return (cached_key.value.transpose(0, 2, 1, 3), cached_value.value.transpose(0, 2, 1, 3),
             filled, index)
+
+
+def _fn_name(fn) -> str:
+  return getattr(fn, '__name__', None) or repr(fn)
+
+
+def _shape_of(x) -> str:
+  shape = getattr(x, 'shape', None)
+  return f'shape {tuple(shape)}' if shape is not None else f'a {type(x).__name__}'
+
+
+def _checked_result(fn, result, return_weights: bool, out_shape: Tuple[int, ...],
+                    weights_shape: Tuple[int, ...]):
+  """`fn`'s result, checked while tracing: the output `[batch, q_len, heads, d_v]` and, asked
+  for them, the weights `[batch, heads, q_len, kv_len]`; a ValueError naming `fn` otherwise
+  (an output in another layout would fail later in W^O without naming it, and weights dropped
+  on the way through would be read as the output's rows)."""
+  if return_weights:
+    if not (isinstance(result, (tuple, list)) and len(result) == 2):
+      raise ValueError(f'attention_fn {_fn_name(fn)} returned {_shape_of(result)} for '
+                       'return_weights=True: expected (output [batch, q_len, heads, d_v] '
+                       f'{out_shape}, weights [batch, heads, q_len, kv_len] {weights_shape}); '
+                       'pass return_weights on to dot_product_attention')
+    out, weights = result
+    if getattr(weights, 'shape', None) != weights_shape:
+      raise ValueError(f'attention_fn {_fn_name(fn)} returned weights of {_shape_of(weights)}: '
+                       f'expected [batch, heads, q_len, kv_len] = {weights_shape}')
+  else:
+    out = result
+  if getattr(out, 'shape', None) != out_shape:
+    raise ValueError(f'attention_fn {_fn_name(fn)} returned {_shape_of(out)}: expected '
+                     f'[batch, q_len, heads, d_v] = {out_shape}')
+  return result
 
 
 def _group_rows(query: Array, batch: int, mask: Optional[Array]) -> Array:
@@ -302,6 +338,8 @@ class Residual(nn.Module):
   'post' (the paper): Norm(x + Dropout(Sublayer(x))).
   'pre' (an option): x + Dropout(Sublayer(Norm(x))); the stack then needs a final norm.
   `norm(name=...)` makes the normalisation module (None: LayerNorm, epsilon 1e-6).
+  `norm_position` is also the declaration the stacks read (`parts.norm_position`) to decide
+  their final norm: a replacement residual part declares its own.
   """
   norm_position: str = 'post'
   dropout_rate: float = 0.1

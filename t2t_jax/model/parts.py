@@ -17,7 +17,10 @@ config and a module name; the name fixes where its parameters live in the tree.
   norm(cfg, name=) -> module `[..., d_model]` -> same: every residual block's
     normalisation, and the final one of a pre-norm stack (LayerNorm, §3.1).
   residual(cfg, norm, name=) -> module `(x, sublayer, *, deterministic) -> x`: one residual
-    sub-layer around `sublayer` (§3.1, §5.4), given the `norm` factory.
+    sub-layer around `sublayer` (§3.1, §5.4), given the `norm` factory. The module declares
+    where it normalises in an attribute `norm_position`, 'post' or 'pre' (`layers.Residual`
+    has it as a field); each stack ends with a final `norm` exactly when it is 'pre'
+    (`norm_position` below), whatever the config's `norm_position` says.
 """
 
 import dataclasses
@@ -25,6 +28,7 @@ import functools
 from typing import Callable, Optional
 
 import flax.linen as nn
+from flax.linen import module as linen_module
 
 from t2t_jax.model import attention, layers
 
@@ -60,6 +64,27 @@ class Parts:
   positions: Optional[Factory] = positions
   norm: Factory = layer_norm
   residual: Callable[..., nn.Module] = residual
+
+
+def norm_position(parts: Parts, cfg) -> str:
+  """'pre' or 'post': where `parts.residual`'s blocks normalise, as the module it builds
+  declares (its `norm_position` attribute); the encoder and decoder stacks end with a final
+  `parts.norm` exactly when it is 'pre'. Raises ValueError in one line when the module does
+  not declare 'pre' or 'post'."""
+  # Built unbound (no parent module), only to be asked: nothing is registered or initialised.
+  stack = linen_module._context.module_stack  # noqa: SLF001
+  stack.append(None)
+  try:
+    block = parts.residual(cfg, parts.norm, name='residual')
+  finally:
+    stack.pop()
+  position = getattr(block, 'norm_position', None)
+  if position not in ('pre', 'post'):
+    factory = getattr(parts.residual, '__name__', repr(parts.residual))
+    raise ValueError(f"residual part {factory}: its module ({type(block).__name__}) must "
+                     f"declare norm_position 'pre' or 'post' (the stacks end with a final norm "
+                     f"when 'pre'), got {position!r}")
+  return position
 
 
 PAPER = Parts()

@@ -21,14 +21,12 @@ import jax.numpy as jnp
 
 from t2t_jax.model import attention, parts as parts_lib, stack
 from t2t_jax.model.parts import Parts
-from t2t_jax.model.transformer_config import TransformerConfig
+from t2t_jax.model.transformer_config import EOS_ID, PAD_ID, TransformerConfig
 from t2t_jax.model.stack import REMAT_POLICIES, layer_class  # noqa: F401  (model.REMAT_POLICIES)
 from t2t_jax.model.layers import MultiHeadAttention, SharedEmbedding
 
 Array = jax.Array
-PAD_ID = 0
-EOS_ID = 1
-BOS_ID = EOS_ID
+BOS_ID = EOS_ID  # PAD_ID = 0, EOS_ID = 1: transformer_config.py, which refuses a smaller vocab
 
 
 def shift_right(targets: Array, bos_id: int = BOS_ID,
@@ -128,8 +126,10 @@ def _embed_positions(module: nn.Module, x: Array, positions: Optional[Array]) ->
 
 
 def _final_norm(module: nn.Module, x: Array) -> Array:
-  """A pre-norm stack ends with a normalisation; the paper's post-norm stack already did."""
-  if module.cfg.norm_position == 'pre':
+  """A pre-norm stack ends with a normalisation; the paper's post-norm stack already did.
+  The residual part decides which it is (`parts.norm_position`), not the config: a pre-norm
+  `residual` under a 'post' config still gets its final norm."""
+  if parts_lib.norm_position(module.parts, module.cfg) == 'pre':
     x = module.parts.norm(module.cfg, name='final_norm')(x)
   return x
 

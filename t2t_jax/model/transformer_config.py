@@ -17,6 +17,14 @@ from t2t_jax.choices import (AttentionImpl, ConfigError, DTypeName, NormPosition
 
 _POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'd_k', 'd_v', 'num_layers',
              'max_len')
+_HEAD_WIDTHS = ('d_k', 'd_v')  # None: d_model // num_heads
+
+# Token ids the model reserves (transformer.py re-exports them): padding 0; on the decoder side
+# EOS 1, which also serves as the start symbol. A vocabulary must hold them and a real token.
+PAD_ID = 0
+EOS_ID = 1
+RESERVED_IDS = (PAD_ID, EOS_ID)
+MIN_VOCAB_SIZE = max(RESERVED_IDS) + 2
 _RATES = ('dropout_rate', 'attention_dropout_rate')
 
 
@@ -29,14 +37,17 @@ class TransformerConfig:
 
   Attributes:
     vocab_size: rows of the one embedding shared by source, target and the pre-softmax
-      projection (§3.4; the shared BPE vocabulary of §5.1: 37000 EN-DE, 32000 EN-FR).
+      projection (§3.4; the shared BPE vocabulary of §5.1: 37000 EN-DE, 32000 EN-FR); > 2:
+      ids 0 (padding) and 1 (EOS/BOS) are reserved.
     d_model: width of the embeddings and of every sub-layer's output (§3.1; 512 base, 1024 big).
     d_ff: inner width of the position-wise feed-forward network (§3.3, Eq. 2; 2048 base).
     num_heads: h, the parallel attention heads (§3.2.2; 8 base, 16 big).
-    d_k: per-head query/key width (§3.2.2; 64 in the base model); independent of d_model / h
-      (Table 3 rows A and B).
+    d_k: per-head query/key width (§3.2.2; 64 in the base model); None (the default): d_model
+      // num_heads, as `from_config` and the paper; set it apart from d_model / h for Table 3
+      rows A and B. Resolved on construction: `.replace(d_model=...)` keeps the number (pass
+      d_k=None to derive it again).
     d_v: per-head value width (§3.2.2; 64 in the base model), the heads' outputs concatenate
-      to h * d_v before W^O.
+      to h * d_v before W^O; None (the default): d_model // num_heads, as d_k.
     num_layers: N, the identical layers of the encoder and, as many, of the decoder (§3.1; 6).
     dropout_rate: P_drop on each sub-layer's output and on embeddings + positions, in [0, 1)
       (§5.4; 0.1 base, 0.3 big).
@@ -68,8 +79,8 @@ class TransformerConfig:
   d_model: int = 512
   d_ff: int = 2048
   num_heads: int = 8
-  d_k: int = 64
-  d_v: int = 64
+  d_k: Optional[int] = None
+  d_v: Optional[int] = None
   num_layers: int = 6
   dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.0
@@ -91,11 +102,23 @@ class TransformerConfig:
         _fail(field.name, value, 'one of ' + ', '.join(map(repr, allowed)))
       if field.type is bool and not isinstance(value, bool):
         _fail(field.name, value, 'True or False')
+    for name in _HEAD_WIDTHS:
+      if getattr(self, name) is None and _positive_int(self.d_model) and _positive_int(
+          self.num_heads):
+        width = int(self.d_model) // int(self.num_heads)
+        if width <= 0:
+          _fail(name, None, f'an integer > 0, or d_model={self.d_model} >= num_heads='
+                f'{self.num_heads} (None means d_model // num_heads)')
+        object.__setattr__(self, name, width)
     for name in _POSITIVE:
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
         _fail(name, value, 'an integer > 0')
       object.__setattr__(self, name, int(value))  # numpy ints too: hash and equality unchanged
+    if self.vocab_size < MIN_VOCAB_SIZE:
+      _fail('vocab_size', self.vocab_size,
+            f'an integer >= {MIN_VOCAB_SIZE} (ids {PAD_ID} = padding and {EOS_ID} = EOS/BOS '
+            'are reserved, and one token more)')
     for name in _RATES:
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
@@ -119,8 +142,8 @@ class TransformerConfig:
     heads = config.num_heads
     return cls(
         vocab_size=config.vocab_size, d_model=config.d_model, d_ff=config.d_ff,
-        num_heads=heads, d_k=config.d_k or config.d_model // heads,
-        d_v=config.d_v or config.d_model // heads, num_layers=config.num_layers,
+        num_heads=heads, d_k=config.d_k or None, d_v=config.d_v or None,
+        num_layers=config.num_layers,
         dropout_rate=config.dropout_rate, attention_dropout_rate=config.attention_dropout_rate,
         positional=config.positional, norm_position=config.norm_position,
         max_len=config.max_len, dtype=jnp.dtype(config.dtype),
@@ -130,6 +153,10 @@ class TransformerConfig:
   def replace(self, **changes) -> 'TransformerConfig':
     """A copy with `changes`, checked as a new config is."""
     return dataclasses.replace(self, **changes)
+
+
+def _positive_int(value) -> bool:
+  return (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0)
 
 
 def _allowed(annotation) -> Optional[Tuple]:

@@ -68,7 +68,12 @@ def test_teacher_forced_logits_equal_incremental_decoding(name):
     assert np.abs(forced - _teacher_forced(_model('paper'))).max() > 1e-2
 
 
-def test_a_variant_that_decodes_differently_is_caught():
+# No padding: every position is compared (a check that read only padding would see nothing).
+UNPADDED = np.array([[8, 14, 22, 5, 1], [30, 6, 11, 19, 1]], np.int32)
+
+
+@pytest.mark.parametrize('targets', [TARGETS, UNPADDED], ids=['padded', 'unpadded'])
+def test_a_variant_that_decodes_differently_is_caught(targets):
   """A position-reading attention_fn that ignores the cache's positions (here: treats every
   decoding step as position 0) trains one model and decodes another: the check says so."""
   def wrong(query, key, value, mask=None, *, query_positions, **kwargs):
@@ -76,7 +81,96 @@ def test_a_variant_that_decodes_differently_is_caught():
                  if query.shape[1] == 1 else query_positions, **kwargs)
   with pytest.raises(ValueError, match='incremental decoding differs from teacher forcing'):
     incremental.check_incremental(transformer.Transformer(CFG, attention_fn=wrong), _params(),
-                                  INPUTS, TARGETS)
+                                  INPUTS, targets)
+
+
+def key_length_scaled(query, key, value, mask=None, **kwargs):
+  """Logits scaled by log(number of keys): teacher forcing sees tgt_len keys, decoding the
+  cache's slots (filled or not)."""
+  scale = float(np.log(key.shape[1])) / np.sqrt(query.shape[-1])
+  return attention.dot_product_attention(query, key, value, mask, scale=scale, **kwargs)
+
+
+def test_a_variant_that_reads_the_cache_length_is_caught():
+  """Decoding's cache is longer than the output so far (beam search grows it 16, 32, ...): a
+  cache of exactly the targets' length would hide this variant (the issue's gap 6.6e-6)."""
+  model = transformer.Transformer(CFG, attention_fn=key_length_scaled)
+  with pytest.raises(ValueError, match=r'^incremental decoding differs from teacher forcing '
+                     r'by .* a cache of 32 positions; atol 0\.0001\): '):
+    incremental.check_incremental(model, _params(), INPUTS, UNPADDED)
+  with pytest.raises(ValueError, match='a cache of 12 positions'):
+    incremental.check_incremental(model, _params(), INPUTS, UNPADDED, max_decode_len=12)
+  # Only the longer cache shows it.
+  assert incremental.check_incremental(model, _params(), INPUTS, UNPADDED,
+                                       max_decode_len=UNPADDED.shape[1]) < 2e-5
+
+
+def test_a_gap_just_above_the_default_tolerance_is_caught():
+  """A decoding step that differs by a few 1e-4 (values nudged by 6e-5 at one query): the
+  default tolerance (1e-4) refuses it; compared at real target positions, not padding."""
+  def nudged(query, key, value, mask=None, **kwargs):
+    if query.shape[1] == 1:
+      value = value * np.float32(1 + 6e-5)
+    return attention.dot_product_attention(query, key, value, mask, **kwargs)
+  model = transformer.Transformer(CFG, attention_fn=nudged)
+  gap = incremental.check_incremental(model, _params(), INPUTS, UNPADDED, atol=1.0)
+  assert 1e-4 < gap < 1e-3
+  with pytest.raises(ValueError, match='incremental decoding differs from teacher forcing'):
+    incremental.check_incremental(model, _params(), INPUTS, UNPADDED)
+
+
+def weights_dropped(query, key, value, mask=None, *, return_weights=False, **kwargs):
+  """Loses `return_weights` on the way: returns the output alone when asked for weights."""
+  del return_weights
+  return attention.dot_product_attention(query, key, value, mask, **kwargs)
+
+
+def weights_doubled(query, key, value, mask=None, *, return_weights=False, **kwargs):
+  """The right shapes, but weights whose rows sum to 2."""
+  result = attention.dot_product_attention(query, key, value, mask,
+                                           return_weights=return_weights, **kwargs)
+  return (result[0], result[1] * 2.0) if return_weights else result
+
+
+def heads_first_output(query, key, value, mask=None, **kwargs):
+  """Returns `[batch, heads, q_len, d_v]`, the layout of another convention."""
+  result = attention.dot_product_attention(query, key, value, mask, **kwargs)
+  if isinstance(result, tuple):
+    return result[0].transpose(0, 2, 1, 3), result[1]
+  return result.transpose(0, 2, 1, 3)
+
+
+def test_dropped_weights_are_refused_naming_attention_fn():
+  """With batch 2 the output unpacks into two arrays: attention maps would show an attention
+  output as "weights" without an error."""
+  model = transformer.Transformer(CFG, attention_fn=weights_dropped)
+  message = (r'^attention_fn weights_dropped returned shape \(2, 6, 4, 8\) for '
+             r'return_weights=True: expected \(output \[batch, q_len, heads, d_v\] '
+             r'\(2, 6, 4, 8\), weights \[batch, heads, q_len, kv_len\] \(2, 4, 6, 6\)\)')
+  with pytest.raises(ValueError, match=message):
+    incremental.check_incremental(model, _params(), INPUTS, UNPADDED)
+  with pytest.raises(ValueError, match=message):
+    attention_maps.attention_weights(model, _params(), INPUTS, TARGETS)
+
+
+def test_weights_that_are_not_attention_weights_are_refused():
+  model = transformer.Transformer(CFG, attention_fn=weights_doubled)
+  with pytest.raises(ValueError, match=r'^attention_fn weights_doubled: the weights it returns '
+                     r'for return_weights=True \(.*\) are not attention weights: rows must '
+                     r'sum to 1 over the unmasked keys \(off by up to 1\)'):
+    incremental.check_incremental(model, _params(), INPUTS, UNPADDED)
+
+
+def test_an_output_in_another_layout_is_refused_naming_attention_fn():
+  """Heads-first output used to fail in W^O with an XLA broadcasting error."""
+  model = transformer.Transformer(CFG, attention_fn=heads_first_output)
+  message = (r'^attention_fn heads_first_output returned shape \(2, 4, 6, 8\): expected '
+             r'\[batch, q_len, heads, d_v\] = \(2, 6, 4, 8\)')
+  with pytest.raises(ValueError, match=message):
+    transformer.as_model(model, deterministic=True).apply({'params': _params()}, INPUTS,
+                                                          TARGETS)
+  with pytest.raises(ValueError, match=r'^attention_fn heads_first_output returned shape '):
+    transformer.init_params(model, jax.random.PRNGKey(0))
 
 
 def _log_prob(model, sequences: np.ndarray) -> np.ndarray:

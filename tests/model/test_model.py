@@ -2,13 +2,14 @@
 
 import functools
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from configs import table3, wmt_base, wmt_big
-from t2t_jax.model import incremental, losses, transformer as model
+from t2t_jax.model import incremental, layers, losses, transformer as model
 
 TINY = model.TransformerConfig(vocab_size=40, d_model=32, d_ff=64, num_heads=4, d_k=8, d_v=8,
                                num_layers=2, max_len=32, deterministic=True)
@@ -240,3 +241,78 @@ def test_remat_keeps_parameters_loss_and_gradients(policy):
   np.testing.assert_allclose(remat_loss, loss, rtol=1e-6)
   jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
                          remat_grads, grads)
+
+
+def pre_norm_residual(cfg, norm, *, name):
+  """A researcher's pre-LN residual part: pre-norm whatever the config says."""
+  return layers.Residual('pre', cfg.dropout_rate, cfg.dtype, norm=functools.partial(norm, cfg),
+                         name=name)
+
+
+def test_a_pre_norm_residual_part_brings_its_final_norm():
+  """The residual part, not cfg.norm_position, decides the stacks' final norm: a pre-norm part
+  under a 'post' config is the 'pre' config's model (the same tree, the same logits); without
+  the final norm the un-normalised stream would reach the tied softmax."""
+  pre = TINY.replace(norm_position='pre')
+  variant = model.Transformer(TINY, residual=pre_norm_residual)
+  params = model.init_params(pre, jax.random.PRNGKey(5))
+  assert 'final_norm' in params['encoder'] and 'final_norm' in params['decoder']
+  assert (jax.tree_util.tree_structure(model.init_params(variant, jax.random.PRNGKey(5))) ==
+          jax.tree_util.tree_structure(params))
+  src, tgt = _batch(seed=6)
+  np.testing.assert_array_equal(variant.apply({'params': params}, src, tgt),
+                                _logits(pre, params, src, tgt))
+  assert incremental.check_incremental(variant, params, src, tgt) < 2e-5
+
+
+def test_a_residual_part_must_declare_its_norm_position():
+  class Undeclared(nn.Module):
+    cfg: model.TransformerConfig
+    norm: object
+
+    @nn.compact
+    def __call__(self, x, sublayer, *, deterministic):
+      return x + sublayer(self.norm(self.cfg, name='norm')(x))
+
+  with pytest.raises(ValueError, match=r"^residual part Undeclared: its module \(Undeclared\) "
+                     r"must declare norm_position 'pre' or 'post' .*, got None"):
+    model.init_params(model.Transformer(TINY, residual=Undeclared), jax.random.PRNGKey(0))
+
+
+def _np_layer_norm(x, p):
+  mean = x.mean(-1, keepdims=True)
+  return (x - mean) / np.sqrt(x.var(-1, keepdims=True) + 1e-6) * p['scale'] + p['bias']
+
+
+@pytest.mark.parametrize('how', ['config', 'part'])
+def test_one_pre_norm_layer_equals_a_hand_written_reference(how):
+  """A one-layer pre-norm encoder written out with numpy from the parameters (not by the code
+  under test): x + SelfAttention(LN(x)), then + FFN(LN(.)), then the stack's final LN."""
+  pre = TINY.replace(norm_position='pre', num_layers=1)
+  net = (model.Transformer(pre) if how == 'config' else
+         model.Transformer(pre.replace(norm_position='post'), residual=pre_norm_residual))
+  params = jax.tree_util.tree_map(np.asarray, model.init_params(pre, jax.random.PRNGKey(7)))
+  src, _ = _batch(seed=8)
+  encoded = net.apply({'params': params}, src, method=model.Transformer.encode)
+
+  src = np.asarray(src)
+  d, heads, d_k = pre.d_model, pre.num_heads, pre.d_k
+  angle = np.arange(src.shape[1])[:, None] / 10000.0 ** (np.arange(0, d, 2) / d)
+  sinusoids = np.stack([np.sin(angle), np.cos(angle)], -1).reshape(src.shape[1], d)
+  x = params['shared_embedding']['embedding'][src] * np.sqrt(d) + sinusoids
+  layer = params['encoder']['layer_0']
+  att = layer['self_attention']
+  y = _np_layer_norm(x, layer['attention_block']['norm'])
+  q, k, v = (np.einsum('bld,dhk->blhk', y, att[n]['kernel']) for n in ('query', 'key', 'value'))
+  logits = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(d_k)
+  logits = np.where((src != 0)[:, None, None, :], logits, -1e30)
+  weights = np.exp(logits - logits.max(-1, keepdims=True))
+  weights /= weights.sum(-1, keepdims=True)
+  x = x + np.einsum('bhqk,bkhd,hde->bqe', weights, v, att['out']['kernel'])
+  y = _np_layer_norm(x, layer['ffn_block']['norm'])
+  ffn = layer['ffn']
+  x = x + np.maximum(0, y @ ffn['wi']['kernel'] + ffn['wi']['bias']) @ ffn['wo']['kernel'] + (
+      ffn['wo']['bias'])
+  expected = _np_layer_norm(x, params['encoder']['final_norm'])
+  assert heads * d_k == 32
+  np.testing.assert_allclose(encoded, expected, atol=2e-5)

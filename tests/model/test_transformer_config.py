@@ -56,7 +56,36 @@ def test_enumerated_fields_refuse_a_bad_value_naming_it(field, bad, allowed):
 @pytest.mark.parametrize('field', SIZES)
 @pytest.mark.parametrize('bad', [0, -1, 2.0, True, '8', None])
 def test_sizes_are_positive_integers(field, bad):
+  if bad is None and field in ('d_k', 'd_v'):
+    pytest.skip('None: d_model // num_heads (test_head_widths_default_to_d_model_over_heads)')
   _refused(f'TransformerConfig.{field}={bad!r}: expected an integer > 0', **{field: bad})
+
+
+def test_head_widths_default_to_d_model_over_heads():
+  """Direct construction and `from_config` give one model: d_k = d_v = d_model / h unless set
+  (Table 3 rows A and B set them)."""
+  cfg = TransformerConfig(d_model=32, num_heads=4)
+  assert (cfg.d_k, cfg.d_v) == (8, 8)
+  assert (TransformerConfig().d_k, TransformerConfig().d_v) == (64, 64)  # the paper's base
+  assert TransformerConfig(d_model=48, num_heads=5, d_v=7).d_k == 9  # d_model // h
+  assert (TransformerConfig(d_model=32, num_heads=4, d_k=16, d_v=4).d_k,
+          TransformerConfig(d_model=32, num_heads=4, d_k=16, d_v=4).d_v) == (16, 4)
+  run = _load('default').get_config()
+  run.d_model, run.d_ff, run.num_heads, run.vocab_size = 32, 64, 4, 40
+  assert TransformerConfig.from_config(run) == TransformerConfig(
+      vocab_size=40, d_model=32, d_ff=64, num_heads=4, max_len=run.max_len,
+      dropout_rate=run.dropout_rate)
+  # Resolved once: replace keeps the number unless d_k=None asks again.
+  assert cfg.replace(d_model=64).d_k == 8 and cfg.replace(d_model=64, d_k=None).d_k == 16
+  _refused("TransformerConfig.d_k=None: expected an integer > 0, or d_model=4 >= num_heads=8 "
+           "(None means d_model // num_heads)", d_model=4, num_heads=8, d_k=None)
+
+
+@pytest.mark.parametrize('vocab_size', [1, 2])
+def test_vocab_size_holds_the_reserved_ids(vocab_size):
+  _refused(f'TransformerConfig.vocab_size={vocab_size}: expected an integer >= 3 (ids 0 = '
+           'padding and 1 = EOS/BOS are reserved, and one token more)', vocab_size=vocab_size)
+  assert TINY.replace(vocab_size=3).vocab_size == 3
 
 
 def test_sizes_take_numpy_integers_as_python_ints():
