@@ -169,7 +169,10 @@ def test_a_signal_during_decode_ends_in_one_line_and_leaves_no_claim(tiny_workdi
   child = subprocess.Popen(
       main_command('--mode=decode', f'--workdir={tiny_workdir}', f'--input={source}',
                    f'--output={out}'), cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'),
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      # As from a terminal: a shell without job control starts background jobs (a CI
+      # runner's, say) with SIGINT ignored, and Python then installs no Ctrl-C handler.
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   for _ in range(1200):  # the claim exists once decoding is about to start
     if out.exists() or child.poll() is not None:
       break
