@@ -35,7 +35,7 @@ def compile_run(config_name: str, dtype: str, overrides, cache: str) -> dict:
   on the first device, each timed (lowering and compiling, or loading from the cache)."""
   harness.start_jax()
   import jax  # pylint: disable=import-outside-toplevel
-  from t2t_jax.plan import compile as plan_compile  # pylint: disable=import-outside-toplevel
+  from t2t_jax.plan import compile as plan_compile, compiles  # pylint: disable=import-outside-toplevel
   from t2t_jax.runtime import compile_cache  # pylint: disable=import-outside-toplevel
   compile_cache.enable(cache)
   events: dict = {}
@@ -46,11 +46,8 @@ def compile_run(config_name: str, dtype: str, overrides, cache: str) -> dict:
 
   jax.monitoring.register_event_duration_secs_listener(listen)
   run = plan_compile.Run(_config(config_name, dtype, overrides), jax.devices()[:1])
-  seconds = {}
-  for rows, length in run.train_shapes():
-    seconds[f'train {rows}x{length}'] = harness.time_call(run.compile_train, rows, length)[1]
-  for rows, length in run.eval_shapes():
-    seconds[f'eval {rows}x{length}'] = harness.time_call(run.compile_eval, rows, length)[1]
+  seconds = {label: harness.time_call(compile_program)[1]
+             for label, compile_program in compiles.programs(run, ('train', 'eval'))}
   return {'seconds': seconds, 'total_s': sum(seconds.values()), 'jax_events_s': events,
           'cache_files': sum(len(files) for _, _, files in os.walk(cache))}
 

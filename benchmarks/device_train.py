@@ -18,6 +18,7 @@ of the packed shape, and ours on the same shape staged: tokens/s ratio ours / be
 """
 
 import concurrent.futures
+import importlib.util
 from typing import Any, Dict, List, Tuple
 
 import numpy as np
@@ -67,7 +68,6 @@ class _Tokenizer:
 
 def wmt_config(ctx: Context, name: str, **changes):
   """configs/wmt_<name>.py (the smoke size and batch with --smoke) in bfloat16."""
-  import importlib  # pylint: disable=import-outside-toplevel
   config = importlib.import_module(f'configs.wmt_{name}').get_config()
   config.dtype = 'bfloat16'
   if ctx.smoke:
@@ -303,20 +303,16 @@ def compile_times(ctx: Context) -> Dict[str, Any]:
   as `--mode=plan` lists them): the train step per batch shape, the dev eval per shape, and
   beam-search decoding per source bucket (a run decodes for dev BLEU or a final evaluation)."""
   import jax  # pylint: disable=import-outside-toplevel
-  from t2t_jax.plan import compile as plan_compile  # pylint: disable=import-outside-toplevel
+  from t2t_jax.plan import compile as plan_compile, compiles  # pylint: disable=import-outside-toplevel
   run = plan_compile.Run(wmt_config(ctx, 'base'), jax.devices())
-  compiles: Dict[str, float] = {}
-  for rows, length in run.train_shapes():
-    compiles[f'train {rows}x{length}'] = sum(s.compile_s for s in run.compile_train(rows, length))
-  for rows, length in run.eval_shapes():
-    compiles[f'eval {rows}x{length}'] = run.compile_eval(rows, length).compile_s
-  for shape in run.decode_shapes():
+  seconds: Dict[str, float] = {}
+  for label, compile_program in compiles.programs(run):
     if ctx.left() < 5:
       break
-    compiles['decode {}x{}->{}'.format(*shape)] = run.compile_decode(shape).compile_s
-  total = sum(compiles.values())
-  return {'compile_s': compiles, 'total_s': total,
-          'summary': {'programs': len(compiles), 'total_s': total}}
+    seconds[label] = sum(s.compile_s for s in compile_program())
+  total = sum(seconds.values())
+  return {'compile_s': seconds, 'total_s': total,
+          'summary': {'programs': len(seconds), 'total_s': total}}
 
 
 def decode_speed(ctx: Context) -> Dict[str, Any]:
@@ -328,11 +324,7 @@ def decode_speed(ctx: Context) -> Dict[str, Any]:
   if ctx.smoke:
     size_name = 'device_check_smoke'
     common.SIZES.setdefault(size_name, SMOKE_SIZE)
-  try:
-    import torch  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-    no_peer = False
-  except ImportError:
-    no_peer = True
+  no_peer = importlib.util.find_spec('torch') is None
   args = argparse.Namespace(alpha=0.6, rounds=1 if ctx.smoke else 3, torch_threads='0',
                             no_peer=no_peer)
   batch, src_len = (8, 8) if ctx.smoke else (128, 32)

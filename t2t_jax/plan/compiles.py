@@ -25,6 +25,24 @@ def run_parts(config: Any) -> List[str]:
   return ['train'] + (['eval'] if evaluates else []) + (['decode'] if decodes else [])
 
 
+def programs(run: compile_lib.Run, parts: Sequence[str] = ('train', 'eval', 'decode')
+             ) -> List[Tuple[str, Callable[[], Stats]]]:
+  """(label, compile) of every program of `parts` that `run` compiles, shortest shape first
+  per kind: 'train 96x256', 'eval 384x64', 'decode 64x64->114'. Each compile returns its
+  programs' stats (the train step with gradient accumulation is two)."""
+  out: List[Tuple[str, Callable[[], Stats]]] = []
+  if 'train' in parts:
+    out += [(f'train {r}x{n}', lambda s=(r, n): run.compile_train(*s))
+            for r, n in run.train_shapes()]
+  if 'eval' in parts:
+    out += [(f'eval {r}x{n}', lambda s=(r, n): [run.compile_eval(*s)])
+            for r, n in run.eval_shapes()]
+  if 'decode' in parts:
+    out += [('decode {}x{}->{}'.format(*s), lambda s=s: [run.compile_decode(s)])
+            for s in run.decode_shapes()]
+  return out
+
+
 def _record(shape: Dict[str, List[int]], compile_fn: Callable[[], Stats]) -> Dict[str, Any]:
   """{**shape, compile_s, compile_cpu_s, hbm_bytes, cached, spent_s} of one shape's programs
   (summed), or {**shape, does_not_fit, needed_bytes} when the chip cannot hold it."""

@@ -40,6 +40,10 @@ def test_the_wmt_configs_compile_one_train_shape_and_two_eval_and_decode_shapes(
   assert run.decode_shapes() == [(64, 64, 114), (64, 256, 306)]
   # A training run of the paper's recipes evaluates the dev loss and decodes nothing.
   assert compiles.run_parts(c) == ['train', 'eval']
+  assert [label for label, _ in compiles.programs(run, compiles.run_parts(c))] == [
+      'train 96x256', 'eval 384x64', 'eval 96x256']
+  assert [label for label, _ in compiles.programs(run)][-2:] == [
+      'decode 64x64->114', 'decode 64x256->306']
 
 
 @needs_libtpu
