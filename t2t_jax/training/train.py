@@ -105,12 +105,10 @@ class _Steps:
     else:
       self.grad_step, self.apply_step = parallel.make_accumulating_steps(
           cfg, optimizer, mesh, **kwargs)
-    # The micro-batches' gradient programs are independent, so they run at once; on XLA:CPU
-    # two all-reducing programs in flight over several devices can deadlock in the
-    # collectives' rendezvous (the run aborts after XLA's 40 s timeout; 3 of 3 stress runs of
-    # 400 updates on 8 CPU devices did, 0 of 3 with this wait). Accelerators run a device's
-    # programs in order, so they keep the overlap.
-    self.one_at_a_time = mesh.size > 1 and mesh.devices.flat[0].platform == 'cpu'
+    # The micro-batches' gradient programs are independent, so they run at once, except on
+    # a CPU mesh (`parallel.programs_one_at_a_time`: 3 of 3 stress runs of 400 updates on 8
+    # CPU devices aborted in the collectives' rendezvous without a wait, 0 of 3 with it).
+    self.one_at_a_time = parallel.programs_one_at_a_time(mesh)
     self.shapes = set()
     self.padded_tokens = 0  # target slots (rows x length, all processes) since the last read
 
