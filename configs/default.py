@@ -16,6 +16,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.d_model = 512                 # model width d_model (§3.1)
   c.d_ff = 2048                   # inner width of the position-wise FFN d_ff (§3.3)
   c.num_heads = 8                 # attention heads h (§3.2.2)
+  c.num_kv_heads = 0              # key/value heads; 0 means num_heads (the paper); fewer: grouped-query attention, 1: multi-query (each kv head serves num_heads // num_kv_heads query heads)
   c.d_k = 0                       # per-head query/key width; 0 means d_model // num_heads (Table 3 rows A, B)
   c.d_v = 0                       # per-head value width; 0 means d_model // num_heads (Table 3 row A)
   c.num_layers = 6                # N, identical layers in both the encoder and the decoder stack (§3.1)
@@ -28,6 +29,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.dtype = 'float32'             # activation/compute dtype: 'float32' or 'bfloat16'; parameters stay float32
   c.attention_impl = ''           # jax.nn.dot_product_attention implementation: '' (backend default, XLA), 'xla' or 'cudnn' (NVIDIA GPUs, bf16)
   c.scan_layers = False           # each stack's layers as one lax.scan: ~3x less compile time per batch shape, ~2x the step's temporaries, same params (model/stack.py)
+  c.model = ''                    # a model variant 'module:factory' or 'path/file.py:factory', factory(TransformerConfig) -> Transformer (docs/architecture.md); '' is the paper's Transformer
   c.remat_policy = 'none'         # recompute each layer's activations on the backward pass: 'none', 'full', 'dots_saveable' or 'dots_with_no_batch_dims_saveable' (keep matmul outputs)
 
   # --- Data (§5.1) -----------------------------------------------------------------

@@ -114,6 +114,7 @@ _EXPORTS = {
     't2t_jax.model.search': ('beam_search', 'greedy_search', 'length_penalty'),
     't2t_jax.model.scoring': ('token_log_probs',),
     't2t_jax.model.nnx_bridge': ('linen_params', 'to_nnx'),
+    't2t_jax.model.variant': ('VariantError', 'load_factory'),
     't2t_jax.config': ('ConfigError', 'validate'),
     't2t_jax.training.optim': ('learning_rate_schedule', 'make_optimizer'),
     't2t_jax.training.plots': ('load_curves', 'write_learning_curves'),
@@ -132,7 +133,7 @@ _EXPORTS = {
     't2t_jax.export.common': ('ExportError',),
     't2t_jax.export.ctranslate2_export': ('export_ctranslate2',),
     't2t_jax.export.ctranslate2_decoding': ('gnmt_rerank',),
-    't2t_jax.export.stablehlo_export': ('export_stablehlo',),
+    't2t_jax.export.stablehlo_export': ('export_stablehlo', 'export_stablehlo_model'),
     't2t_jax.plan': ('PlanError', 'make_plan'),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

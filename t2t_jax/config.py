@@ -37,7 +37,7 @@ _POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_layers', 'max_le
              'keep_checkpoints', 'log_every_steps', 'average_last', 'beam_size',
              'decode_batch_sentences', 'vocab_sample_sentences', 'learning_rate_scale',
              'adam_eps', 'max_consecutive_nonfinite', 'num_train_steps')
-_NON_NEGATIVE = ('d_k', 'd_v', 'checkpoint_every_steps',
+_NON_NEGATIVE = ('d_k', 'd_v', 'num_kv_heads', 'checkpoint_every_steps',
                  'checkpoint_every_minutes', 'eval_every_steps', 'eval_batches',
                  'eval_bleu_sentences', 'length_penalty_alpha', 'max_decode_extra',
                  'decode_threads')
@@ -141,6 +141,8 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if (not config.d_k or not config.d_v) and config.d_model % config.num_heads:
     _fail('d_model', f'a multiple of num_heads={config.num_heads} (or set d_k and d_v)',
           config.d_model)
+  if config.num_kv_heads and config.num_heads % config.num_kv_heads:
+    _fail('num_kv_heads', f'0 or a divisor of num_heads={config.num_heads}', config.num_kv_heads)
   if config.treebank_dir and config.dataset != 'treebank':
     # Most likely a forgotten --config.dataset=treebank: the run would train on other data.
     _fail('treebank_dir', f"'' unless dataset='treebank' (dataset is {config.dataset!r})",
@@ -156,8 +158,8 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 
 # Keys that fix the parameter shapes: a checkpoint's values win and overrides are refused.
-MODEL_KEYS = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'd_k', 'd_v', 'num_layers',
-              'positional', 'norm_position', 'max_len')
+MODEL_KEYS = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_kv_heads', 'd_k', 'd_v',
+              'num_layers', 'positional', 'norm_position', 'max_len', 'model')
 
 
 def from_json(values: dict) -> ml_collections.ConfigDict:

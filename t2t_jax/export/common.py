@@ -18,7 +18,7 @@ from typing import Any, Iterator, List, Optional
 from etils import epath
 
 from t2t_jax.data import tasks
-from t2t_jax.model import transformer as model_lib
+from t2t_jax.model import transformer as model_lib, variant
 from t2t_jax.storage import leftovers, outputs, paths
 from t2t_jax.storage import workdir as workdir_lib
 
@@ -112,8 +112,8 @@ class ExportSource:
     params: the parameters, a nested dict of float32 arrays.
     tokenizer_path: the SentencePiece model of the run (`<workdir>/vocab/spm.model`).
     description: where the parameters came from, e.g. 'averaged steps 2400,2600,2700'.
-    model: the model the parameters are of, a `Transformer` variant (None: the paper's
-      `Transformer` of `config`).
+    model: the model the parameters are of, a `Transformer` variant (None: the one `config`
+      names, `variant.from_config`: its `--config.model` factory's, or the paper's).
   """
   config: Any
   params: Any
@@ -123,13 +123,13 @@ class ExportSource:
 
   @property
   def model_config(self) -> model_lib.TransformerConfig:
-    return (self.model.cfg if self.model is not None
-            else model_lib.TransformerConfig.from_config(self.config))
+    return self.transformer.cfg
 
   @property
   def transformer(self) -> model_lib.Transformer:
-    """The model to export: `model`, or the paper's of `config`."""
-    return model_lib.as_model(self.model if self.model is not None else self.model_config)
+    """The model to export: `model`, or the one `config` names."""
+    return (model_lib.as_model(self.model) if self.model is not None
+            else variant.from_config(self.config))
 
   def pieces(self) -> List[str]:
     """The SentencePiece piece of every id, in id order."""
@@ -141,7 +141,8 @@ class ExportSource:
 def load_source(workdir: str, checkpoint: Optional[str] = None,
                 model_variant: Optional[model_lib.Transformer] = None) -> ExportSource:
   """The averaged (or `checkpoint`'s) parameters, config and vocabulary of a run;
-  `model_variant`: the model they are of, when not the paper's (its `cfg` is kept).
+  `model_variant`: the model they are of (its `cfg` is kept); None: the one the run's config
+  names (`--config.model`, the paper's by default).
 
   Raises:
     CheckpointError: no readable checkpoint (the message lists what there is).

@@ -15,12 +15,20 @@ The artifact directory (`--mode=export --format=stablehlo --output=DIR`):
 Each module is `translate.decode_batch`, the function `main.py --mode=decode` jits, lowered
 for CPU, CUDA and TPU; serve.py batches sentences as `translate.Translator` does, so the
 artifact translates exactly as the model it came from.
+
+Two entry points write the same artifact (`write_artifact`): `export_stablehlo` from a run's
+workdir (its checkpoint, vocabulary and decoding settings), `export_stablehlo_model` from a
+model, its parameters and a SentencePiece vocabulary in memory (a model trained in Python),
+with `Translator`'s decoding settings.
 """
 
 import json
+import math
+import numbers
 import os
 import shutil
-from typing import Callable, Optional, Sequence
+import types
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +36,7 @@ import numpy as np
 
 from t2t_jax.inference import portable, translate
 from t2t_jax.model import transformer as model
+from t2t_jax.model.transformer import as_model  # `model` is also export_stablehlo_model's argument
 from t2t_jax.storage import paths
 from t2t_jax.storage import workdir as workdir_lib
 from t2t_jax.export.common import (ExportError, ExportSource, check_output, load_source,
@@ -141,3 +150,87 @@ def export_stablehlo(workdir: str, output: str, *, checkpoint: Optional[str] = N
   check_serialization()
   check_output(output)
   return write_artifact(load_source(workdir, checkpoint, model_variant), output)
+
+
+def export_stablehlo_model(model: model.ModelLike, params, tokenizer: Any, output: str, *,
+                           beam_size: int = 4, alpha: float = 0.6, max_decode_extra: int = 50,
+                           batch_sentences: int = 64,
+                           bucket_lengths: Sequence[int] = (16, 32, 64, 128, 256),
+                           description: str = 'parameters given to export_stablehlo_model',
+                           platforms: Sequence[str] = PLATFORMS) -> str:
+  """Exports `model` with `params` as a StableHLO artifact (the module docstring's, the same
+  files and serve.py as `export_stablehlo` writes) into the new directory `output`.
+
+  The artifact translates as `Translator(model, params, tokenizer, beam_size=, alpha=,
+  max_decode_extra=, batch_sentences=, bucket_lengths=)` does: the same arguments, the same
+  defaults (§6.1: beam 4, alpha 0.6, output length up to input length + 50).
+
+  Args:
+    model: a `Transformer`, a variant (its extension points are exported), or a
+      `TransformerConfig` (the paper's model).
+    params: its parameters (`init_params`'s tree; `nnx_bridge.linen_params` of an NNX module),
+      exported as float32.
+    tokenizer: the SentencePiece model the model was trained with: its `.model` path, or the
+      `t2t_jax.data.tokenizer.Tokenizer` loaded from one; copied as spm.model.
+    output: the directory to create (local or gs://); it must not exist.
+    description: the parameters' origin, kept in manifest.json ('checkpoint').
+    platforms: the lowerings in every module.
+
+  Returns the absolute path of `output`.
+
+  Raises:
+    FileExistsError, ExportError, TokenizerError: one-line reasons; nothing is written.
+  """
+  check_serialization()
+  check_output(output)
+  net = as_model(model)
+  settings = _decoding_settings(beam_size, alpha, max_decode_extra, batch_sentences,
+                                bucket_lengths, net.cfg.max_len)
+  source = ExportSource(settings, params, _vocabulary(tokenizer, net.cfg.vocab_size),
+                        description, net)
+  return write_artifact(source, output, platforms)
+
+
+def _decoding_settings(beam_size: int, alpha: float, max_decode_extra: int,
+                       batch_sentences: int, bucket_lengths: Sequence[int], max_len: int):
+  """The run config keys `write_artifact` reads, from `Translator`'s argument names; an
+  ExportError names the first value a search cannot run with (`bucket_lengths`: one a batch
+  would be padded to beyond the model's max_len)."""
+  buckets = tuple(bucket_lengths)
+  checks = (('beam_size', beam_size, _count(beam_size, 1)),
+            ('alpha', alpha, isinstance(alpha, numbers.Real) and math.isfinite(alpha)),
+            ('max_decode_extra', max_decode_extra, _count(max_decode_extra, 0)),
+            ('batch_sentences', batch_sentences, _count(batch_sentences, 1)),
+            ('bucket_lengths', bucket_lengths, bool(buckets)
+             and all(_count(b, 1) for b in buckets) and list(buckets) == sorted(set(buckets))
+             and portable.source_lengths(buckets, max_len)[-1] <= max_len))
+  for name, value, ok in checks:
+    if not ok:
+      raise ExportError(f'export_stablehlo_model: {name}={value!r} is not a valid setting '
+                        f'(the model\'s max_len is {max_len})')
+  return types.SimpleNamespace(
+      beam_size=beam_size, length_penalty_alpha=float(alpha),
+      max_decode_extra=max_decode_extra, decode_batch_sentences=batch_sentences,
+      bucket_lengths=buckets)
+
+
+def _count(value, least: int) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _vocabulary(tokenizer: Any, vocab_size: int) -> str:
+  """The path of the SentencePiece model `tokenizer` is (or was loaded from), after loading
+  it: a missing or damaged file, or more pieces than the model has embeddings, is refused."""
+  from t2t_jax.data import tokenizer as tokenizer_lib
+  if isinstance(tokenizer, tokenizer_lib.Tokenizer):
+    tokenizer = tokenizer.path
+  elif not isinstance(tokenizer, (str, os.PathLike)):
+    raise ExportError(f'export_stablehlo_model: tokenizer is a {type(tokenizer).__name__}; '
+                      'expected the SentencePiece .model path or a t2t_jax.data.tokenizer.'
+                      'Tokenizer (the artifact ships the model file)')
+  path = os.fspath(tokenizer)
+  size = tokenizer_lib.load(path).vocab_size
+  if size > vocab_size:
+    raise ExportError(f'export_stablehlo_model: {path} has {size} pieces but the model\'s '
+                      f'vocab_size is {vocab_size}; is it the vocabulary it was trained with?')
+  return path

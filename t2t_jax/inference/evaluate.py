@@ -11,7 +11,7 @@ from absl import logging
 
 from t2t_jax.data import tasks
 from t2t_jax.inference import bleu, translate
-from t2t_jax.model import transformer as model
+from t2t_jax.model import variant
 from t2t_jax.runtime import multihost, parallel
 from t2t_jax.storage import layout, textio
 from t2t_jax.storage import workdir as workdir_lib
@@ -119,13 +119,13 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str, split: str = 'dev'
   tok = tokenizer.load(tokenizer.vocab_path(workdir), config.vocab_size)
   source = corpora.load_split(config, split, corpora.default_data_dir(config, workdir),
                              process_index=jax.process_index())
-  cfg = model.TransformerConfig.from_config(config)
+  net = variant.from_config(config)
   mesh = parallel.make_mesh()
   batches = pipeline.make_eval_batches(config, source, tok,
                                        rows_multiple=jax.local_device_count(),
                                        process_index=jax.process_index(),
                                        process_count=jax.process_count())
-  eval_step = parallel.make_eval_step(cfg, mesh, label_smoothing=config.label_smoothing)
+  eval_step = parallel.make_eval_step(net, mesh, label_smoothing=config.label_smoothing)
   result: Dict[str, Any] = {'split': split, 'step': inference.step,
                             'checkpoint': inference.description}
   result.update(evaluate_batches(eval_step, parallel.replicate(inference.params, mesh),

@@ -14,6 +14,7 @@ from etils import epath
 from t2t_jax import config as config_lib
 from t2t_jax.data import tasks, tokenizer
 from t2t_jax.inference import averaging, checkpoint_choice, evaluate, translate
+from t2t_jax.model import variant
 from t2t_jax.runtime import multihost
 from t2t_jax.storage import outputs, textio
 from t2t_jax.storage import workdir as workdir_lib
@@ -35,7 +36,27 @@ def load(workdir: str, checkpoint: Optional[str],
   logging.info('using %s', inference.description)
   config = config_lib.apply_overrides(config_lib.from_json(inference.config_json),
                                       overrides.config, overrides.keys)
+  check_model(workdir, config)
   return config, inference
+
+
+def check_model(workdir: str, config: ml_collections.ConfigDict) -> None:
+  """Refuses, in one line naming it and `workdir`, a `--config.model` factory the run
+  `workdir` was trained with (its checkpoint's config) that cannot be loaded here.
+
+  Raises:
+    ConfigError: e.g. 'DIR was trained with --config.model=my_variants:swiglu, which cannot
+      be imported here (No module named 'my_variants'): run from the folder that has it, or
+      put it on PYTHONPATH'.
+  """
+  if not config.model:
+    return
+  try:
+    variant.load_factory(config.model)
+  except variant.VariantError as e:
+    raise config_lib.ConfigError(
+        f'{workdir} was trained with --config.model={e.spec}, which cannot be imported here '
+        f'({e.reason}): run from the folder that has it, or put it on PYTHONPATH') from None
 
 
 def average(workdir: str, overrides: Overrides) -> None:
@@ -43,6 +64,7 @@ def average(workdir: str, overrides: Overrides) -> None:
   saved = checkpoint_choice.latest_training_config(workdir)
   config = config_lib.apply_overrides(config_lib.from_json(saved), overrides.config,
                                       overrides.keys)
+  check_model(workdir, config)  # what averaging is for, eval and decode, needs it
   result = averaging.average_checkpoints(workdir, config.average_last)  # a collective save
   if multihost.is_writer():
     print(f'averaged steps {", ".join(map(str, result.steps))} into {result.path}')

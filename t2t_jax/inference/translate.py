@@ -22,7 +22,7 @@ from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from t2t_jax.inference import portable
-from t2t_jax.model import incremental, transformer as model_lib, scoring, search
+from t2t_jax.model import beam_decode, transformer as model_lib, search, variant
 from t2t_jax.runtime import multihost
 
 
@@ -132,8 +132,9 @@ class Translator:
     any, else the newest training one; or a step such as '800', or a checkpoint's path).
 
     `model`: the variant the run was trained with (its extension points kept, its config
-    the run's); None: the paper's `Transformer`. `overrides`: `Translator` arguments that
-    replace the run's settings (beam_size, alpha, batch_sentences, parallelism, ...).
+    the run's); None: the one the run's config names (`--config.model`, the paper's).
+    `overrides`: `Translator` arguments that replace the run's settings (beam_size, alpha,
+    batch_sentences, parallelism, ...).
     Raises, in one line: `CheckpointError` naming a folder without (readable) checkpoints,
     `TokenizerError` naming a missing or damaged vocabulary file.
     """
@@ -290,8 +291,8 @@ def decode_batch(model: model_lib.ModelLike, beam_size: int, alpha: float, param
   (`search.cache_lengths`; `grow_cache=False`: one cache of max_decode_len positions, the
   same translations, slower).
   """
-  sequences, _ = _beam_search(model, beam_size, alpha, params, inputs, max_lengths,
-                              max_decode_len, grow_cache)
+  sequences, _ = beam_decode.beam_decode(model, beam_size, alpha, params, inputs, max_lengths,
+                                         max_decode_len, grow_cache)
   return sequences[:, 0]
 
 
@@ -304,31 +305,10 @@ def decode_batch_n_best(model: model_lib.ModelLike, beam_size: int, alpha: float
   float32 (descending, length-penalised: what the search ranks by; `search.NEG_INF` for a
   slot without a hypothesis) and their plain log probabilities `[rows, beam_size]` float32
   (`search.raw_log_probs`)."""
-  sequences, scores = _beam_search(model, beam_size, alpha, params, inputs, max_lengths,
-                                   max_decode_len, grow_cache)
+  sequences, scores = beam_decode.beam_decode(model, beam_size, alpha, params, inputs,
+                                              max_lengths, max_decode_len, grow_cache)
   return sequences, scores, search.raw_log_probs(sequences, scores, alpha,
                                                  model_lib.EOS_ID)
-
-
-def _beam_search(model: model_lib.ModelLike, beam_size: int, alpha: float, params,
-                 inputs: jax.Array, max_lengths: jax.Array, max_decode_len: int,
-                 grow_cache: bool) -> tuple[jax.Array, jax.Array]:
-  """The one search of `decode_batch` and `decode_batch_n_best`: every beam and its score."""
-  # Per sentence, closed over: the encoder-decoder keys/values and the transposed vocabulary.
-  # Only the self-attention cache goes through the search, which tiles it over beams and
-  # reorders it at every step.
-  context = incremental.decode_context(model, params, inputs)
-
-  def logits_fn(tokens, cache):
-    logits, cache = incremental.decode_step(model, params, cache, tokens, context)
-    # Padding is never a translation token (search.py does not mask it).
-    return logits.at[:, model_lib.PAD_ID].set(scoring.PAD_LOGIT), cache
-
-  cache = incremental.init_cache(model, inputs.shape[0], 1 if grow_cache else max_decode_len)
-  return search.beam_search(
-      logits_fn, cache, batch_size=inputs.shape[0], beam_size=beam_size, alpha=alpha,
-      max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=model_lib.EOS_ID,
-      bos_id=model_lib.BOS_ID, grow_cache=incremental.grow_cache if grow_cache else None)
 
 
 def _map_batches(decode: Callable[..., Any], batch_list: List[portable.Batch], threads: int):
@@ -379,13 +359,14 @@ def from_config(config, params, tokenizer, *, model: Optional[model_lib.Transfor
                 **overrides: Any) -> Translator:
   """A Translator with the inference settings of a run config (configs/default.py keys;
   `decode_parallelism`), `overrides` (Translator arguments) replacing some. `model`: the
-  variant to decode with (its config becomes `config`'s), None: the paper's Transformer."""
-  cfg = model_lib.TransformerConfig.from_config(config)
+  variant to decode with (its config becomes `config`'s), None: the one `config` names
+  (`variant.from_config`: `config.model`'s factory, or the paper's Transformer)."""
   settings = dict(beam_size=config.beam_size, alpha=config.length_penalty_alpha,
                   max_decode_extra=config.max_decode_extra,
                   batch_sentences=config.decode_batch_sentences,
                   bucket_lengths=config.bucket_lengths, threads=config.decode_threads,
                   parallelism=config.decode_parallelism)
   settings.update(overrides)
-  net = cfg if model is None else model_lib.as_model(model).clone(cfg=cfg)
+  net = (variant.from_config(config) if model is None else
+         model_lib.as_model(model).clone(cfg=model_lib.TransformerConfig.from_config(config)))
   return Translator(net, params, tokenizer, **settings)

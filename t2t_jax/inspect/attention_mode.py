@@ -39,7 +39,7 @@ from etils import epath
 from t2t_jax.data import tokenizer as tokenizer_lib
 from t2t_jax.inference import modes, translate
 from t2t_jax.inspect import attention_html, attention_maps, attention_plots
-from t2t_jax.model import transformer as model
+from t2t_jax.model import transformer as model, variant
 from t2t_jax.runtime import multihost
 from t2t_jax.storage import outputs, textio
 from t2t_jax.storage import workdir as workdir_lib
@@ -132,10 +132,12 @@ def _padded(length: int, max_len: int) -> int:
   return min(-(-length // _ROUND) * _ROUND, max_len)
 
 
-def compute_maps(cfg: model.TransformerConfig, params, source_ids: Sequence[List[int]],
+def compute_maps(net: model.ModelLike, params, source_ids: Sequence[List[int]],
                  target_ids: Sequence[List[int]], batch: int = 8) -> List[Dict[str, np.ndarray]]:
   """Every sentence's maps ({kind: `[layers, heads, q_len, k_len]`}, padding cropped), in
-  order; sentences of the same padded shape share a batch."""
+  order, from the model `net` (a `Transformer` or variant, or the paper's config); sentences
+  of the same padded shape share a batch."""
+  cfg = model.as_model(net).cfg
   shapes = [(_padded(len(s), cfg.max_len), _padded(len(t), cfg.max_len))
             for s, t in zip(source_ids, target_ids)]
   order = sorted(range(len(shapes)), key=lambda i: shapes[i])
@@ -149,7 +151,7 @@ def compute_maps(cfg: model.TransformerConfig, params, source_ids: Sequence[List
     for row, i in enumerate(chunk):
       inputs[row, :len(source_ids[i])] = source_ids[i]
       targets[row, :len(target_ids[i])] = target_ids[i]
-    weights = attention_maps.attention_weights(cfg, params, inputs, targets)
+    weights = attention_maps.attention_weights(net, params, inputs, targets)
     for row, i in enumerate(chunk):
       maps[i] = weights.sentence(row, len(source_ids[i]), len(target_ids[i]))
     start += len(chunk)
@@ -159,7 +161,8 @@ def compute_maps(cfg: model.TransformerConfig, params, source_ids: Sequence[List
 def prepare(config, params, tokenizer, sources: Sequence[str], targets: Optional[Sequence[str]],
             input_path: str, targets_path: Optional[str]) -> List[Sentence]:
   """The maps of every sentence: checks lengths, decodes when no targets are given."""
-  cfg = model.TransformerConfig.from_config(config)
+  net = variant.from_config(config)
+  cfg = net.cfg
   # The Translator's limit: a longer source would be decoded truncated.
   source_ids = encode_checked(tokenizer, sources, f'--input={input_path}', cfg.max_len - 1,
                               cfg.max_len)
@@ -171,7 +174,7 @@ def prepare(config, params, tokenizer, sources: Sequence[str], targets: Optional
   else:
     target_ids = encode_checked(tokenizer, targets, f'--targets={targets_path}', cfg.max_len,
                                 cfg.max_len)
-  maps = compute_maps(cfg, params, source_ids, target_ids)
+  maps = compute_maps(net, params, source_ids, target_ids)
   return [Sentence(*fields) for fields in zip(sources, targets, source_ids, target_ids, maps)]
 
 

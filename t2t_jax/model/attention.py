@@ -1,11 +1,20 @@
 """Scaled dot-product and multi-head attention as pure functions (§3.2).
 
 Shapes follow one convention throughout: queries `[batch, q_length, heads, d_k]`, keys
-`[batch, kv_length, heads, d_k]`, values `[batch, kv_length, heads, d_v]`, masks boolean and
-broadcastable to `[batch, heads, q_length, kv_length]` with True meaning "may attend".
+`[batch, kv_length, kv_heads, d_k]`, values `[batch, kv_length, kv_heads, d_v]`, masks boolean
+and broadcastable to `[batch, heads, q_length, kv_length]` with True meaning "may attend".
+
+kv_heads is heads in the paper. Fewer (a divisor of heads) is grouped-query attention
+(multi-query at 1): query heads g * r .. (g + 1) * r - 1, r = heads // kv_heads, share key and
+value head g, as `jax.nn.dot_product_attention` groups them. Every form below accepts both;
+grouped, it runs as the ungrouped computation over kv_heads heads with each head's r query
+heads folded into the query axis (`_fold_groups`), so each key/value head is read once per
+query position, not r times (decoding's cache read shrinks by r).
 """
 
-from typing import Optional, Protocol, Tuple, Union
+import functools
+import inspect
+from typing import Callable, Optional, Protocol, Tuple, Union
 
 import jax
 import jax.numpy as jnp
@@ -64,6 +73,80 @@ def merge_heads(x: Array) -> Array:
   return x.reshape(batch, length, heads * d)
 
 
+def _fold_queries(query: Array, kv_heads: int) -> Array:
+  """`[batch, q, heads, d]` -> `[batch, q * r, kv_heads, d]`, r = heads // kv_heads: each kv
+  head's r query heads folded into the query axis (row q * r + j: query q of head g * r + j)."""
+  b, q, heads, d = query.shape
+  r = heads // kv_heads
+  return query.reshape(b, q, kv_heads, r, d).transpose(0, 1, 3, 2, 4).reshape(
+      b, q * r, kv_heads, d)
+
+
+def _fold_logit_term(x: Optional[Array], heads: int, kv_heads: int) -> Optional[Array]:
+  """A mask or bias `[batch or 1, heads or 1, q or 1, kv]` -> the folded queries' `[batch or
+  1, kv_heads or 1, q * r or 1, kv]`."""
+  if x is None:
+    return None
+  x = jnp.asarray(x)
+  b, h, q, kv = x.shape
+  r = heads // kv_heads
+  if h == 1:
+    return x if q == 1 else jnp.repeat(x, r, axis=2)  # rows q * r .. q * r + r - 1: row q
+  x = jnp.broadcast_to(x, (b, heads, q, kv)).reshape(b, kv_heads, r, q, kv)
+  return x.transpose(0, 1, 3, 2, 4).reshape(b, kv_heads, q * r, kv)
+
+
+def _unfold_out(out: Array, heads: int) -> Array:
+  """`_fold_queries` undone on an output: `[batch, q * r, kv_heads, d_v]` -> `[batch, q,
+  heads, d_v]`."""
+  b, qr, kv_heads, d = out.shape
+  r = heads // kv_heads
+  return out.reshape(b, qr // r, r, kv_heads, d).transpose(0, 1, 3, 2, 4).reshape(
+      b, qr // r, heads, d)
+
+
+def _unfold_weights(weights: Array, heads: int) -> Array:
+  """`[batch, kv_heads, q * r, kv]` -> `[batch, heads, q, kv]`."""
+  b, kv_heads, qr, kv = weights.shape
+  r = heads // kv_heads
+  return weights.reshape(b, kv_heads, qr // r, r, kv).transpose(0, 1, 3, 2, 4).reshape(
+      b, heads, qr // r, kv)
+
+
+def accepts_grouped_heads(key_heads_axis: int, result: str = 'output'
+                          ) -> Callable[[Callable], Callable]:
+  """Makes a form of Eq. 1 written for kv_heads == heads take grouped heads too: it then runs
+  on the folded queries (`_fold_queries`), mask and bias, and its result is unfolded.
+
+  `key_heads_axis`: where the key's heads are (2 for `[batch, kv, heads, d]`, 1 heads-first).
+  `result`: what the form returns, 'output' `[batch, q, heads, d_v]` (or a tuple (output,
+  weights)) or 'weights' `[batch, heads, q, kv]`. kv_heads == heads calls the form as it is.
+  """
+  def wrap(form: Callable) -> Callable:
+    signature = inspect.signature(form)
+
+    @functools.wraps(form)
+    def grouped(query, key, *args, **kwargs):
+      heads, kv_heads = query.shape[2], key.shape[key_heads_axis]
+      if kv_heads == heads:
+        return form(query, key, *args, **kwargs)
+      if heads % kv_heads:
+        raise ValueError(f'{form.__name__}: {heads} query heads cannot share {kv_heads} '
+                         'key/value heads (kv_heads must divide heads)')
+      bound = signature.bind(_fold_queries(query, kv_heads), key, *args, **kwargs)
+      for name in ('mask', 'bias'):
+        if name in bound.arguments:
+          bound.arguments[name] = _fold_logit_term(bound.arguments[name], heads, kv_heads)
+      out = form(*bound.args, **bound.kwargs)
+      if result == 'weights':
+        return _unfold_weights(out, heads)
+      if isinstance(out, tuple):
+        return _unfold_out(out[0], heads), _unfold_weights(out[1], heads)
+      return _unfold_out(out, heads)
+    return grouped
+  return wrap
+
+
 # Below this many queries per key/value row, the call is one decoding step (one query per
 # row over the self-attention cache; a sentence's few beams over its encoder output), and the
 # heads-first forms below serve it. Training and evaluation never get here: their shortest
@@ -79,12 +162,17 @@ class AttentionFn(Protocol):
   `dot_product_attention` is the paper's. A replacement takes the arguments below, ignores the
   keywords it does not use, and usually ends by calling `dot_product_attention` with a
   changed query/key, `bias` or `scale` (and `**kwargs` passed on), which keeps the fast paths
-  and `return_weights`.
+  and `return_weights`. It is called inside its layer's `MultiHeadAttention` (a pure function
+  that builds a linen module there gets that module's parameters under the layer's
+  `.../self_attention/` or `.../cross_attention/`, one set per layer); parameters shared by
+  all layers belong in the model's `shared` part (`parts.py`), whose output arrives here.
 
   Args:
-    query: `[batch, q_length, heads, d_k]`.
-    key: `[batch, kv_length, heads, d_k]`.
-    value: `[batch, kv_length, heads, d_v]`.
+    query: `[batch, q_length, heads, d_k]`, after the model's `qk_transform` if it has one.
+    key: `[batch, kv_length, kv_heads, d_k]` (kv_heads = heads in the paper; a divisor of it
+      for grouped-query attention, see the module docstring), likewise transformed once,
+      before it is cached.
+    value: `[batch, kv_length, kv_heads, d_v]`.
     mask: bool, broadcastable to `[batch, heads, q_length, kv_length]`, True = may attend;
       None: every key.
     query_positions: `[batch or 1, q_length]` int32, each query's position in its sequence
@@ -96,6 +184,9 @@ class AttentionFn(Protocol):
     dropout_rng: PRNG key, given when dropout_rate > 0.
     return_weights: also return the weights applied (attention capture).
     implementation: `jax.nn.dot_product_attention`'s, when the config names one.
+    shared: passed only when the model has a `shared` part: what it returned for this call's
+      (query_positions, key_positions, kind), e.g. a relative-position bias `[batch or 1,
+      heads, q_length, kv_length]` computed from one table for every layer.
 
   Returns:
     `[batch, q_length, heads, d_v]` in the dtype of `value`; with `return_weights`, also the
@@ -132,6 +223,7 @@ def _scale_bias_mask(dots: Array, d_k: int, mask: Optional[Array], bias: Optiona
   return logits
 
 
+@accepts_grouped_heads(2, result='weights')
 def attention_weights(query: Array, key: Array, mask: Optional[Array] = None, *,
                       bias: Optional[Array] = None, scale: Optional[float] = None) -> Array:
   """softmax(Q K^T / sqrt(d_k) + bias) with masking, in float32 (Eq. 1).
@@ -150,6 +242,7 @@ def attention_weights(query: Array, key: Array, mask: Optional[Array] = None, *,
   return jax.nn.softmax(_logits(query, key, mask, bias, scale), axis=-1)
 
 
+@accepts_grouped_heads(1)
 def heads_first_attention(query: Array, key: Array, value: Array, mask: Optional[Array], *,
                           bias: Optional[Array] = None, scale: Optional[float] = None) -> Array:
   """Eq. 1 over keys/values stored heads-first, the layout decoding keeps them in.
@@ -175,6 +268,7 @@ def heads_first_attention(query: Array, key: Array, value: Array, mask: Optional
   return out.astype(value.dtype)
 
 
+@accepts_grouped_heads(1)
 def few_query_attention(query: Array, key: Array, value: Array, mask: Optional[Array], *,
                         bias: Optional[Array] = None, scale: Optional[float] = None) -> Array:
   """`heads_first_attention` for a few queries per key/value row (decoding's beams over
@@ -196,6 +290,7 @@ def few_query_attention(query: Array, key: Array, value: Array, mask: Optional[A
   return out.transpose(0, 2, 1, 3).astype(value.dtype)                 # [b, q, h, d_v]
 
 
+@accepts_grouped_heads(2)
 def dot_product_attention_reference(query: Array, key: Array, value: Array,
                                     mask: Optional[Array] = None, *,
                                     bias: Optional[Array] = None, scale: Optional[float] = None,

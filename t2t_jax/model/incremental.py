@@ -17,9 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2t_jax.model.layers import head_projection
 from t2t_jax.model.transformer import (PAD_ID, ModelLike, Transformer, as_model,
-                                       shift_right)
+                                       attention_layer, shift_right)
 
 Array = jax.Array
 
@@ -27,8 +26,8 @@ Array = jax.Array
 def init_cache(model: ModelLike, batch: int, max_decode_len: int):
   """A zero decode cache for `batch` rows and up to `max_decode_len` target positions.
 
-  Leaves: per-layer `cached_key` `[batch, heads, max_decode_len, d_k]`, `cached_value`
-  `[batch, heads, max_decode_len, d_v]` (heads-first, see `attention.cached_attention`), and
+  Leaves: per-layer `cached_key` `[batch, kv_heads, max_decode_len, d_k]`, `cached_value`
+  `[batch, kv_heads, max_decode_len, d_v]` (heads-first, see `attention.cached_attention`), and
   0-d int32 indices (`cache_index`, `position`).
   """
   net = as_model(model, deterministic=True, decode=True)
@@ -59,17 +58,18 @@ def cross_key_values(model: ModelLike, params, encoded: Array):
     encoded: `[batch, src_len, d_model]` encoder output.
 
   Returns:
-    A tuple over layers of (keys `[batch, heads, src_len, d_k]`, values `[..., d_v]`), the
-    same numbers the cross-attention computes from `encoded` (same modules, same dtype),
-    heads-first (`attention.heads_first_attention`: no transposed copy at every step).
+    A tuple over layers of (keys `[batch, kv_heads, src_len, d_k]`, values `[..., d_v]`), the
+    same numbers the cross-attention computes from `encoded` (the same module: projections,
+    and the model's `qk_transform` at the source positions), heads-first
+    (`attention.heads_first_attention`: no transposed copy at every step).
   """
-  cfg = as_model(model).cfg
-
-  def project(kernel, features):
-    return head_projection(cfg.num_heads, features, cfg.dtype).apply(
-        {'params': kernel}, encoded).transpose(0, 2, 1, 3)
-  layers = [params['decoder'][f'layer_{i}']['cross_attention'] for i in range(cfg.num_layers)]
-  return tuple((project(p['key'], cfg.d_k), project(p['value'], cfg.d_v)) for p in layers)
+  net = as_model(model)
+  positions = jnp.arange(encoded.shape[1], dtype=jnp.int32)[None]
+  layer = attention_layer(net.cfg, net.parts, 'cross_attention', 'encoder_decoder')
+  return tuple(
+      layer.apply({'params': params['decoder'][f'layer_{i}']['cross_attention']}, None,
+                  encoded, key_positions=positions)
+      for i in range(net.cfg.num_layers))
 
 
 class DecodeContext(NamedTuple):
@@ -79,7 +79,7 @@ class DecodeContext(NamedTuple):
   putting it in the search's cache, which is tiled over beams and reordered at every step.
   """
   inputs: Array      # [batch, src_len] int32 source ids, for the encoder-decoder padding mask.
-  cross_kv: Tuple    # per decoder layer: keys [batch, heads, src_len, d_k], values [..., d_v].
+  cross_kv: Tuple    # per decoder layer: keys [batch, kv_heads, src_len, d_k], values [.., d_v].
   vocab_t: Array     # [d_model, vocab]: the shared embedding, transposed once for §3.4's
                      # pre-softmax projection.
 

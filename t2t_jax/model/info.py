@@ -2,17 +2,20 @@
 
 import jax
 
-from t2t_jax.model import transformer as model
+from t2t_jax.model import transformer as model, variant
 
 
 def describe(config) -> str:
-  """A human-readable summary: model sizes, total parameters, and every parameter's shape."""
-  cfg = model.TransformerConfig.from_config(config)
-  shapes = model.param_shapes(cfg)
+  """A human-readable summary: model sizes, total parameters, and every parameter's shape
+  (of the model `config.model` names, the paper's by default)."""
+  net = variant.from_config(config)
+  cfg = net.cfg
+  shapes = model.param_shapes(net)
   lines = [
       f'd_model={cfg.d_model} d_ff={cfg.d_ff} num_heads={cfg.num_heads} d_k={cfg.d_k} '
       f'd_v={cfg.d_v} num_layers={cfg.num_layers} vocab_size={cfg.vocab_size} '
-      f'positional={cfg.positional} norm_position={cfg.norm_position} dtype={cfg.dtype.name}',
+      f'positional={cfg.positional} norm_position={cfg.norm_position} dtype={cfg.dtype.name}'
+      + (f' model={config.model}' if getattr(config, 'model', '') else ''),
   ]
   for name in ('shared_embedding', 'encoder', 'decoder'):
     lines.append(f'  {name:<17} {model.count_params(shapes[name]):>13,d}')

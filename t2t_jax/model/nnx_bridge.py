@@ -7,13 +7,15 @@ owns the parameters and the dropout RNG stream, so it trains with `nnx.Optimizer
 for everything that takes `params` (`decode_context`/`decode_step`/`beam_search`,
 `Translator`, checkpoints, export). Training and evaluation mode are NNX's own:
 `module.train()` / `module.eval()` set the wrapped config's `deterministic` flag (dropout on /
-off); `to_nnx` keeps the mode of the model it is given.
+off); `to_nnx` keeps the mode of the model it is given. `module.generate(inputs)` beam-decodes
+(§6.1) with the Linen decode path itself (`beam_decode`, what `Translator` runs).
 
     rngs = nnx.Rngs(params=0, dropout=1)       # 'dropout': a fresh key per training call
     module = to_nnx(cfg, rngs)                 # module(inputs, targets) -> logits
     optimizer = nnx.Optimizer(module, optax.adam(1e-3), wrt=nnx.Param)
     ...                                        # nnx.jit train steps
     module.eval()
+    best, scores = module.generate(inputs)     # beam 4, alpha 0.6, input length + 50
     params = linen_params(module)              # -> decode_step, Translator, checkpoints
 
 `flax.nnx` is imported inside the functions: it imports optax, and `t2t_jax.model` loads only
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import jax
 import jax.numpy as jnp
 
-from t2t_jax.model import transformer
+from t2t_jax.model import beam_decode, transformer
 
 if TYPE_CHECKING:
   from flax import nnx
@@ -43,7 +45,8 @@ def _module_class() -> type:
     `module(inputs, targets)`: teacher-forced logits `[batch, tgt_len, vocab]` float32, as
     `Transformer.__call__` (packing keywords included); `module.encode(...)` and
     `module.decode(...)` as the Linen methods. Each call draws one key from every stream of
-    the module's `nnx.Rngs` (dropout uses 'dropout'). `deterministic` is a static attribute:
+    the module's `nnx.Rngs` (dropout uses 'dropout'); `module.generate(inputs)` (beam search,
+    `nnx_bridge.generate`) draws none. `deterministic` is a static attribute:
     `module.eval()` / `module.train()` (NNX's `set_attributes`) swap the wrapped model for
     the same model with `cfg.deterministic` changed; `nnx.jit` compiles once per mode.
     """
@@ -57,6 +60,12 @@ def _module_class() -> type:
         name = 'to_nnx__module'
         value = transformer.as_model(self.to_nnx__module, deterministic=bool(value))
       super()._setattr(name, value)
+
+    def generate(self, inputs: jax.Array, *, beam_size: int = 4, alpha: float = 0.6,
+                 max_decode_extra: int = 50) -> tuple[jax.Array, jax.Array]:
+      """Beam search (§6.1) of `inputs` `[batch, src_len]`: `nnx_bridge.generate(self, ...)`."""
+      return generate(self, inputs, beam_size=beam_size, alpha=alpha,
+                      max_decode_extra=max_decode_extra)
 
   TransformerNNX.__module__ = __name__
   TransformerNNX.__qualname__ = 'TransformerNNX'
@@ -123,8 +132,62 @@ def _check_tree(expected, params) -> None:
 
 
 def linen_params(module: 'nnx.Module') -> dict:
-  """The module's parameters as the plain nested dict `init_params` gives (same names,
-  same tree, the module's current arrays, not copies): what `Transformer.apply({'params':
-  ...})`, `decode_context`/`decode_step`, `Translator`, checkpoints and export take."""
+  """The module's parameters as the plain nested dict `init_params` gives (same names, same
+  tree): what `Transformer.apply({'params': ...})`, `decode_context`/`decode_step`,
+  `Translator`, checkpoints and export take.
+
+  A snapshot that copies nothing: its leaves are the very `jax.Array`s the module's
+  `nnx.Param`s hold now. jax arrays are immutable, so an update of the module (an optimizer
+  step, an assignment) puts new arrays in the module and leaves this dict as it was, and
+  changing the dict does not change the module; call `linen_params` again for the new values.
+  """
   from flax import nnx
   return nnx.to_pure_dict(nnx.state(module, nnx.Param))
+
+
+def generate(module: 'nnx.Module', inputs: jax.Array, *, beam_size: int = 4,
+             alpha: float = 0.6, max_decode_extra: int = 50) -> tuple[jax.Array, jax.Array]:
+  """Beam search (§6.1) with the module's current parameters: each row's best translation.
+
+  The Linen decode path itself (`beam_decode.beam_decode`: `decode_context` / `decode_step`
+  / `init_cache` + `search.beam_search`, the search `Translator` and the StableHLO export
+  run), on `linen_params(module)`: a batch padded as `Translator` pads it decodes to its
+  outputs exactly. Dropout off whatever the module's mode; draws no key. Compiled once per
+  (model, beam_size, alpha, max_decode_extra, input shape); under `nnx.jit` too
+  (`nnx.jit(lambda m, x: m.generate(x))`).
+
+  Args:
+    module: a `to_nnx` module.
+    inputs: `[batch, src_len]` int32 source ids, each row EOS-terminated then padded with 0,
+      src_len <= cfg.max_len. A row of padding only decodes to EOS alone (as the empty rows
+      `Translator` adds to fill a batch).
+    beam_size: K (4 in the paper). alpha: the GNMT length penalty (0.6 in the paper).
+    max_decode_extra: L = min(src_len + max_decode_extra, cfg.max_len); each row outputs at
+      most min(its length (non-padding ids) + max_decode_extra, L) tokens, EOS included (the
+      paper: input length + 50).
+
+  Returns:
+    (sequences `[batch, L]` int32: the best hypothesis, EOS-terminated then 0s (cut at its
+    maximum length); scores `[batch]` float32: its log probability / `search.length_penalty(
+    its length with EOS, alpha)`, what the search ranks by).
+  """
+  net = transformer.as_model(module.to_nnx__module, deterministic=True, decode=False)
+  inputs = jnp.asarray(inputs)
+  if inputs.ndim != 2 or inputs.shape[1] > net.cfg.max_len:
+    raise ValueError(f'generate: inputs of shape {inputs.shape}; expected [batch, src_len] '
+                     f'with src_len <= max_len={net.cfg.max_len}')
+  return _best(net, beam_size, alpha, max_decode_extra, linen_params(module), inputs)
+
+
+# alpha static, as `Translator`'s (a constant of the compiled search): the same program.
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _best(net: transformer.Transformer, beam_size: int, alpha: float, max_decode_extra: int,
+          params, inputs: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """`generate`'s search, jitted: the per-row maximum lengths as `Translator` sets them
+  (`portable.batches`: length + extra, capped at L; 1 for a row of padding), the best beam."""
+  max_decode_len = min(inputs.shape[1] + max_decode_extra, net.cfg.max_len)
+  count = (inputs != transformer.PAD_ID).sum(-1).astype(jnp.int32)
+  max_lengths = jnp.where(count > 0, jnp.minimum(count + max_decode_extra, max_decode_len), 1)
+  sequences, scores = beam_decode.beam_decode(net, beam_size, alpha, params, inputs,
+                                              max_lengths, max_decode_len)
+  return sequences[:, 0], scores[:, 0]

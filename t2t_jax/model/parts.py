@@ -21,6 +21,20 @@ config and a module name; the name fixes where its parameters live in the tree.
     where it normalises in an attribute `norm_position`, 'post' or 'pre' (`layers.Residual`
     has it as a field); each stack ends with a final `norm` exactly when it is 'pre'
     (`norm_position` below), whatever the config's `norm_position` says.
+  qk_transform: `multi_head_attention.QKTransform`, `(x, positions, *, kind, role) -> x` on
+    every attention's projected queries and keys (role 'query' or 'key'), before Eq. 1 and
+    before a key is cached: a key is transformed once (rotary positions); None: nothing.
+  shared(cfg, name=) -> module `(query_positions, key_positions, *, kind) -> anything`: state
+    every layer shares, e.g. T5's one relative-position bias table. Built once, at the top of
+    the model (its parameters under 'shared'); every attention layer calls it with its
+    positions and kind and hands the result to `attention_fn` as `shared=`. None: no shared
+    part (and no `shared=` keyword). A model with one runs its stacks unrolled
+    (`scan_layers` is ignored).
+
+Where parameters live: a part built by a factory under the name it is given (`ffn`,
+`attention_block/norm`, `positions`, ...); `attention_fn` and `qk_transform` are called inside
+each layer's `MultiHeadAttention`, so a linen module they build there is that layer's own
+(`.../layer_3/self_attention/<ModuleName>_0`); `shared`'s are the model's, once.
 """
 
 import dataclasses
@@ -31,6 +45,7 @@ import flax.linen as nn
 from flax.linen import module as linen_module
 
 from t2t_jax.model import attention, layers
+from t2t_jax.model.multi_head_attention import QKTransform
 
 Factory = Callable[..., nn.Module]
 
@@ -64,6 +79,8 @@ class Parts:
   positions: Optional[Factory] = positions
   norm: Factory = layer_norm
   residual: Callable[..., nn.Module] = residual
+  qk_transform: Optional[QKTransform] = None
+  shared: Optional[Factory] = None
 
 
 def norm_position(parts: Parts, cfg) -> str:

@@ -23,7 +23,8 @@ from t2t_jax.model import attention, parts as parts_lib, stack
 from t2t_jax.model.parts import Parts
 from t2t_jax.model.transformer_config import EOS_ID, PAD_ID, TransformerConfig
 from t2t_jax.model.stack import REMAT_POLICIES, layer_class  # noqa: F401  (model.REMAT_POLICIES)
-from t2t_jax.model.layers import MultiHeadAttention, SharedEmbedding
+from t2t_jax.model.layers import SharedEmbedding
+from t2t_jax.model.multi_head_attention import MultiHeadAttention, QKTransform
 
 Array = jax.Array
 BOS_ID = EOS_ID  # PAD_ID = 0, EOS_ID = 1: transformer_config.py, which refuses a smaller vocab
@@ -51,13 +52,19 @@ def _check_packing(segmentation: Optional[Array], positions: Optional[Array], si
                      'neither')
 
 
-def _attention(cfg: TransformerConfig, parts: Parts, name: str, kind: str,
-               decode: bool = False) -> MultiHeadAttention:
+def attention_layer(cfg: TransformerConfig, parts: Parts, name: str, kind: str,
+                    decode: bool = False, shared: Optional[nn.Module] = None
+                    ) -> MultiHeadAttention:
+  """The `MultiHeadAttention` every layer builds (`kind` 'encoder', 'decoder' or
+  'encoder_decoder'), with the model's parts; `incremental.cross_key_values` builds the same
+  to project the encoder output once per sentence."""
   return MultiHeadAttention(cfg.num_heads, cfg.d_k, cfg.d_v, cfg.d_model,
                             cfg.attention_dropout_rate, cfg.dtype, decode=decode,
                             attention_impl=cfg.attention_impl,
                             capture_weights=cfg.capture_attention,
-                            attention_fn=parts.attention_fn, kind=kind, name=name)
+                            attention_fn=parts.attention_fn, kind=kind,
+                            num_kv_heads=cfg.num_kv_heads, qk_transform=parts.qk_transform,
+                            shared=shared, name=name)
 
 
 def _positions(n: int) -> Array:
@@ -69,14 +76,17 @@ class EncoderLayer(nn.Module):
   """Self-attention then FFN, each a residual sub-layer (§3.1).
 
   `positions`: `[batch or 1, src_len]` int32, passed to the attention (`attention_fn`).
+  `shared`: the model's shared part (`parts.Parts.shared`), built once, or None.
   """
   cfg: TransformerConfig
   parts: Parts = parts_lib.PAPER
+  shared: Optional[nn.Module] = None
 
   @nn.compact
   def __call__(self, x: Array, mask: Array, positions: Optional[Array] = None) -> Array:
     cfg, parts, det = self.cfg, self.parts, self.cfg.deterministic
-    self_attention = _attention(cfg, parts, 'self_attention', 'encoder')
+    self_attention = attention_layer(cfg, parts, 'self_attention', 'encoder',
+                                     shared=self.shared)
     x = parts.residual(cfg, parts.norm, name='attention_block')(
         x, lambda y: self_attention(y, y, mask, deterministic=det, query_positions=positions,
                                     key_positions=positions), deterministic=det)
@@ -89,9 +99,11 @@ class DecoderLayer(nn.Module):
 
   `positions`: `[rows or 1, tgt_len]` int32 of the decoder inputs (the step in decode mode),
   `source_positions`: `[batch or 1, src_len]`, passed to the attention (`attention_fn`).
+  `shared`: as `EncoderLayer`'s.
   """
   cfg: TransformerConfig
   parts: Parts = parts_lib.PAPER
+  shared: Optional[nn.Module] = None
 
   @nn.compact
   def __call__(self, y: Array, encoded: Optional[Array], self_mask: Optional[Array],
@@ -99,14 +111,16 @@ class DecoderLayer(nn.Module):
                positions: Optional[Array] = None,
                source_positions: Optional[Array] = None) -> Array:
     cfg, parts, det = self.cfg, self.parts, self.cfg.deterministic
-    self_attention = _attention(cfg, parts, 'self_attention', 'decoder', decode=cfg.decode)
+    self_attention = attention_layer(cfg, parts, 'self_attention', 'decoder', decode=cfg.decode,
+                                     shared=self.shared)
     # A cached step's keys are at the cache's positions, which the module knows.
     self_keys = None if cfg.decode else positions
     y = parts.residual(cfg, parts.norm, name='self_attention_block')(
         y, lambda z: self_attention(z, z, self_mask, deterministic=det,
                                     query_positions=positions, key_positions=self_keys),
         deterministic=det)
-    cross_attention = _attention(cfg, parts, 'cross_attention', 'encoder_decoder')
+    cross_attention = attention_layer(cfg, parts, 'cross_attention', 'encoder_decoder',
+                                      shared=self.shared)
     y = parts.residual(cfg, parts.norm, name='cross_attention_block')(
         y, lambda z: cross_attention(z, encoded, cross_mask, deterministic=det,
                                      key_value=cross_kv, query_positions=positions,
@@ -142,6 +156,7 @@ class Encoder(nn.Module):
   cfg: TransformerConfig
   embed: SharedEmbedding
   parts: Parts = parts_lib.PAPER
+  shared: Optional[nn.Module] = None
 
   @nn.compact
   def __call__(self, inputs: Array, segmentation: Optional[Array] = None,
@@ -154,12 +169,12 @@ class Encoder(nn.Module):
     x = _embed_positions(self, self.embed(inputs), positions)
     if positions is None:
       positions = _positions(inputs.shape[1])
-    if stack.scannable(self, cfg):
+    if stack.scannable(self, cfg) and self.shared is None:
       x = stack.scan_layers(self, EncoderLayer, cfg, self.parts, x, mask, positions)
     else:
       for i in range(cfg.num_layers):
-        x = layer_class(cfg, EncoderLayer)(cfg, self.parts, name=f'layer_{i}')(x, mask,
-                                                                                positions)
+        x = layer_class(cfg, EncoderLayer)(cfg, self.parts, self.shared, name=f'layer_{i}')(
+            x, mask, positions)
     return _final_norm(self, x)
 
 
@@ -178,6 +193,7 @@ class Decoder(nn.Module):
   cfg: TransformerConfig
   embed: SharedEmbedding
   parts: Parts = parts_lib.PAPER
+  shared: Optional[nn.Module] = None
 
   @nn.compact
   def __call__(self, decoder_inputs: Array, encoded: Optional[Array], inputs: Array,
@@ -205,12 +221,12 @@ class Decoder(nn.Module):
     if positions is None:
       positions = _positions(decoder_inputs.shape[1])
     source_positions = _positions(inputs.shape[1])
-    if stack.scannable(self, cfg) and cross_kv is None:
+    if stack.scannable(self, cfg) and cross_kv is None and self.shared is None:
       y = stack.scan_layers(self, DecoderLayer, cfg, self.parts, y, encoded, self_mask,
                             cross_mask, None, positions, source_positions)
     else:
       for i in range(cfg.num_layers):
-        y = layer_class(cfg, DecoderLayer)(cfg, self.parts, name=f'layer_{i}')(
+        y = layer_class(cfg, DecoderLayer)(cfg, self.parts, self.shared, name=f'layer_{i}')(
             y, encoded, self_mask, cross_mask, None if cross_kv is None else cross_kv[i],
             positions, source_positions)
     return self.embed.attend(_final_norm(self, y), vocab_t)
@@ -244,8 +260,8 @@ class Transformer(nn.Module):
 
   Attributes:
     cfg: the hyperparameters.
-    attention_fn, feed_forward, positions, norm, residual: the extension points (`parts`),
-      the paper's by default; a variant sets some, e.g.
+    attention_fn, feed_forward, positions, norm, residual, qk_transform, shared: the
+      extension points (`parts`), the paper's by default; a variant sets some, e.g.
       `Transformer(cfg, feed_forward=SwiGLU)`.
   """
   cfg: TransformerConfig
@@ -254,6 +270,8 @@ class Transformer(nn.Module):
   positions: Optional[parts_lib.Factory] = parts_lib.PAPER.positions
   norm: parts_lib.Factory = parts_lib.PAPER.norm
   residual: Callable[..., nn.Module] = parts_lib.PAPER.residual
+  qk_transform: Optional[QKTransform] = parts_lib.PAPER.qk_transform
+  shared: Optional[parts_lib.Factory] = parts_lib.PAPER.shared
 
   @property
   def parts(self) -> Parts:
@@ -263,8 +281,9 @@ class Transformer(nn.Module):
   def setup(self):
     cfg = self.cfg
     self.shared_embedding = SharedEmbedding(cfg.vocab_size, cfg.d_model, cfg.dtype)
-    self.encoder = Encoder(cfg, self.shared_embedding, self.parts)
-    self.decoder = Decoder(cfg, self.shared_embedding, self.parts)
+    shared = None if self.shared is None else self.shared(cfg, name='shared')
+    self.encoder = Encoder(cfg, self.shared_embedding, self.parts, shared)
+    self.decoder = Decoder(cfg, self.shared_embedding, self.parts, shared)
 
   def encode(self, inputs: Array, segmentation: Optional[Array] = None,
              positions: Optional[Array] = None) -> Array:

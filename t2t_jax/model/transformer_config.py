@@ -16,7 +16,7 @@ from t2t_jax.choices import (AttentionImpl, ConfigError, DTypeName, NormPosition
                              RematPolicy)
 
 _POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'd_k', 'd_v', 'num_layers',
-             'max_len')
+             'max_len', 'num_kv_heads')
 _HEAD_WIDTHS = ('d_k', 'd_v')  # None: d_model // num_heads
 
 # Token ids the model reserves (transformer.py re-exports them): padding 0; on the decoder side
@@ -74,6 +74,12 @@ class TransformerConfig:
       on v5e:2x4: ~3x less compile CPU per bucket shape), but about twice the step's HBM
       temporaries, and not bit-identical to the unrolled stack; off by default
       (`config.scan_layers`).
+    num_kv_heads: the key/value heads of every attention layer, a divisor of num_heads; None
+      (the default): num_heads, the paper. Fewer is grouped-query attention (1: multi-query):
+      W^K and W^V project to num_kv_heads heads, the decoding cache holds that many, and each
+      serves num_heads // num_kv_heads query heads (`attention` module docstring). Stored as
+      None when equal to num_heads, so `.replace(num_heads=...)` of the paper's model keeps
+      one key/value head per query head; read `kv_heads` for the number.
   """
   vocab_size: int = 37000
   d_model: int = 512
@@ -94,6 +100,7 @@ class TransformerConfig:
   capture_attention: bool = False
   remat_policy: RematPolicy = 'none'
   scan_layers: bool = False
+  num_kv_heads: Optional[int] = None
 
   def __post_init__(self):
     for field in dataclasses.fields(self):
@@ -112,9 +119,16 @@ class TransformerConfig:
         object.__setattr__(self, name, width)
     for name in _POSITIVE:
       value = getattr(self, name)
+      if value is None and name == 'num_kv_heads':
+        continue
       if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
         _fail(name, value, 'an integer > 0')
       object.__setattr__(self, name, int(value))  # numpy ints too: hash and equality unchanged
+    if self.num_heads % self.kv_heads:
+      _fail('num_kv_heads', self.num_kv_heads, f'a divisor of num_heads={self.num_heads} '
+            '(None means num_heads)')
+    if self.num_kv_heads == self.num_heads:  # the paper's: None, which follows num_heads
+      object.__setattr__(self, 'num_kv_heads', None)
     if self.vocab_size < MIN_VOCAB_SIZE:
       _fail('vocab_size', self.vocab_size,
             f'an integer >= {MIN_VOCAB_SIZE} (ids {PAD_ID} = padding and {EOS_ID} = EOS/BOS '
@@ -148,7 +162,13 @@ class TransformerConfig:
         positional=config.positional, norm_position=config.norm_position,
         max_len=config.max_len, dtype=jnp.dtype(config.dtype),
         attention_impl=config.attention_impl or None, remat_policy=config.remat_policy,
-        scan_layers=bool(config.scan_layers), **overrides)
+        scan_layers=bool(config.scan_layers), num_kv_heads=config.num_kv_heads or None,
+        **overrides)
+
+  @property
+  def kv_heads(self) -> int:
+    """The key/value heads: `num_kv_heads`, or num_heads when it is None."""
+    return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
 
   def replace(self, **changes) -> 'TransformerConfig':
     """A copy with `changes`, checked as a new config is."""

@@ -23,7 +23,7 @@ import ml_collections
 from jax.sharding import NamedSharding, PartitionSpec as P, SingleDeviceSharding
 
 from t2t_jax.inference import translate
-from t2t_jax.model import transformer as model
+from t2t_jax.model import transformer as model, variant
 from t2t_jax.runtime import parallel
 from t2t_jax.training import optim
 from t2t_jax.data import pipeline
@@ -179,7 +179,8 @@ class Run:
   """A run config's model, optimizer, mesh and abstract train state on `devices`.
 
   Attributes:
-    config: the run config; cfg: its model config; mesh: 'data' over every device.
+    config: the run config; model: its model (`variant.from_config`); cfg: the model's
+    config; mesh: 'data' over every device.
     processes: hosts of the slice; local_devices: devices per host.
     state: the abstract `parallel.TrainState`, each leaf with its sharding.
     cache: where compilations are kept between plans (None: nowhere).
@@ -188,14 +189,15 @@ class Run:
   def __init__(self, config: ml_collections.ConfigDict, devices: Sequence[Any],
                cache: Optional[cache_lib.PlanCache] = None):
     self.config, self.cache = config, cache
-    self.cfg = model.TransformerConfig.from_config(config)
+    self.model = variant.from_config(config)
+    self.cfg = self.model.cfg
     self.optimizer = optim.make_optimizer(config)
     self.mesh = parallel.make_mesh(list(devices))
     self.processes = len({d.process_index for d in devices})
     self.local_devices = len(devices) // self.processes
     self.shard_optimizer_state = bool(config.shard_optimizer_state)
     state = jax.eval_shape(lambda: parallel.create_train_state(
-        self.cfg, self.optimizer, config.seed, self.mesh,
+        self.model, self.optimizer, config.seed, self.mesh,
         shard_optimizer_state=self.shard_optimizer_state))
     # eval_shape drops the shardings of create_train_state's jit: put them back.
     self.state = _abstract(state, parallel.train_state_shardings(
@@ -254,9 +256,9 @@ class Run:
     batch = self._batch(rows, length, bool(config.pack_examples))
     shapes = {'batch': (rows, length)}
     if config.grad_accum_steps == 1:
-      step = parallel.make_train_step(self.cfg, self.optimizer, self.mesh, **kwargs)
+      step = parallel.make_train_step(self.model, self.optimizer, self.mesh, **kwargs)
       return [compile_step('train', step, (self.state, batch), shapes, self.cache)]
-    grad_step, apply_step = parallel.make_accumulating_steps(self.cfg, self.optimizer,
+    grad_step, apply_step = parallel.make_accumulating_steps(self.model, self.optimizer,
                                                              self.mesh, **kwargs)
     scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=parallel.replicated(self.mesh))
     grads = compile_step('train_gradients', grad_step,
@@ -274,7 +276,7 @@ class Run:
     return [grads, apply]
 
   def compile_eval(self, rows: int, length: int) -> StepStats:
-    step = parallel.make_eval_step(self.cfg, self.mesh,
+    step = parallel.make_eval_step(self.model, self.mesh,
                                    label_smoothing=self.config.label_smoothing)
     return compile_step('eval', step, (self.state.params, self._batch(rows, length, False)),
                         {'batch': (rows, length)}, self.cache)
@@ -291,12 +293,12 @@ class Run:
     each process decodes its share of the sentences on its first device."""
     config = self.config
     rows, src_len, max_decode_len = shape or self.decode_shape()
-    cfg = self.cfg.replace(deterministic=True, decode=False)
+    net = model.as_model(self.model, deterministic=True, decode=False)
     device = SingleDeviceSharding(self.mesh.devices.flat[0])
     params = _abstract(self.state.params,
                        jax.tree_util.tree_map(lambda _: device, self.state.params))
     decode = jax.jit(lambda p, inputs, max_lengths: translate.decode_batch(
-        cfg, config.beam_size, config.length_penalty_alpha, p, inputs, max_lengths,
+        net, config.beam_size, config.length_penalty_alpha, p, inputs, max_lengths,
         max_decode_len))
     inputs = jax.ShapeDtypeStruct((rows, src_len), jnp.int32, sharding=device)
     max_lengths = jax.ShapeDtypeStruct((rows,), jnp.int32, sharding=device)

@@ -12,9 +12,7 @@ whose files are damaged (`damage.py`) is moved (never deleted) to
 reason (I/O error, memory) stops the run and moves nothing. Every process reads each candidate
 and they agree on the outcome (`damage.agree`) before anything is decided; reads go through
 orbax's handlers directly, which (unlike a CheckpointManager's restore) hold no cross-process
-barrier a failed read would miss.
-
-Averaging the last N checkpoints for eval and decode lives in `averaging.py`.
+barrier a failed read would miss. Averaging the last N checkpoints lives in `averaging.py`.
 """
 
 import contextlib
@@ -171,9 +169,11 @@ def config_to_json(config: ml_collections.ConfigDict) -> Dict[str, Any]:
 
 def incompatible_keys(saved: Dict[str, Any], config: ml_collections.ConfigDict,
                       keys=RESUME_KEYS) -> List[Tuple[str, Any, Any]]:
-  """[(key, saved value, current value)] for every `keys` entry that differs."""
-  current = config_to_json(config)
-  return [(k, saved.get(k), current.get(k)) for k in keys if saved.get(k) != current.get(k)]
+  """[(key, saved value, current value)] for every `keys` entry that differs; a key missing
+  from `saved` (older than the key) has its default value, as `from_json` reads it."""
+  current, default = (config_to_json(c) for c in (config, config_lib.default_config.get_config()))
+  saved = {k: saved.get(k, default.get(k)) for k in keys}
+  return [(k, saved[k], current.get(k)) for k in keys if saved[k] != current.get(k)]
 
 
 class Checkpointer:

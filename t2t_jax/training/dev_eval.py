@@ -34,7 +34,7 @@ class DevEvaluator:
 
   Args:
     config: the run config (eval_split, target_lang, label_smoothing, inference keys).
-    cfg: the model config.
+    model: the model (`variant.from_config(config)`), or its config for the paper's.
     mesh: the training mesh.
     data: `train.Data` (eval_batches, bleu_pairs, tokenizer).
     writer: `metrics.MetricsWriter`.
@@ -42,10 +42,12 @@ class DevEvaluator:
     run_start: `time.monotonic()` at the start of the run, for `elapsed_s`.
   """
 
-  def __init__(self, config, cfg, mesh, data, writer, workdir: str, run_start: float):
+  def __init__(self, config, model, mesh, data, writer, workdir: str, run_start: float):
     self.config, self.mesh, self.data = config, mesh, data
     self.writer, self.workdir, self.run_start = writer, workdir, run_start
-    self.eval_step = parallel.make_eval_step(cfg, mesh, label_smoothing=config.label_smoothing)
+    self.eval_step = parallel.make_eval_step(model, mesh,
+                                             label_smoothing=config.label_smoothing)
+    # Built from `config` as `model` was (`variant.from_config`): the same variant.
     self.translator: Optional[translate.Translator] = (
         translate.from_config(config, None, data.tokenizer) if data.bleu_pairs else None)
 

@@ -15,7 +15,7 @@ latest checkpoint of the workdir if there is one (same config required), then ru
 import itertools
 import os
 import time
-from typing import Dict
+from typing import Dict, Optional
 
 import jax
 import ml_collections
@@ -25,7 +25,7 @@ from t2t_jax import config as config_lib
 from t2t_jax.data import (corpora, fingerprint, pipeline, split_check, tasks, tokenizer,
                           vocab_record)
 from t2t_jax.inference.evaluate import summarize
-from t2t_jax.model import transformer as model
+from t2t_jax.model import transformer as model, variant
 from t2t_jax.runtime import checkpoint, first_fit, parallel
 from t2t_jax.storage import layout
 from t2t_jax.storage import workdir as workdir_lib
@@ -95,16 +95,16 @@ def _format(step: int, total: int, m: Dict[str, float]) -> str:
 class _Steps:
   """The jitted update, with or without gradient accumulation."""
 
-  def __init__(self, cfg, optimizer, mesh, config):
+  def __init__(self, net, optimizer, mesh, config):
     self.accum, self.mesh = config.grad_accum_steps, mesh
     kwargs = dict(label_smoothing=config.label_smoothing, seed=config.seed,
                   debug_nonfinite_steps=tuple(config.debug_nonfinite_steps),
                   shard_optimizer_state=config.shard_optimizer_state)
     if self.accum == 1:
-      self.step = parallel.make_train_step(cfg, optimizer, mesh, **kwargs)
+      self.step = parallel.make_train_step(net, optimizer, mesh, **kwargs)
     else:
       self.grad_step, self.apply_step = parallel.make_accumulating_steps(
-          cfg, optimizer, mesh, **kwargs)
+          net, optimizer, mesh, **kwargs)
     # The micro-batches' gradient programs are independent, so they run at once, except on
     # a CPU mesh (`parallel.programs_one_at_a_time`: 3 of 3 stress runs of 400 updates on 8
     # CPU devices aborted in the collectives' rendezvous without a wait, 0 of 3 with it).
@@ -220,12 +220,13 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
   # show only after training, at the final evaluation.
   split_check.check_splits(config, ['train_split', 'final_eval_split']
                        + (['eval_split'] if config.eval_every_steps else []))
+  net = variant.from_config(config)  # a --config.model that cannot be used: before any work
   is_chief = jax.process_index() == 0
   workdir = layout.of(workdir_lib.check_writable(workdir) if is_chief else workdir)
   lock = workdir_lib.WorkdirLock(workdir).acquire() if is_chief else None
   try:
     with preemption.PreemptionHandler() as handler:
-      return _Run(config, workdir).loop(handler)
+      return _Run(config, workdir, net).loop(handler)
   finally:
     if lock is not None:
       lock.release()
@@ -234,7 +235,9 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
 class _Run:
   """One training run: what it is built from (`__init__`) and what each step does after it."""
 
-  def __init__(self, config: ml_collections.ConfigDict, workdir: str):
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str,
+               net: Optional[model.Transformer] = None):
+    """`net`: the model of `config` (`variant.from_config`), None: built here."""
     self.config, self.workdir = config, workdir
     self.is_chief = jax.process_index() == 0
     self.start_time = time.monotonic()
@@ -251,21 +254,21 @@ class _Run:
                      trained=self.checkpointer.latest_step() is not None,
                      data_fingerprint=self.checkpointer.data_fingerprint)
     self.checkpointer.vocabulary = vocab_record.of_tokenizer(self.data.tokenizer)
-    cfg = model.TransformerConfig.from_config(config)
+    net = variant.from_config(config) if net is None else net
     optimizer = optim.make_optimizer(config)
     # Restored into the layout of this run (`abstract_like` keeps the shardings), whether
     # the checkpoint was written with the optimizer state sharded or replicated.
     self.state = self._restore(parallel.create_train_state(
-        cfg, optimizer, config.seed, self.mesh,
+        net, optimizer, config.seed, self.mesh,
         shard_optimizer_state=config.shard_optimizer_state))
     self.step = int(jax.device_get(self.state.step))
     if self.step == 0 and self.is_chief:  # metrics of a run whose checkpoints are gone
       metrics.set_aside_lost_run(workdir)
     self.writer = metrics.MetricsWriter(workdir, enabled=self.is_chief)
-    self.evaluator = (dev_eval.DevEvaluator(config, cfg, self.mesh, self.data, self.writer,
+    self.evaluator = (dev_eval.DevEvaluator(config, net, self.mesh, self.data, self.writer,
                                             workdir, self.start_time)
                       if self.data.eval_batches is not None else None)
-    self.steps = _Steps(cfg, optimizer, self.mesh, config)
+    self.steps = _Steps(net, optimizer, self.mesh, config)
     self.watch = _NonfiniteWatch(config.max_consecutive_nonfinite)
     self.window = _LogWindow(config.num_train_steps, optim.learning_rate_schedule(
         config.d_model, config.warmup_steps, config.learning_rate_scale), self.start_time)

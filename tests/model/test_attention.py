@@ -172,3 +172,51 @@ def test_attention_dropout_equals_explicit_inverted_dropout():
   assert 0.6 < keep.mean() < 0.9
   expected = np.einsum('bhqk,bkhd->bqhd', np.where(keep, weights / 0.75, 0.0), v)
   np.testing.assert_allclose(out, expected, atol=1e-5)
+
+
+def _grouped_numpy(q, k, v, mask, bias=None):
+  """Grouped-query Eq. 1 by hand: key/value head g serves query heads g*r .. g*r + r - 1."""
+  r = q.shape[2] // k.shape[2]
+  k, v = np.repeat(k, r, axis=2), np.repeat(v, r, axis=2)
+  q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+  logits = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(q.shape[-1])
+  if bias is not None:
+    logits = logits + bias
+  logits = np.where(np.broadcast_to(mask, logits.shape), logits, -np.inf)
+  w = np.exp(logits - logits.max(-1, keepdims=True))
+  w /= w.sum(-1, keepdims=True)
+  return np.einsum('bhqk,bkhd->bqhd', w, v), w
+
+
+@pytest.mark.parametrize('kv_heads', [2, 1])
+@pytest.mark.parametrize('q_len', [1, 3, 9])
+def test_every_form_takes_grouped_key_value_heads(kv_heads, q_len):
+  """4 query heads over 2 (grouped-query) or 1 (multi-query) key/value heads: the dispatcher
+  (each of its forms by shape), the weights and the heads-first decoding forms equal numpy,
+  with a padding mask, a causal one and a per-head bias."""
+  rng = np.random.RandomState(6)
+  q = rng.randn(2, q_len, 4, 8).astype(np.float32)
+  k = rng.randn(2, 6, kv_heads, 8).astype(np.float32)
+  v = rng.randn(2, 6, kv_heads, 8).astype(np.float32)
+  padding = np.asarray(attention.padding_mask(jnp.asarray([[4, 5, 6, 7, 8, 9],
+                                                           [4, 5, 6, 0, 0, 0]])))
+  causal = np.tril(np.ones((q_len, 6), bool), k=max(0, 6 - q_len))[None, None]
+  bias = rng.randn(1, 4, q_len, 6).astype(np.float32)
+  for mask, b in ((padding, None), (causal, None), (padding, bias)):
+    expected, weights = _grouped_numpy(q, k, v, mask, b)
+    np.testing.assert_allclose(attention.dot_product_attention(q, k, v, mask, bias=b),
+                               expected, atol=2e-5)
+    out, returned = attention.dot_product_attention(q, k, v, mask, bias=b, return_weights=True)
+    np.testing.assert_allclose(out, expected, atol=2e-5)
+    np.testing.assert_allclose(returned, weights, atol=2e-6)
+    np.testing.assert_allclose(attention.attention_weights(q, k, mask, bias=b), weights,
+                               atol=2e-6)
+    for form in (attention.heads_first_attention, attention.few_query_attention):
+      np.testing.assert_allclose(form(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3),
+                                      mask, bias=b), expected, atol=2e-5)
+
+
+def test_key_value_heads_must_divide_the_query_heads():
+  q, kv = np.zeros((1, 2, 4, 8), np.float32), np.zeros((1, 3, 3, 8), np.float32)
+  with pytest.raises(ValueError, match='4 query heads cannot share 3 key/value heads'):
+    attention.dot_product_attention_reference(q, kv, kv)

@@ -1,5 +1,6 @@
 """NNX entry point (`nnx_bridge`): the Linen Transformer built, trained with `nnx.Optimizer`
-under `nnx.jit`, and decoded through `linen_params` with the Linen decode path."""
+under `nnx.jit`, and decoded through `linen_params` with the Linen decode path; `generate` is
+that path (bitwise `Translator`'s search); `linen_params` is a snapshot sharing the arrays."""
 
 import jax
 import jax.numpy as jnp
@@ -8,6 +9,7 @@ import optax
 import pytest
 from flax import nnx
 
+from t2t_jax.inference import portable, translate
 from t2t_jax.model import incremental, losses, nnx_bridge, search, transformer as model
 
 # Dropout on, so that training exercises the module's 'dropout' stream.
@@ -146,3 +148,62 @@ def test_trained_module_beam_decodes_with_linen_params(trained):
   np.testing.assert_allclose(scores[:, 0], tokens_lp / search.length_penalty(SRC_LEN, 0.6),
                              rtol=1e-4, atol=1e-5)
 
+
+
+def test_linen_params_is_a_snapshot_of_the_modules_arrays_without_copies():
+  module = nnx_bridge.to_nnx(TINY, nnx.Rngs(0))
+  params = nnx_bridge.linen_params(module)
+  variable = module.shared_embedding['embedding']
+  # No copy: the leaves are the arrays the module's Params hold.
+  assert params['shared_embedding']['embedding'] is variable[...]
+  held = {id(v[...]) for _, v in nnx.iter_graph(module) if isinstance(v, nnx.Param)}
+  assert {id(x) for x in jax.tree.leaves(params)} == held
+  # A snapshot: an update of the module puts a new array there, the dict keeps the old one...
+  before = params['shared_embedding']['embedding']
+  variable[...] = before * 2
+  assert params['shared_embedding']['embedding'] is before
+  np.testing.assert_array_equal(nnx_bridge.linen_params(module)['shared_embedding']['embedding'],
+                                before * 2)
+  # ... and changing the dict does not change the module.
+  params['shared_embedding']['embedding'] = jnp.zeros_like(before)
+  np.testing.assert_array_equal(variable[...], before * 2)
+
+
+class _IdTokenizer:
+  """'3 4 5' <-> [3, 4, 5]: Translator's batching and padding over ids given as text."""
+
+  def encode(self, text):
+    return [int(t) for t in text.split()]
+
+  def decode(self, ids):
+    return ' '.join(map(str, ids))
+
+
+def test_generate_is_the_translators_beam_search(trained):
+  module, _, _ = trained
+  module.train()  # generate decodes without dropout in either mode
+  params = nnx_bridge.linen_params(module)
+  rng = np.random.RandomState(3)
+  rows = [list(rng.randint(2, TINY.vocab_size, n)) + [model.EOS_ID] for n in (4, 1, 6, 3, 2)]
+  src = np.zeros((len(rows) + 1, 8), np.int32)   # the last row: padding only
+  for r, ids in enumerate(rows):
+    src[r, :len(ids)] = ids
+  best, scores = module.generate(src, max_decode_extra=3)
+  assert best.shape == (6, 8 + 3) and best.dtype == jnp.int32 and scores.dtype == jnp.float32
+  assert best[5].tolist() == [model.EOS_ID] + [0] * 10  # an empty row: EOS alone
+  # Translator on the same sentences, one batch of 6 rows padded to 8 (its search with every
+  # beam, `decode_batch_n_best`): the same best hypotheses, bitwise the same scores.
+  translator = translate.Translator(TINY, params, _IdTokenizer(), max_decode_extra=3,
+                                    batch_sentences=6, bucket_lengths=(8,))
+  hypotheses = translator.translate_n_best([' '.join(map(str, ids[:-1])) for ids in rows], n=1)
+  assert [h.ids for h, in hypotheses] == [portable.until_eos(r) for r in best[:5].tolist()]
+  assert [h.score for h, in hypotheses] == scores[:5].tolist()
+  assert best[:5, -1].tolist() == [0] * 5 and hypotheses[0][0].ids == rows[0][:-1]  # copied
+  # Under nnx.jit: the same program, the same numbers.
+  jitted = nnx.jit(lambda module, src: module.generate(src, max_decode_extra=3))(module, src)
+  np.testing.assert_array_equal(jitted[0], best)
+  np.testing.assert_array_equal(jitted[1], scores)
+  with pytest.raises(ValueError, match=r'generate: inputs of shape \(2, 17\); expected '
+                     r'\[batch, src_len\] with src_len <= max_len=16'):
+    module.generate(np.ones((2, 17), np.int32))
+  module.eval()

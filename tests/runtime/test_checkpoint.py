@@ -369,3 +369,15 @@ def test_a_save_onto_a_full_disk_fails_in_one_line_keeping_the_previous_step(
   checkpointer.save(2, state, {'position': 2}, tiny_config())
   checkpointer.close()
   assert checkpoint.Checkpointer(workdir).all_steps() == [1, 2]
+
+
+def test_a_config_saved_before_a_key_existed_reads_it_as_its_default():
+  """Checkpoints older than `model` and `num_kv_heads` resume: a missing key is its default;
+  a saved value that differs is still reported."""
+  from configs import quickstart  # pylint: disable=import-outside-toplevel
+  config = quickstart.get_config()
+  saved = checkpoint.config_to_json(config)
+  del saved['model'], saved['num_kv_heads']
+  assert checkpoint.incompatible_keys(saved, config) == []
+  config.num_kv_heads = 2
+  assert checkpoint.incompatible_keys(saved, config) == [('num_kv_heads', 0, 2)]

@@ -1,0 +1,167 @@
+"""The model a run config names: `config.model`, '' for the paper's Transformer, else a factory.
+
+A variant written in Python (docs/architecture.md, "A new model variant") is trained, decoded,
+evaluated, exported and inspected from the command line by naming a function that builds it,
+`factory(cfg: TransformerConfig) -> Transformer`:
+
+  --config.model=my_variants:swiglu            a module importable from sys.path or the
+                                               current folder, and an attribute of it
+  --config.model=path/to/file.py:swiglu        a Python file, relative to the current folder
+
+The checkpoint's config records the spec (`config.MODEL_KEYS`), so every mode that reads the run
+builds the same model. `load_factory` imports a module once (Python's own cache for a module; a
+file is kept in `sys.modules` under a name made from its absolute path), and says in one line
+what is wrong with a spec that names no usable factory (`VariantError`).
+"""
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+import traceback
+from typing import Callable
+
+from t2t_jax.choices import ConfigError
+from t2t_jax.model.transformer import Transformer, TransformerConfig
+
+Factory = Callable[[TransformerConfig], Transformer]
+FORM = "'module:factory' or 'path/to/file.py:factory'"
+
+
+class VariantError(ConfigError):
+  """`config.model` names no usable factory. `spec` is the value, `reason` what is wrong with
+  it (without the spec), `missing` whether the module or file was not found (rather than found
+  and wrong): a run trained elsewhere then needs the folder that has it."""
+
+  def __init__(self, spec: str, reason: str, missing: bool = False):
+    hint = ': run from the folder that has it, or put it on PYTHONPATH' if missing else ''
+    super().__init__(f'--config.model={spec} cannot be used ({reason}){hint}')
+    self.spec, self.reason, self.missing = spec, reason, missing
+
+
+def _is_file(where: str) -> bool:
+  return where.endswith('.py') or '/' in where or os.sep in where
+
+
+def _dotted(name: str) -> bool:
+  return all(part.isidentifier() for part in name.split('.'))
+
+
+def _failed(spec: str, what: str, error: BaseException) -> VariantError:
+  """The one line of a module or file that raised while it ran: the error and where."""
+  if isinstance(error, SyntaxError):  # where is the line it could not read, not a frame
+    message, at = error.msg, f' ({error.filename} line {error.lineno})'
+  else:
+    frames = traceback.extract_tb(error.__traceback__)
+    message = str(error)
+    at = f' ({frames[-1].filename} line {frames[-1].lineno})' if frames else ''
+  return VariantError(spec, f'{what} fails to import: {type(error).__name__}: {message}{at}')
+
+
+def _import_module(spec: str, name: str):
+  """`import name`, from sys.path and the current folder (`python main.py` puts main.py's
+  folder first on sys.path, not the current one; appended, so nothing installed is shadowed)."""
+  cwd = os.getcwd()
+  if '' not in sys.path and cwd not in sys.path:
+    sys.path.append(cwd)
+  try:
+    return importlib.import_module(name)
+  except ModuleNotFoundError as e:
+    if e.name and (name == e.name or name.startswith(e.name + '.')):  # not a dependency of it
+      raise VariantError(spec, str(e), missing=True) from None
+    raise _failed(spec, name, e) from None
+  except Exception as e:  # noqa: BLE001  a user's module can raise anything while it runs
+    raise _failed(spec, name, e) from None
+
+
+def _import_file(spec: str, path: str):
+  """The module of the Python file `path` (relative to the current folder), run once: kept in
+  `sys.modules` under a name made from its absolute path (dataclasses, flax modules among
+  them, look their module up there while the file runs)."""
+  full = os.path.abspath(os.path.expanduser(path))
+  if not path.endswith('.py'):
+    raise VariantError(spec, f'{path} is not a .py file; expected {FORM}')
+  if not os.path.isfile(full):
+    raise VariantError(spec, f'no such file {full}', missing=True)
+  name = '_t2t_jax_variant_' + hashlib.sha256(full.encode()).hexdigest()[:16]
+  if name in sys.modules:
+    return sys.modules[name]
+  file_spec = importlib.util.spec_from_file_location(name, full)
+  module = importlib.util.module_from_spec(file_spec)
+  sys.modules[name] = module
+  try:
+    file_spec.loader.exec_module(module)
+  except Exception as e:  # noqa: BLE001  as in _import_module
+    del sys.modules[name]
+    raise _failed(spec, full, e) from None
+  return module
+
+
+def load_factory(spec: str) -> Factory:
+  """The callable `spec` names ('module:attr' or 'path/to/file.py:attr'; attr may be dotted).
+
+  Raises:
+    VariantError (a ConfigError): one line naming `spec` and what is wrong: its form, a
+      module or file not found (with the ImportError's message), one that fails while it runs,
+      an attribute missing, or one that is not callable.
+  """
+  where, sep, attr = spec.rpartition(':')
+  if not sep or not where or not _dotted(attr):
+    raise VariantError(spec, f'expected {FORM}')
+  if _is_file(where):
+    module = _import_file(spec, where)
+  elif _dotted(where):
+    module = _import_module(spec, where)
+  else:
+    raise VariantError(spec, f'{where!r} is neither a module name nor a .py file; expected '
+                       f'{FORM}')
+  factory = module
+  for part in attr.split('.'):
+    if not hasattr(factory, part):
+      raise VariantError(spec, f'cannot import name {attr!r} from {where}')
+    factory = getattr(factory, part)
+  if not callable(factory):
+    raise VariantError(spec, f'{attr} is a {type(factory).__name__}, not a function of the '
+                       'model config')
+  return factory
+
+
+def build(spec: str, cfg: TransformerConfig) -> Transformer:
+  """`factory(cfg)` of the factory `spec` names, checked to be a `Transformer` (or subclass)
+  with a `TransformerConfig`; the factory may change fields of `cfg` (e.g. a head count), the
+  model it returns is used as it is.
+
+  Raises:
+    VariantError: as `load_factory`, or a factory that takes other arguments than the config,
+      or returns something other than a Transformer; each in one line naming `spec`.
+  """
+  factory = load_factory(spec)
+  try:
+    inspect.signature(factory).bind(cfg)
+  except TypeError:
+    raise VariantError(spec, 'the factory must take one argument, the TransformerConfig'
+                       ) from None
+  except ValueError:
+    pass  # no signature to read (a builtin): the call says
+  net = factory(cfg)
+  if not isinstance(net, Transformer) or not isinstance(net.cfg, TransformerConfig):
+    raise VariantError(spec, f'the factory returned a {type(net).__name__}; expected a t2t_jax '
+                       'Transformer of a TransformerConfig, e.g. Transformer(cfg, '
+                       'feed_forward=...)')
+  return net
+
+
+def from_config(config, **cfg_overrides) -> Transformer:
+  """The model of a run config (`configs/default.py` keys): `Transformer(cfg)`, the paper's,
+  for `config.model == ''`, else what its factory builds from `cfg` (`build`); `cfg` is
+  `TransformerConfig.from_config(config, **cfg_overrides)`.
+
+  Raises:
+    ConfigError: a key of `config` is invalid, or (`VariantError`) `config.model` names no
+      usable factory.
+  """
+  cfg = TransformerConfig.from_config(config, **cfg_overrides)
+  spec = getattr(config, 'model', '')  # a config of before the key: the paper's
+  return build(spec, cfg) if spec else Transformer(cfg)

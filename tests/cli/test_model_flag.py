@@ -1,0 +1,98 @@
+"""`--config.model=module:factory` through main.py: a variant written in Python (a SwiGLU
+feed-forward, in a module of the current folder) trains, decodes, evaluates and exports with
+the whole machinery; its checkpoint records the spec, and a folder where the factory cannot
+be imported gets one line naming it and the workdir."""
+
+import json
+import os
+import subprocess
+
+import pytest
+from conftest import ROOT, TINY, main_command
+from variant_helpers import SWIGLU_MODULE
+
+from t2t_jax import config as config_lib
+from t2t_jax.configs import default
+from t2t_jax.inference import modes
+
+SPEC = 'my_variants:swiglu'
+# TINY, with its config file found from any folder.
+ARGS = [f'--config={os.path.join(ROOT, "configs", "quickstart.py")}' if arg.startswith(
+    '--config=') else arg for arg in TINY]
+REFUSAL = ('error: {workdir} was trained with --config.model=my_variants:swiglu, which cannot '
+           "be imported here (No module named 'my_variants'): run from the folder that has it, "
+           'or put it on PYTHONPATH')
+
+
+def _main(cwd, *args):
+  """`python main.py ARGS` run from the folder `cwd`."""
+  return subprocess.run(main_command(*args), cwd=cwd, capture_output=True, text=True,
+                        timeout=600)
+
+
+def _ok(result):
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result
+
+
+def _one_line_error(result, line):
+  assert result.returncode == 1, result.stderr[-3000:]
+  assert result.stderr.splitlines()[-1] == line, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr and result.stderr.count('error:') == 1
+
+
+@pytest.fixture
+def folder(tmp_path):
+  (tmp_path / 'my_variants.py').write_text(SWIGLU_MODULE)
+  return tmp_path
+
+
+def test_info_and_train_name_the_variant_or_refuse_it_before_any_work(folder, corpus):
+  info = _ok(_main(folder, '--mode=info', *ARGS, f'--config.model={SPEC}'))
+  assert info.stdout.splitlines()[0].endswith(f' model={SPEC}')
+  assert 'encoder/layer_0/ffn/gate/kernel' in info.stdout
+  assert 'encoder/layer_0/ffn/wi/kernel' not in info.stdout  # the paper's FFN is not there
+  workdir = folder / 'run'
+  result = _main(folder, f'--workdir={workdir}', f'--config.local_corpus_dir={corpus}', *ARGS,
+                 '--config.model=my_variants:nope')
+  _one_line_error(result, "error: --config.model=my_variants:nope cannot be used (cannot "
+                  "import name 'nope' from my_variants)")
+  assert not workdir.exists()
+
+
+def test_a_workdir_names_its_factory_when_it_cannot_be_imported(monkeypatch, tmp_path):
+  monkeypatch.chdir(tmp_path)
+  config = default.get_config()
+  modes.check_model('DIR', config)  # the paper's: nothing to import
+  config.model = 'my_variants:swiglu'
+  with pytest.raises(config_lib.ConfigError) as raised:
+    modes.check_model('DIR', config)
+  assert f'error: {raised.value}' == REFUSAL.format(workdir='DIR')
+
+
+@pytest.mark.slow
+def test_a_variant_trains_decodes_evaluates_and_exports(folder, corpus):
+  workdir = folder / 'run'
+  _ok(_main(folder, f'--workdir={workdir}', f'--config.local_corpus_dir={corpus}', *ARGS,
+            f'--config.model={SPEC}', '--config.num_train_steps=10',
+            '--config.eval_every_steps=0'))
+  from t2t_jax.inference import checkpoint_choice  # pylint: disable=import-outside-toplevel
+  assert checkpoint_choice.latest_training_config(str(workdir))['model'] == SPEC
+  (folder / 'in.txt').write_text('In the beginning\nAmen.\nAnd God said\n')
+  quick = ['--config.beam_size=2', '--config.max_decode_extra=4']
+  _ok(_main(folder, '--mode=decode', f'--workdir={workdir}', f'--input={folder / "in.txt"}',
+            f'--output={folder / "out.txt"}', *quick))
+  assert len((folder / 'out.txt').read_text().splitlines()) == 3
+  evaluated = json.loads(_ok(_main(folder, '--mode=eval', f'--workdir={workdir}', '--split=dev',
+                                   *quick)).stdout)
+  assert evaluated['sentences'] == 64 and 'bleu' in evaluated
+  exported = _ok(_main(folder, '--mode=export', '--format=stablehlo', f'--workdir={workdir}',
+                       f'--output={folder / "hlo"}', *quick))
+  assert exported.stdout.strip() == str(folder / 'hlo')
+  manifest = json.loads((folder / 'hlo' / 'manifest.json').read_text())
+  assert 'encoder/layer_0/ffn/gate/kernel' in manifest['params']
+  # From another folder the module is not there: decode refuses in one line, writes nothing.
+  refused = _main(ROOT, '--mode=decode', f'--workdir={workdir}', f'--input={folder / "in.txt"}',
+                  f'--output={folder / "refused.txt"}')
+  _one_line_error(refused, REFUSAL.format(workdir=workdir))
+  assert not (folder / 'refused.txt').exists()

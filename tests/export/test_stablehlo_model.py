@@ -1,0 +1,96 @@
+"""`export_stablehlo_model`: the StableHLO artifact of a model, its parameters and vocabulary
+in memory (no workdir) is the workdir export's (same files, same serve.py), translates as
+`Translator` with the same settings, and bad requests fail in one line, writing nothing."""
+
+import gzip
+import json
+import os
+
+import pytest
+
+pytest.importorskip('flatbuffers')
+
+import t2t_jax  # noqa: E402
+from conftest import BUNDLED  # noqa: E402
+from export_helpers import PieceTokenizer, random_params  # noqa: E402
+from t2t_jax.data import tokenizer  # noqa: E402
+from t2t_jax.export import common, stablehlo_export  # noqa: E402
+from t2t_jax.inference import portable, translate  # noqa: E402
+from t2t_jax.model import transformer as model  # noqa: E402
+
+VOCAB = 120
+# Two layers of sharpened random weights: sentences get different, clear-cut translations.
+CFG = model.TransformerConfig(vocab_size=VOCAB, d_model=32, d_ff=64, num_heads=4, d_k=8,
+                              d_v=8, num_layers=2, max_len=32, deterministic=True)
+SETTINGS = dict(beam_size=2, alpha=0.6, max_decode_extra=50, batch_sentences=2,
+                bucket_lengths=(16, 32))
+
+
+def _lines(lang, count):
+  with gzip.open(os.path.join(BUNDLED, f'train.{lang}.gz'), 'rt', encoding='utf-8') as f:
+    return [next(f).rstrip('\n') for _ in range(count)]
+
+
+@pytest.fixture(scope='module')
+def tok(tmp_path_factory):
+  """A 120-piece vocabulary of 800 bundled lines (a fraction of a second)."""
+  path = tmp_path_factory.mktemp('vocab') / 'spm.model'
+  return tokenizer.train(_lines('en', 400) + _lines('es', 400), VOCAB, str(path))
+
+
+@pytest.mark.slow
+def test_the_artifact_of_a_model_in_memory_translates_as_translator(tok, tmp_path):
+  params = random_params(CFG)
+  output = t2t_jax.export_stablehlo_model(CFG, params, tok, str(tmp_path / 'hlo'),
+                                          description='random weights', **SETTINGS)
+  assert output == str(tmp_path / 'hlo')
+  # The files of `--mode=export --format=stablehlo`, one module per bucket a batch can have.
+  assert sorted(os.listdir(output)) == ['decode_16x32.stablehlo', 'decode_32x32.stablehlo',
+                                        'manifest.json', 'params.npz', 'serve.py', 'spm.model']
+  with open(os.path.join(output, 'manifest.json')) as f:
+    manifest = json.load(f)
+  assert (manifest['beam_size'], manifest['length_penalty_alpha'], manifest['rows'],
+          manifest['max_decode_extra'], manifest['bucket_lengths'], manifest['max_len'],
+          manifest['checkpoint'], manifest['platforms']) == (
+              2, 0.6, 2, 50, [16, 32], 32, 'random weights', ['cpu', 'cuda', 'tpu'])
+  with open(os.path.join(output, 'spm.model'), 'rb') as f, open(tok.path, 'rb') as g:
+    assert f.read() == g.read()
+  with open(os.path.join(output, 'serve.py')) as f, open(portable.__file__) as g:
+    assert f.read() == g.read()
+
+  # Short sentences, a blank line and one cut to max_len: three batches, two buckets.
+  sentences = ['Amen.', 'And God said.', 'Let there be light.', 'In the beginning', '',
+               ' '.join(_lines('en', 6))]
+  translator = translate.Translator(CFG, params, tok, **SETTINGS)
+  expected = translator.translate(sentences)
+  assert translator.compiled_shapes == {(16, 32), (32, 32)}
+  assert expected[4] == '' and len(set(expected[:4])) >= 3  # the sources matter
+  exported = portable.ExportedTranslator(output)
+  assert exported.translate(sentences) == expected
+  assert exported.truncated_lines == translator.truncated_lines == [6]
+
+
+def test_bad_requests_fail_in_one_line_and_write_nothing(tok, tmp_path):
+  (tmp_path / 'taken').mkdir()
+  params, new = random_params(CFG), str(tmp_path / 'new')
+  export = stablehlo_export.export_stablehlo_model
+  with pytest.raises(FileExistsError, match=rf'^--output={tmp_path}/taken already exists; '):
+    export(CFG, params, tok, str(tmp_path / 'taken'))
+  with pytest.raises(tokenizer.TokenizerError, match=rf'^No SentencePiece model at {tmp_path}'):
+    export(CFG, params, str(tmp_path / 'none.model'), new)
+  for bad, message in [
+      (dict(tokenizer=PieceTokenizer()), 'tokenizer is a PieceTokenizer; expected the SentencePiece .model '
+       'path or a t2t_jax.data.tokenizer.Tokenizer'),
+      (dict(model=CFG.replace(vocab_size=100)), f"{tok.path} has 120 pieces but the model's "
+       'vocab_size is 100'),
+      (dict(beam_size=0), 'beam_size=0 is not a valid setting'),
+      (dict(bucket_lengths=(32, 16)), r'bucket_lengths=\(32, 16\) is not a valid setting'),
+      (dict(alpha=float('nan')), 'alpha=nan is not a valid setting'),
+      # A batch of 17 to 31 tokens would be padded to 64 > max_len.
+      (dict(bucket_lengths=(16, 64)), r'bucket_lengths=\(16, 64\) is not a valid setting '
+       r"\(the model's max_len is 32\)")]:
+    args = {**dict(model=CFG, params=params, tokenizer=tok, output=new), **bad}
+    with pytest.raises(common.ExportError, match=f'^export_stablehlo_model: {message}'):
+      export(**args)
+  assert sorted(os.listdir(tmp_path)) == ['taken']
+  assert os.listdir(tmp_path / 'taken') == []
