@@ -70,26 +70,54 @@ def test_a_workdir_names_its_factory_when_it_cannot_be_imported(monkeypatch, tmp
   assert f'error: {raised.value}' == REFUSAL.format(workdir='DIR')
 
 
-@pytest.mark.slow
-def test_a_variant_trains_decodes_evaluates_and_exports(folder, corpus):
-  workdir = folder / 'run'
+def _train_decode_export(folder, corpus, spec):
+  """Trains `spec` 10 steps through main.py, decodes three lines and exports the artifact,
+  which must translate them as the decode did (beam 2). Returns the workdir."""
+  workdir = folder / spec.split(':')[1]
   _ok(_main(folder, f'--workdir={workdir}', f'--config.local_corpus_dir={corpus}', *ARGS,
-            f'--config.model={SPEC}', '--config.num_train_steps=10',
+            f'--config.model={spec}', '--config.num_train_steps=10',
             '--config.eval_every_steps=0'))
   from t2t_jax.inference import checkpoint_choice  # pylint: disable=import-outside-toplevel
-  assert checkpoint_choice.latest_training_config(str(workdir))['model'] == SPEC
+  assert checkpoint_choice.latest_training_config(str(workdir))['model'] == spec
   (folder / 'in.txt').write_text('In the beginning\nAmen.\nAnd God said\n')
-  quick = ['--config.beam_size=2', '--config.max_decode_extra=4']
+  out, hlo = workdir / 'out.txt', workdir / 'hlo'
   _ok(_main(folder, '--mode=decode', f'--workdir={workdir}', f'--input={folder / "in.txt"}',
-            f'--output={folder / "out.txt"}', *quick))
-  assert len((folder / 'out.txt').read_text().splitlines()) == 3
-  evaluated = json.loads(_ok(_main(folder, '--mode=eval', f'--workdir={workdir}', '--split=dev',
-                                   *quick)).stdout)
-  assert evaluated['sentences'] == 64 and 'bleu' in evaluated
+            f'--output={out}', *QUICK))
+  assert len(out.read_text().splitlines()) == 3
   exported = _ok(_main(folder, '--mode=export', '--format=stablehlo', f'--workdir={workdir}',
-                       f'--output={folder / "hlo"}', *quick))
-  assert exported.stdout.strip() == str(folder / 'hlo')
-  manifest = json.loads((folder / 'hlo' / 'manifest.json').read_text())
+                       f'--output={hlo}', *QUICK))
+  assert exported.stdout.strip() == str(hlo)
+  from t2t_jax.inference import portable  # pylint: disable=import-outside-toplevel
+  artifact = portable.ExportedTranslator(str(hlo))
+  assert artifact.translate((folder / 'in.txt').read_text().splitlines()) == (
+      out.read_text().splitlines())
+  return workdir
+
+
+QUICK = ['--config.beam_size=2', '--config.max_decode_extra=4']
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('name', ['gqa', 'rotary', 't5_bias', 'pre_rmsnorm'])
+def test_each_example_variant_trains_decodes_and_exports_as_it_decodes(folder, corpus, name):
+  """examples/variants.py through main.py: the artifact is the variant, not the paper."""
+  workdir = _train_decode_export(folder, corpus, f'my_variants:{name}')
+  manifest = json.loads((workdir / 'hlo' / 'manifest.json').read_text())
+  expected = {'gqa': 'decoder/layer_0/self_attention/key/kernel',
+              'rotary': 'decoder/layer_0/self_attention/query/kernel',
+              't5_bias': 'shared/decoder', 'pre_rmsnorm': 'decoder/final_norm/scale'}[name]
+  assert expected in manifest['params']
+  if name == 'rotary':
+    assert not any('positions' in key for key in manifest['params'])
+
+
+@pytest.mark.slow
+def test_a_variant_trains_decodes_evaluates_and_exports(folder, corpus):
+  workdir = _train_decode_export(folder, corpus, SPEC)
+  evaluated = json.loads(_ok(_main(folder, '--mode=eval', f'--workdir={workdir}', '--split=dev',
+                                   *QUICK)).stdout)
+  assert evaluated['sentences'] == 64 and 'bleu' in evaluated
+  manifest = json.loads((workdir / 'hlo' / 'manifest.json').read_text())
   assert 'encoder/layer_0/ffn/gate/kernel' in manifest['params']
   # From another folder the module is not there: decode refuses in one line, writes nothing.
   refused = _main(ROOT, '--mode=decode', f'--workdir={workdir}', f'--input={folder / "in.txt"}',
