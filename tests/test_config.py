@@ -65,6 +65,8 @@ def _with(**changes):
 
 @pytest.mark.parametrize('changes,message', [
     (dict(d_model=500, num_heads=8), r"'d_model'.*multiple of num_heads=8"),
+    (dict(num_kv_heads=3), r"'num_kv_heads': expected 0 or a divisor of num_heads=8, got 3"),
+    (dict(num_kv_heads=-1), r"'num_kv_heads'"),
     (dict(dropout_rate=-0.1), r"'dropout_rate'.*\[0, 1\)"),
     (dict(label_smoothing=1.0), r"'label_smoothing'"),
     (dict(positional='sine'), r"'positional'.*'sinusoidal', 'learned'.*'sine'"),

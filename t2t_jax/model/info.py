@@ -15,9 +15,11 @@ def describe(config) -> str:
       f'd_model={cfg.d_model} d_ff={cfg.d_ff} num_heads={cfg.num_heads} d_k={cfg.d_k} '
       f'd_v={cfg.d_v} num_layers={cfg.num_layers} vocab_size={cfg.vocab_size} '
       f'positional={cfg.positional} norm_position={cfg.norm_position} dtype={cfg.dtype.name}'
+      + (f' num_kv_heads={cfg.num_kv_heads}' if cfg.num_kv_heads is not None else '')
       + (f' model={config.model}' if getattr(config, 'model', '') else ''),
   ]
-  for name in ('shared_embedding', 'encoder', 'decoder'):
+  paper = ('shared_embedding', 'encoder', 'decoder')
+  for name in paper + tuple(sorted(set(shapes) - set(paper))):  # a variant's 'shared' part
     lines.append(f'  {name:<17} {model.count_params(shapes[name]):>13,d}')
   lines.append(f'  {"total":<17} {model.count_params(shapes):>13,d}')
   lines.append('shapes:')

@@ -20,13 +20,16 @@ def forward_flops_by_part(cfg: model.TransformerConfig, rows: int, src_len: int,
   """Matmul FLOPs of one teacher-forced forward pass over `[rows, src_len]` inputs and
   `[rows, tgt_len]` targets (padded shapes: the compiled program computes padding too), by
   part: encoder/decoder projections (W^Q, W^K, W^V, W^O), attention (QK^T and AV over the
-  full score matrix: masking does not skip it), FFNs, the pre-softmax projection, and total.
+  full score matrix: masking does not skip it; every query head scores, grouped key/value
+  heads or not), FFNs, the pre-softmax projection, and total.
   """
   d, h, n = cfg.d_model, cfg.num_heads, cfg.num_layers
   src, tgt = rows * src_len, rows * tgt_len  # token counts, padding included
 
-  def projections(q_tokens, kv_tokens):  # Q and O over the queries, K and V over keys/values
-    return 2 * d * h * (q_tokens * (cfg.d_k + cfg.d_v) + kv_tokens * (cfg.d_k + cfg.d_v))
+  def projections(q_tokens, kv_tokens):  # Q and O over the queries, K and V (kv_heads heads:
+    # grouped-query attention projects fewer) over keys/values
+    return 2 * d * (h * q_tokens * (cfg.d_k + cfg.d_v) +
+                    cfg.kv_heads * kv_tokens * (cfg.d_k + cfg.d_v))
 
   def scores(q_len, kv_len):
     return 2 * rows * h * q_len * kv_len * (cfg.d_k + cfg.d_v)

@@ -39,6 +39,20 @@ def test_info_for_a_table3_row_with_override():
   assert '(1000, 512)' in result.stdout
 
 
+def test_info_counts_grouped_key_value_heads():
+  """Multi-query base: W^K and W^V of all 18 attention layers (6 encoder self, 6 decoder self,
+  6 cross) project to one head of 64, not 8: 18 x 2 x 512 x 64 x 7 parameters fewer."""
+  from configs import wmt_base  # pylint: disable=import-outside-toplevel
+  from t2t_jax.model import info  # pylint: disable=import-outside-toplevel
+  config = wmt_base.get_config()
+  config.num_kv_heads = 1
+  described = info.describe(config)
+  assert described.splitlines()[0].endswith(' num_kv_heads=1')
+  assert f'total                {63_045_632 - 18 * 2 * 512 * 64 * 7:,d}' in described
+  assert 'encoder/layer_0/self_attention/key/kernel' in described
+  assert '(512, 1, 64)' in described
+
+
 def test_unknown_key_and_bad_value_fail_before_computation():
   result = run_main('--mode=info', '--config.d_modle=3')
   assert result.returncode != 0

@@ -153,12 +153,26 @@ def test_dropped_weights_are_refused_naming_attention_fn():
     attention_maps.attention_weights(model, _params(), INPUTS, TARGETS)
 
 
-def test_weights_that_are_not_attention_weights_are_refused():
-  model = transformer.Transformer(CFG, attention_fn=weights_doubled)
-  with pytest.raises(ValueError, match=r'^attention_fn weights_doubled: the weights it returns '
-                     r'for return_weights=True \(.*\) are not attention weights: rows must '
-                     r'sum to 1 over the unmasked keys \(off by up to 1\)'):
-    incremental.check_incremental(model, _params(), INPUTS, UNPADDED)
+def weights_query_first(query, key, value, mask=None, **kwargs):
+  """Returns its weights `[batch, q_len, heads, kv_len]`: the rows still sum to 1."""
+  result = attention.dot_product_attention(query, key, value, mask, **kwargs)
+  if not kwargs.get('return_weights'):
+    return result
+  return result[0], result[1].transpose(0, 2, 1, 3)
+
+
+@pytest.mark.parametrize('fn, message', [
+    (weights_query_first, r'^attention_fn weights_query_first returned weights of shape '
+     r'\(2, 6, 4, 6\): expected \[batch, heads, q_len, kv_len\] = \(2, 4, 6, 6\)'),
+    (weights_doubled, r'^attention_fn weights_doubled: the weights it returns for '
+     r'return_weights=True \(.*\) are not attention weights: rows must sum to 1 over the '
+     r'unmasked keys \(off by up to 1\)')])
+def test_weights_that_are_not_attention_weights_are_refused(fn, message):
+  """Weights in another layout (refused while tracing), or of the right shape but not
+  softmax rows (refused by the check)."""
+  with pytest.raises(ValueError, match=message):
+    incremental.check_incremental(transformer.Transformer(CFG, attention_fn=fn), _params(),
+                                  INPUTS, UNPADDED)
 
 
 def test_an_output_in_another_layout_is_refused_naming_attention_fn():

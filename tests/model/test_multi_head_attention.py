@@ -63,10 +63,10 @@ def test_the_paper_has_one_key_value_head_per_query_head():
 
 
 def _recording_rotation(calls):
+  """Rotary positions on every attention, the encoder-decoder one included (its queries at
+  the target positions, its keys at the source positions), recording each call."""
   def rotate(x, positions, *, kind, role):
     calls.append((kind, role, x.shape[1], positions.shape[-1]))
-    if kind == 'encoder_decoder':
-      return x
     angle = positions[:, :, None, None].astype(jnp.float32) * 0.3
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]

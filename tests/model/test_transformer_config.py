@@ -94,6 +94,14 @@ def test_sizes_take_numpy_integers_as_python_ints():
   assert cfg == TINY and hash(cfg) == hash(TINY)
 
 
+def test_key_value_heads_divide_the_query_heads():
+  cfg = transformer_config.TransformerConfig(d_model=64, num_heads=8, num_kv_heads=2)
+  assert (cfg.num_kv_heads, cfg.kv_heads) == (2, 2)
+  for bad in (3, 0, 16, 2.0):
+    with pytest.raises(ConfigError, match=r'^TransformerConfig\.num_kv_heads='):
+      transformer_config.TransformerConfig(num_heads=8, num_kv_heads=bad)
+
+
 def test_d_model_need_not_be_a_multiple_of_heads():
   # Heads project to d_k / d_v each (layers.py), so Table 3 rows A and B set them freely.
   assert TransformerConfig(d_model=500, num_heads=8, d_k=64, d_v=32).d_model == 500

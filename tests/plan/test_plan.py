@@ -132,6 +132,10 @@ def test_analytic_flops_of_the_base_model():
   params = model.count_params(model.param_shapes(cfg))
   assert analytic.train_flops(cfg, rows, length, length) / (6 * params * tokens) == (
       pytest.approx(1.0, abs=0.25))
+  # Multi-query: W^K and W^V project to one head of d_k, d_v (not h of them); scores unchanged.
+  mqa = analytic.train_flops(cfg.replace(num_kv_heads=1), rows, length, length)
+  kv_saved = 2 * tokens * (n + 2 * n) * 2 * d * (d - 64)  # enc self, dec self + cross
+  assert expected - mqa == 3 * kv_saved
 
 
 def test_analytic_flops_match_xla_on_the_forward_pass():
