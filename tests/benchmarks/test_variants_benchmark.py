@@ -84,11 +84,13 @@ def test_cache_bytes_shrink_with_the_key_value_heads_and_ratios_are_against_8_8(
       'params': 0.8, 'cache_bytes': 0.125, 'decode_speed': 2.0, 'test_bleu_diff': -1.5}
 
 
-@pytest.mark.slow  # about a minute on 2 cores: two tiny training runs, an export, decodes
-def test_smoke_run_records_both_parts(tmp_path):
+@pytest.mark.slow  # about 40 s on 2 cores: a tiny training run, an export, decodes
+def test_smoke_run_records_the_variant_table(tmp_path):
+  """Part 1 end to end on a smoke run; Part 2's arithmetic is tested above, and its decode
+  timing is `harness.interleave`'s."""
   out = tmp_path / 'variants.jsonl'
   argv = [sys.executable, '-m', 'benchmarks.variants', '--root', str(tmp_path / 'runs'),
-          '--smoke', '--rounds', '1', '--only', 'rotary,heads8_kv1', '--out', str(out)]
+          '--smoke', '--rounds', '1', '--only', 'rotary', '--out', str(out)]
   done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
   assert done.returncode == 0, done.stderr[-3000:]
   records = {r['part']: r for r in map(json.loads, out.read_text().splitlines())}
@@ -98,7 +100,5 @@ def test_smoke_run_records_both_parts(tmp_path):
   assert table['incremental_ok'] and table['incremental_gap'] < 1e-4
   assert table['export_identical'] is True and table['export_sentences'] == 8
   assert table['params'] > 0 and table['test_sentences'] == 8
-  gqa = records['gqa']['models']['heads8_kv1']
-  assert gqa['num_kv_heads'] == 1 and gqa['params'] > 0 and gqa['decode']['n'] == 1
-  assert gqa['self_cache_bytes'] > 0 and gqa['sentences_per_s'] > 0
+  assert 'gqa' not in records
   assert records['total']['seconds'] > 0
