@@ -233,18 +233,17 @@ def cache_bytes(translator, sources: List[str]) -> Dict[str, Any]:
   longest = max(len(translator.tokenizer.encode(s)) + 1 for s in sources)  # with EOS
   src_len = min(longest, translator.cfg.max_len)
   decode_len = min(longest + translator.max_decode_extra, translator.cfg.max_len)
-  nbytes = lambda tree: sum(x.size * x.dtype.itemsize  # noqa: E731
-                            for x in jax.tree_util.tree_leaves(tree))
+  nbytes = lambda leaves: sum(x.size * x.dtype.itemsize for x in leaves)  # noqa: E731
   cache = jax.eval_shape(lambda: incremental.init_cache(translator.model, BEAM, decode_len))
-  kv = jax.tree_util.tree_leaves_with_path(cache)
-  self_bytes = sum(x.size * x.dtype.itemsize for path, x in kv
-                   if getattr(path[-1], 'key', None) in ('cached_key', 'cached_value'))
+  self_bytes = nbytes(x for path, x in jax.tree_util.tree_leaves_with_path(cache)
+                      if getattr(path[-1], 'key', None) in ('cached_key', 'cached_value'))
   encoded = jax.ShapeDtypeStruct((1, src_len, translator.cfg.d_model), jnp.float32)
   cross = jax.eval_shape(lambda p, e: incremental.cross_key_values(translator.model, p, e),
                          translator.params, encoded)
+  cross_bytes = nbytes(jax.tree_util.tree_leaves(cross))
   return {'cache_source_len': src_len, 'cache_decode_len': decode_len, 'cache_beam': BEAM,
-          'self_cache_bytes': self_bytes, 'cross_kv_bytes': nbytes(cross),
-          'cache_bytes_per_sentence': self_bytes + nbytes(cross)}
+          'self_cache_bytes': self_bytes, 'cross_kv_bytes': cross_bytes,
+          'cache_bytes_per_sentence': self_bytes + cross_bytes}
 
 
 def measure_gqa(names: List[str], root: str, steps: int, sources, references,

@@ -107,8 +107,8 @@ class MultiHeadAttention(nn.Module):
     """`[rows, q_len, d_model]` queries attend over `[batch, kv_len, d_model]`.
 
     `key_value`, if given, are already projected (and transformed) keys `[batch, kv_heads,
-    kv_len, d_k]` and values `[batch, kv_heads, kv_len, d_v]` (heads-first, as
-    `key_values` makes them), used instead of projecting `inputs_kv`: decoding projects the
+    kv_len, d_k]` and values `[batch, kv_heads, kv_len, d_v]` (heads-first, as a call with
+    `inputs_q=None` makes them), used instead of projecting `inputs_kv`: decoding projects the
     encoder output once per sentence, not once per output position. Their batch may be
     smaller than the queries' rows: with `rows = batch * group`,
     query rows `b * group .. (b + 1) * group - 1` (the beams of sentence b) all attend over
