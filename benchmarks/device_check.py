@@ -1,39 +1,34 @@
-"""The accelerator proof in one command: every stage of issue 36 on whatever device is present.
+"""The accelerator proof: the stages of issue 36 and 42 on whatever device is present, as two
+commands of about 4.5 minutes each, the most valuable first.
 
-  python3 benchmarks/device_check.py --out $OUT/device_check.jsonl          # a GPU, < 9 min
-  python3 benchmarks/device_check.py --smoke --out /tmp/smoke.jsonl         # CPU, tiny sizes
+  python3 benchmarks/device_check.py --part 1 --out $OUT/device_check.jsonl   # the headline
+  python3 benchmarks/device_check.py --part 2 --out $OUT/device_check.jsonl   # the rest
+  python3 benchmarks/device_check.py --smoke --out /tmp/smoke.jsonl           # CPU, tiny sizes
 
 A lent GPU comes rarely, for minutes, with nothing reachable: the check must work the first
-time and say from its output alone what broke. So each stage runs in a child process of its
-own with a time box (a crash, an out-of-memory or a hang loses that stage only, and the GPU
-memory of one stage is not held by the next); every record is appended to `--out` as soon as
-it exists (a stage that is killed keeps what it wrote), a stage that fails or runs over gets
-a record saying so with the end of its stderr, and the end is a table (also written beside
-`--out` as `device_check.txt`). The children's output goes to `device_check.log` there.
+time, say from its output alone what broke, and keep every number the moment it exists:
 
-Stages, in order (the table's goals in brackets):
-  environment       device, memory, driver and CUDA, library versions, XLA flags
-  numerics          base in float32 on the device against the host CPU backend in the same
-                    process (loss, gradients, logits; default and 'highest' matmul precision);
-                    bfloat16 against float32 [bounded, and not equal]
-  attention_forms   every form of Eq. 1 (einsum, heads-first, few-query, XLA fused, cuDNN) and
-                    the model with attention_impl='cudnn' against the einsum reference
-  embedded_default  `python main.py --workdir=DIR` on the device: wall time, dev and test BLEU
-                    [test BLEU 30.3 within 1.0]
-  embedded_decode   its model decodes the bundled test set on the device and on the CPU
-                    backend [identical, or BLEU within 0.2]; sentences/s
-  train_base, train_big
-                    bfloat16 at 25,000 target tokens a step through the project's train step
-                    and the token store's batches (a synthetic corpus with WMT-like lengths),
-                    packed and bucketed: step time, real target tokens/s, MFU, peak device
-                    memory, the time the device waits for batches [< 2%], the PyTorch peer
-                    (eager, torch.compile) on the same batch shape [ours >= 1.0x the best;
-                    MFU >= 40% for big]
-  compile           seconds of every program a base run compiles (train, dev eval, decode)
-  decode_speed      beam 4 at base size, 128 sentences, ours against the peer's beam search
+  * each stage runs in a child process of its own (its own process group, killed with its
+    parent: a parent-death signal, and the group is killed when the parent stops) with a
+    time box; a crash, an out-of-memory or a hang loses that stage only;
+  * a stage appends a record after each measurement (`ctx.emit`), and after every record the
+    table (`device_check.txt` beside `--out`) is rewritten: whatever stops the run (a box,
+    the device tool's 600 s limit, Ctrl-C, SIGTERM), what was measured is on disk;
+  * Ctrl-C or SIGTERM stops the running stage's processes, writes the table and ends in one
+    line (exit 130 / 143).
 
-`--smoke` runs every stage at tiny sizes on any backend in under a minute (CI runs it
-in-process, `--in-process`), so the record format, the stages and the table never rot.
+The children's output goes to `device_check.log` beside `--out`.
+
+Part 1 (the headline): environment (versions, protobuf, the carried imports, a bf16 GEMM's
+own rate), numerics at reduced sizes, base and big training in bf16 against the PyTorch
+peer (eager, then torch.compile), MFU against the datasheet and the measured GEMM peak, the
+wait fraction. Part 2 (the rest): the embedded default end to end and its decode on the
+device and the CPU, every form of Eq. 1, compile times, beam decoding against the peer.
+Part 3 (when time is left): the bucketed training layout. Each box is sized from the
+estimate for an H100 with an empty compilation cache written beside it, and a part's boxes
+add up to at most its budget.
+
+`--smoke` runs every stage at tiny sizes on any backend (CI runs it in-process).
 """
 
 import argparse
@@ -41,17 +36,15 @@ import dataclasses
 import importlib
 import json
 import os
-import subprocess
+import signal
 import sys
-import tempfile
-import traceback
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-from benchmarks import harness  # noqa: E402  (no jax: the parent process never starts it)
+from benchmarks import device_children, harness  # noqa: E402  (no jax in the parent)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,9 +52,9 @@ class Stage:
   """One stage: `function` is 'module:name', called with a `Context`, returning a record."""
   name: str
   function: str
-  box_s: float        # its time box on an accelerator
+  box_s: float        # its time box on an accelerator (from the estimate beside it)
   smoke_box_s: float  # and with --smoke
-  needs: str = ''     # a stage whose success it needs
+  part: int = 1
   # Stages with the PyTorch peer in the same process: JAX takes its memory as it needs it, up
   # to 60% of the device, instead of 75% up front, so the peer's allocator has the rest.
   shares_device: bool = False
@@ -70,23 +63,43 @@ class Stage:
   starts_jax: bool = True
 
 
-# The user-facing proof first (the embedded default), then speed; a stage that outruns the
-# budget is skipped and named, and `--stages` reruns it alone.
+# Boxes in seconds on an H100 with an empty compilation cache; the estimate of each is the
+# comment beside it (tests/benchmarks/test_device_check.py checks that a part's boxes add up
+# to at most PART_BUDGET_S).
 STAGES = (
-    Stage('environment', 'benchmarks.device_numerics:environment', 20, 30),
-    Stage('numerics', 'benchmarks.device_numerics:numerics', 45, 60),
-    Stage('embedded_default', 'benchmarks.device_e2e:embedded_default', 180, 120,
+    # jax start ~5 s, nvidia-smi ~1 s, the carried imports ~4 s, an 8192^3 bf16 GEMM ~3 s.
+    Stage('environment', 'benchmarks.device_numerics:environment', 25, 30, part=1),
+    # base widths with 2 layers and 8k ids on 8x32 tokens: the CPU backend's compile ~8 s and
+    # run ~1 s, three device compiles ~4 s each, each precision recorded as it is measured.
+    Stage('numerics', 'benchmarks.device_numerics:numerics', 40, 60, part=1),
+    # ours: compile ~20 s, 22 steps ~3 s; peer eager: build + 22 steps ~10 s; torch.compile
+    # ~40 s + 20 steps ~3 s.
+    Stage('train_base', 'benchmarks.device_train:train_base', 95, 60, part=1,
+          shares_device=True),
+    # ours: compile ~30 s, 12 steps ~5 s; peer eager ~15 s; torch.compile ~50 s.
+    Stage('train_big', 'benchmarks.device_train:train_big', 110, 60, part=1,
+          shares_device=True),
+    # data + vocabulary ~15 s, ~10 programs ~30 s, 5200 steps at ~5 ms ~26 s, checkpoints
+    # ~6 s, 4 dev BLEU evals and the 1010-sentence test decode at 64 rows ~30 s.
+    Stage('embedded_default', 'benchmarks.device_e2e:embedded_default', 140, 120, part=2,
           starts_jax=False),
-    Stage('embedded_decode', 'benchmarks.device_e2e:embedded_decode', 45, 60,
-          needs='embedded_default', starts_jax=False),
-    Stage('attention_forms', 'benchmarks.device_numerics:attention_forms', 30, 30),
-    Stage('train_base', 'benchmarks.device_train:train_base', 110, 60, shares_device=True),
-    Stage('train_big', 'benchmarks.device_train:train_big', 120, 60, shares_device=True),
-    Stage('compile', 'benchmarks.device_train:compile_times', 40, 40),
-    Stage('decode_speed', 'benchmarks.device_train:decode_speed', 35, 30, shares_device=True),
+    # two main.py decodes of the test set: the device ~15 s (start + compile), the CPU
+    # backend ~25 s on 16 cores.
+    Stage('embedded_decode', 'benchmarks.device_e2e:embedded_decode', 45, 60, part=2,
+          starts_jax=False),
+    # seven forms at ~1 s of compile each, the model twice ~10 s.
+    Stage('attention_forms', 'benchmarks.device_numerics:attention_forms', 25, 30, part=2),
+    # base's programs: train ~20 s, 2 eval shapes, decode buckets ~2 s each; each recorded.
+    Stage('compile', 'benchmarks.device_train:compile_times', 30, 40, part=2),
+    # beam 4, 128 sentences: ours compile ~8 s + 3 runs ~3 s, the peer ~10 s.
+    Stage('decode_speed', 'benchmarks.device_train:decode_speed', 30, 30, part=2,
+          shares_device=True),
+    # ~10 bucket shapes compiled in threads ~45 s, 22 steps fed and staged ~10 s.
+    Stage('train_bucketed', 'benchmarks.device_train:train_bucketed', 90, 60, part=3),
 )
-BUDGET_S = 530  # the whole check on one H100: under 9 minutes
+PART_BUDGET_S = 270  # one command: under 4.5 minutes on one H100
 SMOKE_BUDGET_S = 300
+PARTS = (1, 2, 3)
 
 
 @dataclasses.dataclass
@@ -101,33 +114,62 @@ class Context:
   out: str
   emit: Callable[[Dict[str, Any]], Dict[str, Any]]
   stage: str = ''
+  run: str = ''
 
   def left(self) -> float:
     return self.deadline - harness.now()
 
+  def records(self) -> List[Dict[str, Any]]:
+    """This run's records so far (a later stage reads an earlier one's, e.g. the GEMM peak)."""
+    return read_records(self.out, self.run)
 
-def _emitter(out: Optional[str], run: str, stage: str) -> Callable[[Dict[str, Any]], Dict[str, Any]]:
+
+def table_path(out: str) -> str:
+  return os.path.join(os.path.dirname(os.path.abspath(out)), 'device_check.txt')
+
+
+def _emitter(out: str, run: str, stage: str, smoke: bool
+             ) -> Callable[[Dict[str, Any]], Dict[str, Any]]:
+  """Appends a record of `stage`, then rewrites the run's table beside `out`."""
   emit = harness.Emitter(out)
-  return lambda record: emit({'name': 'device_check', 'run': run, 'stage': stage, **record})
+
+  def write(record: Dict[str, Any]) -> Dict[str, Any]:
+    written = emit({'name': 'device_check', 'run': run, 'stage': stage, **record})
+    write_table(out, run, smoke)
+    return written
+  return write
 
 
-def _call(stage: Stage, ctx: Context) -> Dict[str, Any]:
-  module, name = stage.function.split(':')
-  return getattr(importlib.import_module(module), name)(ctx)
+def write_table(out: str, run: str, smoke: bool) -> None:
+  """The run's table so far, replacing the file at once (a reader never sees half of it)."""
+  path = table_path(out)
+  text = f'device check {run}{" (smoke)" if smoke else ""}\n{table(read_records(out, run))}\n'
+  with open(path + '.tmp', 'w', encoding='utf-8') as f:
+    f.write(text)
+  os.replace(path + '.tmp', path)
+
+
+def _stages(args: argparse.Namespace) -> Tuple[Stage, ...]:
+  if args.stage_table:  # tests: another table of stages, in the parent and its children
+    module, name = args.stage_table.split(':')
+    return getattr(importlib.import_module(module), name)
+  return STAGES
 
 
 def run_child(args: argparse.Namespace) -> int:
   """`--stage NAME`: one stage in this process (the parent's child, or --in-process)."""
-  stage = next(s for s in STAGES if s.name == args.stage)
-  emit = _emitter(args.out, args.run, stage.name)
+  stage = next(s for s in _stages(args) if s.name == args.stage)
+  emit = _emitter(args.out, args.run, stage.name, args.smoke)
   ctx = Context(smoke=args.smoke, deadline=args.deadline, scratch=args.scratch, out=args.out,
-                emit=emit, stage=stage.name)
+                emit=emit, stage=stage.name, run=args.run)
   start = harness.now()
   try:
     if stage.starts_jax:
       harness.start_jax()
-    record = _call(stage, ctx)
+    module, name = stage.function.split(':')
+    record = getattr(importlib.import_module(module), name)(ctx)
   except Exception as e:  # pylint: disable=broad-except  (recorded: the next stage goes on)
+    import traceback  # pylint: disable=import-outside-toplevel
     emit({'status': 'error', 'seconds': harness.now() - start,
           'error': f'{type(e).__name__}: {e}'.splitlines()[0][:500],
           'traceback': traceback.format_exc()[-3000:]})
@@ -137,7 +179,7 @@ def run_child(args: argparse.Namespace) -> int:
   return 0
 
 
-def _stage_status(out: str, run: str, stage: str) -> Optional[str]:
+def _final_status(out: str, run: str, stage: str) -> Optional[str]:
   """The status of the last record `stage` wrote in this run (None: none)."""
   status = None
   for record in read_records(out, run):
@@ -146,84 +188,89 @@ def _stage_status(out: str, run: str, stage: str) -> Optional[str]:
   return status
 
 
-def _spawn(stage: Stage, args: argparse.Namespace, deadline: float, log) -> Optional[str]:
-  """Runs `stage` in a child; returns a problem ('timeout after ...', 'exit code ...') or None."""
-  command = [sys.executable, os.path.abspath(__file__), '--stage', stage.name, '--run', args.run,
-             '--out', args.out, '--scratch', args.scratch, '--deadline', str(deadline)]
+class Stopped(Exception):
+  """Ctrl-C or SIGTERM reached the parent."""
+
+  def __init__(self, signum: int):
+    super().__init__(signal.Signals(signum).name)
+    self.signum = signum
+
+
+def _raise_stopped(signum, frame):  # pylint: disable=unused-argument
+  raise Stopped(signum)
+
+
+def run_all(args: argparse.Namespace, wanted: List[Stage]) -> None:
+  """Every stage of `wanted` in turn within the budget; a stop signal ends the running
+  stage's processes, records it and re-raises `Stopped`."""
+  budget_end = harness.now() + args.budget
+  log_path = os.path.join(os.path.dirname(args.out), 'device_check.log')
+  with open(log_path, 'a', encoding='utf-8') as log:
+    for stage in wanted:
+      box = stage.smoke_box_s if args.smoke else stage.box_s
+      deadline = min(harness.now() + box, budget_end)
+      emit = _emitter(args.out, args.run, stage.name, args.smoke)
+      if deadline - harness.now() < 5:
+        emit({'status': 'skipped', 'seconds': 0.0, 'why': 'the budget is spent'})
+        continue
+      start = harness.now()
+      try:
+        if args.in_process:
+          child_args = argparse.Namespace(**dict(vars(args), stage=stage.name,
+                                                 deadline=deadline))
+          problem = None if run_child(child_args) == 0 else 'failed'
+        else:
+          problem = device_children.run_stage(_child_command(stage, args, deadline),
+                                              _child_env(stage), deadline, log)
+      except Stopped as stop:
+        emit({'status': 'stopped', 'seconds': harness.now() - start,
+              'error': f'{stop} during the stage: its processes were stopped'})
+        raise
+      status = _final_status(args.out, args.run, stage.name)
+      if problem and status in (None, 'partial'):
+        emit({'status': 'timeout' if problem.startswith('timeout') else 'error',
+              'seconds': harness.now() - start, 'error': problem,
+              'log_tail': '' if args.in_process else
+              device_children.log_tail(log_path, stage.name)})
+
+
+def _child_command(stage: Stage, args: argparse.Namespace, deadline: float) -> List[str]:
+  command = [sys.executable, os.path.abspath(__file__), '--stage', stage.name, '--run',
+             args.run, '--out', args.out, '--scratch', args.scratch, '--deadline', str(deadline)]
   command += ['--smoke'] if args.smoke else []
+  command += ['--stage-table', args.stage_table] if args.stage_table else []
+  return command
+
+
+def _child_env(stage: Stage) -> Dict[str, str]:
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(
       [ROOT] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
   if stage.shares_device:
     env.setdefault('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
     env.setdefault('XLA_PYTHON_CLIENT_MEM_FRACTION', '0.6')
-  log.write(f'\n===== {stage.name} ({harness.timestamp()}) =====\n')
-  log.flush()
-  # A few seconds past the deadline for the stage to write what it has.
-  timeout = max(5.0, deadline - harness.now() + 15)
-  child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                           start_new_session=True)
-  try:
-    code = child.wait(timeout=timeout)
-  except subprocess.TimeoutExpired:
-    os.killpg(child.pid, 9)
-    child.wait()
-    return f'timeout after {timeout:.0f} s (killed)'
-  return None if code == 0 else f'exit code {code}'
-
-
-def _log_tail(path: str, stage: str, chars: int = 2500) -> str:
-  with open(path, encoding='utf-8', errors='replace') as f:
-    text = f.read()
-  return text[text.rfind(f'===== {stage} '):][-chars:]
-
-
-def run_all(args: argparse.Namespace) -> List[Dict[str, Any]]:
-  """Every selected stage in turn within the budget; returns this run's records."""
-  wanted = [s for s in STAGES if not args.stages or s.name in args.stages.split(',')]
-  budget_end = harness.now() + args.budget
-  log_path = os.path.join(os.path.dirname(os.path.abspath(args.out)), 'device_check.log')
-  ok = set()
-  with open(log_path, 'a', encoding='utf-8') as log:
-    for stage in wanted:
-      box = stage.smoke_box_s if args.smoke else stage.box_s
-      deadline = min(harness.now() + box, budget_end)
-      emit = _emitter(args.out, args.run, stage.name)
-      if stage.needs and stage.needs not in ok:
-        emit({'status': 'skipped', 'seconds': 0.0, 'why': f'needs {stage.needs}'})
-        continue
-      if deadline - harness.now() < 5:
-        emit({'status': 'skipped', 'seconds': 0.0, 'why': 'the budget is spent'})
-        continue
-      start = harness.now()
-      if args.in_process:
-        child_args = argparse.Namespace(**dict(vars(args), stage=stage.name, deadline=deadline))
-        problem = None if run_child(child_args) == 0 else 'failed'
-      else:
-        problem = _spawn(stage, args, deadline, log)
-      status = _stage_status(args.out, args.run, stage.name)
-      if problem and status in (None, 'partial'):
-        emit({'status': 'timeout' if problem.startswith('timeout') else 'error',
-              'seconds': harness.now() - start, 'error': problem,
-              'log_tail': '' if args.in_process else _log_tail(log_path, stage.name)})
-      elif status == 'ok':
-        ok.add(stage.name)
-  return read_records(args.out, args.run)
+  return env
 
 
 def read_records(path: str, run: str) -> List[Dict[str, Any]]:
-  """The records of run `run` in the JSON-lines file `path`."""
+  """The records of run `run` in the JSON-lines file `path` (a line cut short by a kill is
+  left out)."""
   if not os.path.exists(path):
     return []
+  records = []
   with open(path, encoding='utf-8') as f:
-    records = [json.loads(line) for line in f if line.strip()]
+    for line in f:
+      try:
+        records.append(json.loads(line))
+      except json.JSONDecodeError:
+        continue
   return [r for r in records if r.get('run') == run and r.get('name') == 'device_check']
 
 
 def table(records: List[Dict[str, Any]]) -> str:
-  """The end-of-run table: one line per stage record (status, seconds, headline numbers),
-  then every goal with met / MISSED."""
-  lines = [f'{"stage":<18} {"status":<8} {"seconds":>7}  numbers', '-' * 100]
-  goals = []
+  """One line per stage record (status, seconds, headline numbers), then every goal with
+  met / MISSED."""
+  lines = [f'{"stage":<26} {"status":<8} {"seconds":>7}  numbers', '-' * 100]
+  goals: Dict[str, List[Tuple[str, Dict[str, Any]]]] = {}
   for r in records:
     if 'status' not in r:
       continue
@@ -231,12 +278,15 @@ def table(records: List[Dict[str, Any]]) -> str:
     if r['status'] not in ('ok', 'partial'):
       numbers = (r.get('error') or r.get('why') or '') + (f'; {numbers}' if numbers else '')
     label = r['stage'] + (f'/{r["part"]}' if r.get('part') else '')
-    lines.append(f'{label:<18} {r["status"]:<8} {r.get("seconds", 0):>7.1f}  {numbers}')
-    goals += [(label, g) for g in r.get('goals', [])]
-  if goals:
+    lines.append(f'{label:<26} {r["status"]:<8} {r.get("seconds", 0):>7.1f}  {numbers}')
+    if r['status'] != 'partial' and 'goals' in r:  # the stage's own list replaces its parts'
+      goals[r['stage']] = []
+    goals.setdefault(r['stage'], []).extend((label, g) for g in r.get('goals', []))
+  goals_list = [item for items in goals.values() for item in items]
+  if goals_list:
     lines += ['', 'goals:']
-    lines += [f'  {"met   " if g["met"] else "MISSED"} {label}: {g["goal"]} (measured {_fmt(g["value"])})'
-              for label, g in goals]
+    lines += [f'  {"met   " if g["met"] else "MISSED"} {label}: {g["goal"]} '
+              f'(measured {_fmt(g["value"])})' for label, g in goals_list]
   return '\n'.join(lines)
 
 
@@ -251,47 +301,84 @@ def goal(text: str, value: Any, met: bool) -> Dict[str, Any]:
   return {'goal': text, 'value': value, 'met': bool(met)}
 
 
-def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
+def _parse(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, List[Stage]]:
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--out', default=os.path.join(ROOT, 'benchmarks', 'results',
                                                     'device_check.jsonl'),
                       help='JSON-lines file the records are appended to')
-  parser.add_argument('--smoke', action='store_true', help='tiny sizes, any backend, < 1 min')
-  parser.add_argument('--stages', default='', help='comma list of stage names (default: all)')
+  parser.add_argument('--part', default='1,2', help='comma list of parts: 1 (the headline), '
+                      '2 (the rest), 3 (the bucketed layout); default 1,2')
+  parser.add_argument('--smoke', action='store_true', help='tiny sizes, any backend')
+  parser.add_argument('--stages', default=None,
+                      help='comma list of stage names (default: those of --part)')
   parser.add_argument('--budget', type=float, default=None,
-                      help=f'seconds for the whole check (default {BUDGET_S}, smoke '
-                           f'{SMOKE_BUDGET_S})')
+                      help=f'seconds for the whole check (default {PART_BUDGET_S} a part, '
+                           f'smoke {SMOKE_BUDGET_S})')
   parser.add_argument('--in-process', action='store_true',
                       help='run the stages in this process (no isolation; CI smoke)')
   parser.add_argument('--scratch', default=None, help='folder the stages share (default: temp)')
-  parser.add_argument('--stage', help=argparse.SUPPRESS)
-  parser.add_argument('--run', default=None, help=argparse.SUPPRESS)
+  for hidden in ('--stage', '--run', '--stage-table'):
+    parser.add_argument(hidden, default=None, help=argparse.SUPPRESS)
   parser.add_argument('--deadline', type=float, default=0.0, help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
-  unknown = set(filter(None, args.stages.split(','))) - {s.name for s in STAGES}
-  if unknown:
-    parser.error(f'unknown stage(s) {sorted(unknown)}; known: {[s.name for s in STAGES]}')
+  stages = _stages(args)
+  if args.stages is not None:
+    names = [n for n in args.stages.split(',') if n]
+    unknown = sorted(set(names) - {s.name for s in stages})
+    if unknown:
+      parser.error(f'--stages: unknown stage(s) {unknown}; known: {[s.name for s in stages]}')
+    if not names:
+      parser.error(f'--stages={args.stages!r} selects no stage; known: '
+                   f'{[s.name for s in stages]}')
+    wanted = [s for s in stages if s.name in names]
+  else:
+    try:
+      parts = {int(p) for p in args.part.split(',') if p.strip()}
+    except ValueError:
+      parts = set()
+    if not parts or not parts <= set(PARTS):
+      parser.error(f'--part={args.part!r}: expected a comma list of {list(PARTS)}')
+    wanted = [s for s in stages if s.part in parts]
+    if args.budget is None and not args.smoke:
+      args.budget = PART_BUDGET_S * len(parts)
   if args.budget is None:
-    args.budget = SMOKE_BUDGET_S if args.smoke else BUDGET_S
+    args.budget = SMOKE_BUDGET_S if args.smoke else sum(s.box_s for s in wanted)
   args.run = args.run or harness.timestamp(compact=True)
   args.out = os.path.abspath(args.out)
-  return args
+  if not args.stage:
+    problem = device_children.unwritable_output(args.out)
+    if problem:
+      parser.error(f'--out={args.out}: {problem}')
+  return args, wanted
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-  args = _parse(argv)
+  args, wanted = _parse(argv)
   os.makedirs(os.path.dirname(args.out), exist_ok=True)
   if args.stage:
+    device_children.die_with_parent()
     return run_child(args)
-  with tempfile.TemporaryDirectory(prefix='device_check_') as scratch:
-    args.scratch = args.scratch or scratch
-    records = run_all(args)
-  text = table(records)
-  print(text, flush=True)
-  with open(os.path.join(os.path.dirname(args.out), 'device_check.txt'), 'a',
-            encoding='utf-8') as f:
-    f.write(f'device check {args.run}{" (smoke)" if args.smoke else ""}\n{text}\n\n')
-  return 0
+  handlers = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGINT, signal.SIGTERM)}
+  code = 0
+  try:
+    with device_children.scratch_folder(args.scratch) as scratch:
+      args.scratch = scratch
+      run_all(args, wanted)
+  except (Stopped, KeyboardInterrupt) as stop:
+    signum = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
+    code = 128 + signum
+  finally:
+    for s, handler in handlers.items():
+      signal.signal(s, handler)
+  write_table(args.out, args.run, args.smoke)
+  with open(table_path(args.out), encoding='utf-8') as f:
+    print(f.read(), flush=True)
+  if code:
+    kept = len(read_records(args.out, args.run))
+    print(f'device_check: stopped by {signal.Signals(code - 128).name}; the {kept} records '
+          f'measured so far are in {args.out} and the table in {table_path(args.out)}',
+          file=sys.stderr)
+  return code
 
 
 if __name__ == '__main__':

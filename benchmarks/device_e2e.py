@@ -15,11 +15,12 @@ import glob
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
-from benchmarks import harness
+from benchmarks import device_children, harness
 from benchmarks.device_check import ROOT, Context, goal
 
 BUNDLED = os.path.join(ROOT, 't2t_jax', 'data', 'bible_en_es')
@@ -33,24 +34,51 @@ SMOKE_FLAGS = ('--config.num_train_steps=20', '--config.vocab_size=300',
                '--config.eval_bleu_sentences=8', '--config.log_every_steps=10',
                '--config.final_eval_split=')
 SMOKE_SENTENCES = 16
+# configs/quickstart.py decodes 4 sentences a batch, the fastest on a 2-core CPU, where a
+# beam-search step is mostly fixed costs; an accelerator wants wide batches (default.py's 64).
+ACCELERATOR_FLAGS = ('--config.decode_batch_sentences=64',)
 
 
 def _workdir(ctx: Context) -> str:
   return os.path.join(ctx.scratch, 'embedded_default')
 
 
-def _main_py(args: List[str], timeout: float, log: str,
-             env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
-  """Runs `python main.py ARGS`; its output goes to `log`. (exit code, seconds)."""
+def _main_py(args: List[str], timeout: float, log: str, env: Optional[Dict[str, str]] = None,
+             poll: Optional[Callable[[], None]] = None) -> Dict[str, Any]:
+  """Runs `python main.py ARGS` (killed with this process: `die_with_parent`), its output in
+  `log`, calling `poll()` every few seconds while it runs. (exit code, seconds)."""
   start = harness.now()
+  deadline = start + max(timeout, 1)
   with open(log, 'w', encoding='utf-8') as out:
-    try:
-      code = subprocess.run([sys.executable, os.path.join(ROOT, 'main.py'), *args], cwd=ROOT,
-                            stdout=out, stderr=subprocess.STDOUT, timeout=max(timeout, 1),
-                            env=dict(os.environ, **(env or {})), check=False).returncode
-    except subprocess.TimeoutExpired:
-      code = 'timeout'
-  return {'exit_code': code, 'seconds': harness.now() - start}
+    command = device_children.launcher([sys.executable, os.path.join(ROOT, 'main.py'), *args])
+    child = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                             env=device_children.launcher_env(
+                                 dict(os.environ, JAX_LOG_COMPILES='1', **(env or {}))))
+    code: Any = None
+    while code is None:
+      try:
+        code = child.wait(timeout=min(5.0, max(0.1, deadline - harness.now())))
+      except subprocess.TimeoutExpired:
+        if harness.now() >= deadline:
+          child.kill()
+          child.wait()
+          code = 'timeout'
+      if poll is not None:
+        poll()
+  return {'exit_code': code, 'seconds': harness.now() - start, 'compiles': _compiles(log)}
+
+
+_COMPILED = re.compile(r'Finished XLA compilation of (\S+) in ([0-9.eE+-]+) sec')
+
+
+def _compiles(log: str) -> Dict[str, Any]:
+  """The XLA compilations main.py logged (JAX_LOG_COMPILES): how many, their seconds, and
+  the programs over 0.5 s (the step, eval and decode programs; the rest are tiny helpers)."""
+  with open(log, encoding='utf-8', errors='replace') as f:
+    found = [(m.group(1), float(m.group(2))) for m in _COMPILED.finditer(f.read())]
+  large = [(name, round(s, 2)) for name, s in found if s > 0.5]
+  return {'count': len(found), 'seconds': sum(s for _, s in found), 'over_half_s': len(large),
+          'large': large}
 
 
 def _tail(path: str, chars: int = 1500) -> str:
@@ -59,16 +87,28 @@ def _tail(path: str, chars: int = 1500) -> str:
 
 
 def embedded_default(ctx: Context) -> Dict[str, Any]:
+  """Each dev BLEU is recorded as main.py writes it; then the test BLEU and the compiles."""
   workdir = _workdir(ctx)
   log = os.path.join(ctx.scratch, 'embedded_default.log')
-  flags = list(SMOKE_FLAGS) if ctx.smoke else []
-  run = _main_py([f'--workdir={workdir}', *flags], ctx.left() - 5, log)
+  flags = list(SMOKE_FLAGS) if ctx.smoke else list(ACCELERATOR_FLAGS)
+  metrics = os.path.join(workdir, 'metrics.jsonl')
+  seen: List[List[float]] = []
+  start = harness.now()
+
+  def poll():
+    for step, bleu in _dev_bleu(metrics)[len(seen):]:
+      seen.append([step, bleu])
+      ctx.emit({'part': f'dev_bleu@{step}', 'status': 'partial', 'step': step, 'dev_bleu': bleu,
+                'seconds': harness.now() - start, 'summary': {'dev_bleu': bleu}})
+
+  run = _main_py([f'--workdir={workdir}', *flags], ctx.left() - 5, log, poll=poll)
   record: Dict[str, Any] = {'command': 'python main.py --workdir=DIR ' + ' '.join(flags),
-                            'wall_s': run['seconds'], 'exit_code': run['exit_code']}
+                            'wall_s': run['seconds'], 'exit_code': run['exit_code'],
+                            'compiles': run['compiles']}
   if run['exit_code'] != 0:
     return dict(record, status='error', error=f'main.py exit {run["exit_code"]}',
                 log_tail=_tail(log))
-  record['dev_bleu'] = _dev_bleu(os.path.join(workdir, 'metrics.jsonl'))
+  record['dev_bleu'] = _dev_bleu(metrics)
   finals = sorted(glob.glob(os.path.join(workdir, 'eval_test_*.json')))
   record['goals'] = []
   if finals:
@@ -85,7 +125,9 @@ def embedded_default(ctx: Context) -> Dict[str, Any]:
       dst.write(src.read())
   record['summary'] = {'wall_s': run['seconds'],
                        'dev_bleu': record['dev_bleu'][-1][1] if record['dev_bleu'] else None,
-                       'test_bleu': record.get('test', {}).get('bleu')}
+                       'test_bleu': record.get('test', {}).get('bleu'),
+                       'programs_over_0.5s': run['compiles']['over_half_s'],
+                       'compile_s': run['compiles']['seconds']}
   return record
 
 
@@ -113,7 +155,10 @@ def _test_set(ctx: Context) -> Dict[str, List[str]]:
 
 
 def embedded_decode(ctx: Context) -> Dict[str, Any]:
+  """Needs a checkpoint of the embedded default (a run stopped by its box still has some)."""
   import sacrebleu  # pylint: disable=import-outside-toplevel
+  if not glob.glob(os.path.join(_workdir(ctx), 'checkpoints', '*')):
+    return {'status': 'skipped', 'why': 'the embedded default wrote no checkpoint'}
   sides = _test_set(ctx)
   source = os.path.join(ctx.scratch, 'test.en')
   with open(source, 'w', encoding='utf-8') as f:
@@ -123,8 +168,9 @@ def embedded_decode(ctx: Context) -> Dict[str, Any]:
   for name, env in backends:
     output = os.path.join(ctx.scratch, f'decoded_{name}.es')
     log = os.path.join(ctx.scratch, f'decode_{name}.log')
+    flags = [] if ctx.smoke or name == 'cpu' else list(ACCELERATOR_FLAGS)
     runs[name] = _main_py(['--mode=decode', f'--workdir={_workdir(ctx)}', f'--input={source}',
-                           f'--output={output}'], ctx.left() - 3, log, env)
+                           f'--output={output}', *flags], ctx.left() - 3, log, env)
     if runs[name]['exit_code'] != 0:
       return {'status': 'error', 'error': f'decode on {name}: exit {runs[name]["exit_code"]}',
               'log_tail': _tail(log), 'runs': runs}
@@ -139,6 +185,7 @@ def embedded_decode(ctx: Context) -> Dict[str, Any]:
             'differing_lines': differing,
             'sentences_per_s': {k: n / v['seconds'] for k, v in runs.items()},
             'command_s': {k: v['seconds'] for k, v in runs.items()},
+            'compiles': {k: v['compiles'] for k, v in runs.items()},
             'goals': [goal('device decode identical to CPU, or BLEU within 0.2',
                            f'{differing} lines differ, BLEU gap {gap:.3f}',
                            differing == 0 or gap <= 0.2)]}
