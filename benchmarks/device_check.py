@@ -21,10 +21,10 @@ The children's output goes to `device_check.log` beside `--out`.
 
 Part 1 (the headline): environment (versions, protobuf, the carried imports, a bf16 GEMM's
 own rate), numerics at reduced sizes, base and big training in bf16 against the PyTorch
-peer (eager, then torch.compile), MFU against the datasheet and the measured GEMM peak, the
-wait fraction. Part 2 (the rest): the embedded default end to end and its decode on the
-device and the CPU, every form of Eq. 1, compile times, beam decoding against the peer.
-Part 3 (when time is left): the bucketed training layout. Each box is sized from the
+peer (eager, then torch.compile while the box allows), MFU against the datasheet and the
+measured GEMM peak, the wait fraction. Part 2: the embedded default end to end and its
+decode on the device and the CPU, every form of Eq. 1. Part 3 (when time is left): compile
+times, beam decoding against the peer, the bucketed training layout. Each box is sized from the
 estimate for an H100 with an empty compilation cache written beside it, and a part's boxes
 add up to at most its budget.
 
@@ -61,41 +61,51 @@ class Stage:
   # Stages that run main.py in children start no backend themselves: a process holding the
   # device (JAX takes 75% of a GPU's memory when it starts) would starve the child's.
   starts_jax: bool = True
+  xla_flags: str = ''  # added to XLA_FLAGS in the stage's process
 
 
-# Boxes in seconds on an H100 with an empty compilation cache; the estimate of each is the
-# comment beside it (tests/benchmarks/test_device_check.py checks that a part's boxes add up
-# to at most PART_BUDGET_S).
+# Numerics and forms are about what is computed, not how fast: without autotuning a GPU
+# program compiles in seconds instead of tens of seconds (an unknown flag on other backends'
+# XLA is still parsed: the flags are one table).
+NO_AUTOTUNE = '--xla_gpu_autotune_level=0'
+# Boxes in seconds, from the first GPU run (one H200, jax 0.11.2, empty compilation cache,
+# 2026-11-27; docs/performance.md): what each stage measured there is the comment beside it.
+# XLA's GPU compiles autotune and take 10-46 s a program there, which sets most boxes.
+# (tests/benchmarks/test_device_check.py checks that a part's boxes add up to at most
+# PART_BUDGET_S.)
 STAGES = (
-    # jax start ~5 s, nvidia-smi ~1 s, the carried imports ~4 s, an 8192^3 bf16 GEMM ~3 s.
-    Stage('environment', 'benchmarks.device_numerics:environment', 25, 30, part=1),
-    # base widths with 2 layers and 8k ids on 8x32 tokens: the CPU backend's compile ~8 s and
-    # run ~1 s, three device compiles ~4 s each, each precision recorded as it is measured.
-    Stage('numerics', 'benchmarks.device_numerics:numerics', 40, 60, part=1),
-    # ours: compile ~20 s, 22 steps ~3 s; peer eager: build + 22 steps ~10 s; torch.compile
-    # ~40 s + 20 steps ~3 s.
+    # measured 14.9 s: jax start, nvidia-smi, the carried imports, an 8192^3 bf16 GEMM.
+    Stage('environment', 'benchmarks.device_numerics:environment', 20, 30, part=1),
+    # base widths, 1 layer, 8k ids, 8x32 tokens; the device compiles without autotuning
+    # (correctness does not need the fastest kernels): CPU compile + 3 device compiles. The
+    # first run, 2 layers with autotuning, recorded nothing in 55 s.
+    Stage('numerics', 'benchmarks.device_numerics:numerics', 45, 60, part=1,
+          xla_flags=NO_AUTOTUNE),
+    # measured 82.5 s: ours' compile 46 s, 22 steps, the peer eager; torch.compile (~40 s)
+    # runs only if the box has that left.
     Stage('train_base', 'benchmarks.device_train:train_base', 95, 60, part=1,
           shares_device=True),
-    # ours: compile ~30 s, 12 steps ~5 s; peer eager ~15 s; torch.compile ~50 s.
+    # measured 76.6 s: compile 41 s, 12 steps, the peer eager; torch.compile as above.
     Stage('train_big', 'benchmarks.device_train:train_big', 110, 60, part=1,
           shares_device=True),
-    # data + vocabulary ~15 s, ~10 programs ~30 s, 5200 steps at ~5 ms ~26 s, checkpoints
-    # ~6 s, 4 dev BLEU evals and the 1010-sentence test decode at 64 rows ~30 s.
-    Stage('embedded_default', 'benchmarks.device_e2e:embedded_default', 140, 120, part=2,
+    # measured: the 3900-step dev BLEU at 130 s, 16 compiles (61 s, 9 over 0.5 s), ~10 ms a
+    # step; the end (5200 steps, averaging, the test decode at 64 rows) ~165 s.
+    Stage('embedded_default', 'benchmarks.device_e2e:embedded_default', 180, 120, part=2,
           starts_jax=False),
-    # two main.py decodes of the test set: the device ~15 s (start + compile), the CPU
-    # backend ~25 s on 16 cores.
-    Stage('embedded_decode', 'benchmarks.device_e2e:embedded_decode', 45, 60, part=2,
+    # measured: the device's decode of 1010 sentences 33 s (20 s compiling); the first 300
+    # sentences on the device and the CPU backend.
+    Stage('embedded_decode', 'benchmarks.device_e2e:embedded_decode', 50, 60, part=2,
           starts_jax=False),
-    # seven forms at ~1 s of compile each, the model twice ~10 s.
-    Stage('attention_forms', 'benchmarks.device_numerics:attention_forms', 25, 30, part=2),
-    # base's programs: train ~20 s, 2 eval shapes, decode buckets ~2 s each; each recorded.
-    Stage('compile', 'benchmarks.device_train:compile_times', 30, 40, part=2),
-    # beam 4, 128 sentences: ours compile ~8 s + 3 runs ~3 s, the peer ~10 s.
-    Stage('decode_speed', 'benchmarks.device_train:decode_speed', 30, 30, part=2,
+    # measured: the seven forms ~10 s; the model twice in bf16 at base (without autotuning).
+    Stage('attention_forms', 'benchmarks.device_numerics:attention_forms', 40, 30, part=2,
+          xla_flags=NO_AUTOTUNE),
+    # measured: no program finished in 45 s (base's train step alone compiles in 46 s).
+    Stage('compile', 'benchmarks.device_train:compile_times', 90, 40, part=3),
+    # beam 4, 128 sentences: a base decode program compiled in 11-12 s in main.py; the peer.
+    Stage('decode_speed', 'benchmarks.device_train:decode_speed', 60, 30, part=3,
           shares_device=True),
-    # ~10 bucket shapes compiled in threads ~45 s, 22 steps fed and staged ~10 s.
-    Stage('train_bucketed', 'benchmarks.device_train:train_bucketed', 90, 60, part=3),
+    # ~10 bucket shapes compiled in threads, 22 steps fed and staged.
+    Stage('train_bucketed', 'benchmarks.device_train:train_bucketed', 120, 60, part=3),
 )
 PART_BUDGET_S = 270  # one command: under 4.5 minutes on one H100
 SMOKE_BUDGET_S = 300
@@ -245,6 +255,8 @@ def _child_command(stage: Stage, args: argparse.Namespace, deadline: float) -> L
 def _child_env(stage: Stage) -> Dict[str, str]:
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(
       [ROOT] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
+  if stage.xla_flags:
+    env['XLA_FLAGS'] = f'{env.get("XLA_FLAGS", "")} {stage.xla_flags}'.strip()
   if stage.shares_device:
     env.setdefault('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
     env.setdefault('XLA_PYTHON_CLIENT_MEM_FRACTION', '0.6')
