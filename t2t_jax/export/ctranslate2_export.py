@@ -24,6 +24,7 @@ Decoding as t2t_jax decodes (GNMT length penalty, EOS allowed first, output leng
 
 import json
 import os
+import shutil
 import tempfile
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -232,7 +233,10 @@ def write_model(cfg: model.TransformerConfig, params, pieces: Sequence[str], out
   """Writes `params` as a CTranslate2 model into the new directory `output` (model.bin,
   config.json, shared_vocabulary.json, plus `files`: {name in the model directory: path}).
   `check(directory)`, if given, runs on the written model before it becomes `output`; what it
-  raises removes everything written. `argument` names `output` in messages.
+  raises removes everything written. A quantized model translates otherwise by design (int8
+  weights), so `check` then runs on a float32 conversion of the same parameters, written
+  beside it and removed: what it proves is the mapping, which quantization does not change.
+  `argument` names `output` in messages.
 
   Raises:
     FileExistsError: `output` exists (nothing is written).
@@ -242,15 +246,22 @@ def write_model(cfg: model.TransformerConfig, params, pieces: Sequence[str], out
   check_quantization(quantization)
   check_output(output, argument)
   spec = build_spec(cfg, params, pieces)  # every refusal of the model before writing
+  quantized = quantization not in (None, 'float32')
   # A full disk or a read-only file system: one line naming `output`, nothing left of it.
   with new_directory(output, argument) as temp, workdir_lib.writing(paths.absolute(output)):
+    if check is not None and quantized:
+      # A second spec: conversion quantizes a spec's arrays in place.
+      unquantized = _converter(build_spec(cfg, params, pieces), {}).convert(
+          os.path.join(temp, 'float32_self_check'))
+      check(unquantized)
+      shutil.rmtree(unquantized)
     # The converter writes into a directory it creates: one inside our temporary one.
     converted = _converter(spec, files or {}).convert(os.path.join(temp, 'model'),
                                                       quantization=quantization)
     for name in os.listdir(converted):
       os.rename(os.path.join(converted, name), os.path.join(temp, name))
     os.rmdir(converted)
-    if check is not None:
+    if check is not None and not quantized:
       check(temp)
   return paths.absolute(output)
 
@@ -280,7 +291,9 @@ def _self_check(source: ExportSource, output: str, quantization: Optional[str]
           patience=2.0)
       return [[index.get(piece, -1) for piece in row] for row in rows]
 
-    name = f'the {quantization or "float32"} CTranslate2 model for {output}'
+    name = (f'the float32 conversion of the {quantization} CTranslate2 model for {output}'
+            if quantization not in (None, 'float32') else
+            f'the float32 CTranslate2 model for {output}')
     self_check.check_artifact(name, source.transformer, source.params, tok, settings,
                               artifact_ids, sentences)
   return check

@@ -146,6 +146,9 @@ def test_a_run_export_checks_itself_and_keeps_what_translates_as_ours(tiny_sourc
   assert sorted(os.listdir(output)) == ['config.json', 'model.bin', 'shared_vocabulary.json',
                                         'spm.model', 't2t_jax_decoding.json']
   assert os.listdir(tmp_path) == ['ct2']
+  # Before: the grouped-query model's translate_batch raised a shape ValueError.
+  translator = ctranslate2.Translator(output, device='cpu', intra_threads=1)
+  assert len(translator.translate_batch([['\u2581In']], max_decoding_length=4)) == 1
 
 
 def test_a_ctranslate2_export_that_translates_otherwise_is_removed(tiny_source, tmp_path,
