@@ -90,7 +90,8 @@ def check_embedding_scale(transformer: model.Transformer, params) -> None:
   model without one passes here; the export's self-check still translates with it."""
   cfg = transformer.cfg
   ids = np.arange(min(cfg.vocab_size, 8), dtype=np.int32)[None]
-  net = transformer.clone(cfg=cfg.replace(deterministic=True, decode=False))
+  # float32 activations: a bfloat16 model's rounding is no missing scale.
+  net = transformer.clone(cfg=cfg.replace(deterministic=True, decode=False, dtype='float32'))
   try:
     got = net.apply({'params': params}, ids, method=lambda m, x: m.shared_embedding(x))
   except AttributeError:  # no `shared_embedding`: nothing to read here
