@@ -35,7 +35,7 @@ from t2t_jax.storage import paths
 from t2t_jax.storage import workdir as workdir_lib
 from t2t_jax.export import ctranslate2_decoding, self_check
 from t2t_jax.export.ctranslate2_params import (  # noqa: F401  (check_expressible, Layout: API)
-    Layout, ReadTracker, check_embedding_scale, check_expressible, leaf_paths)
+    Layout, ReadTracker, check_embedding_scale, check_expressible, refuse_unread)
 from t2t_jax.export.common import (ExportError, ExportSource, check_output, load_source,
                                    new_directory)
 
@@ -135,6 +135,22 @@ def _set_ffn(spec, params, norm) -> None:
   _set_norm(spec.layer_norm, norm)
 
 
+def _set_layers(encoder, decoder, tree) -> None:
+  """Every layer of both stacks from `tree` (a `ReadTracker` of the parameters)."""
+  for i, layer in enumerate(encoder.layer):
+    p = tree['encoder'][f'layer_{i}']
+    _set_attention(layer.self_attention, p['self_attention'], p['attention_block']['norm'],
+                   [['query', 'key', 'value']])
+    _set_ffn(layer.ffn, p['ffn'], p['ffn_block']['norm'])
+  for i, layer in enumerate(decoder.layer):
+    p = tree['decoder'][f'layer_{i}']
+    _set_attention(layer.self_attention, p['self_attention'],
+                   p['self_attention_block']['norm'], [['query', 'key', 'value']])
+    _set_attention(layer.attention, p['cross_attention'], p['cross_attention_block']['norm'],
+                   [['query'], ['key', 'value']])
+    _set_ffn(layer.ffn, p['ffn'], p['ffn_block']['norm'])
+
+
 def build_spec(cfg: model.TransformerConfig, params, pieces: Sequence[str]):
   """A `ctranslate2.specs.TransformerSpec` holding `params` (a t2t_jax parameter tree), with
   the layer and head counts the tree holds (`layout`), grouped-query attention as
@@ -167,24 +183,8 @@ def build_spec(cfg: model.TransformerConfig, params, pieces: Sequence[str]):
     spec.position_encodings.encodings = position_table(cfg, tree, side)
     if pre_norm:
       _set_norm(spec.layer_norm, tree[side]['final_norm'])
-  for i, layer in enumerate(encoder.layer):
-    p = tree['encoder'][f'layer_{i}']
-    _set_attention(layer.self_attention, p['self_attention'], p['attention_block']['norm'],
-                   [['query', 'key', 'value']])
-    _set_ffn(layer.ffn, p['ffn'], p['ffn_block']['norm'])
-  for i, layer in enumerate(decoder.layer):
-    p = tree['decoder'][f'layer_{i}']
-    _set_attention(layer.self_attention, p['self_attention'],
-                   p['self_attention_block']['norm'], [['query', 'key', 'value']])
-    _set_attention(layer.attention, p['cross_attention'], p['cross_attention_block']['norm'],
-                   [['query'], ['key', 'value']])
-    _set_ffn(layer.ffn, p['ffn'], p['ffn_block']['norm'])
-  unread = sorted(set(leaf_paths(params)) - read)
-  if unread:
-    raise ExportError(f'CTranslate2\'s Transformer has no place for the parameters '
-                      f'{", ".join(unread[:3])}{" ..." if len(unread) > 3 else ""} (an untied '
-                      'output projection, a variant\'s own weights): export the model with '
-                      '--format=stablehlo, which runs its own code')
+  _set_layers(encoder, decoder, tree)
+  refuse_unread(params, read)
   decoder.projection.weight = embedding  # §3.4; saved once (CTranslate2 aliases equal arrays)
   bias = np.zeros(cfg.vocab_size, np.float32)
   bias[model.PAD_ID] = PAD_LOGIT_BIAS

@@ -134,3 +134,15 @@ def leaf_paths(tree, prefix: str = '') -> List[str]:
   return [p for key, value in tree.items()
           for p in (leaf_paths(value, f'{prefix}{key}/') if isinstance(value, Mapping)
                     else [f'{prefix}{key}'])]
+
+
+def refuse_unread(params, read: set) -> None:
+  """Raises ExportError naming the parameters of `params` not in `read` (a `ReadTracker`'s
+  record): CTranslate2's Transformer has no place for them, so writing the model without them
+  would translate otherwise than the model."""
+  unread = sorted(set(leaf_paths(params)) - read)
+  if unread:
+    raise ExportError(f'CTranslate2\'s Transformer has no place for the parameters '
+                      f'{", ".join(unread[:3])}{" ..." if len(unread) > 3 else ""} (an untied '
+                      'output projection, a variant\'s own weights): export the model with '
+                      '--format=stablehlo, which runs its own code')
