@@ -47,7 +47,11 @@ _PRECIOUS = ('the checkpoints of this workdir were trained with it, so a new voc
 
 
 def _damaged(path: str, what: str) -> TokenizerError:
-  return TokenizerError(f'{path} is damaged ({what}); {_PRECIOUS}')
+  """The error of a file that is no usable SentencePiece model; its `what` attribute says why
+  without the advice to a workdir's owner (a library caller may have no workdir)."""
+  error = TokenizerError(f'{path} is damaged ({what}); {_PRECIOUS}')
+  error.what = what
+  return error
 
 
 class Tokenizer:

@@ -48,8 +48,10 @@ def _exists(path: str) -> bool:
   return epath.Path(path).exists()
 
 
-def check_output(output: str) -> str:
+def check_output(output: str, argument: str = '--output') -> str:
   """The absolute path (or URI) of a new output directory, after refusing one that exists.
+  `argument` names `output` in the messages: '--output' for `--mode=export`, a library call
+  its own, e.g. 'export_stablehlo_model: output' (a caller has no flags).
 
   Raises:
     FileExistsError: `output` exists (file or directory); nothing is changed.
@@ -57,15 +59,18 @@ def check_output(output: str) -> str:
     OutputError: its parent is a file, read-only or full (a probe file cannot be written).
   """
   if not output:
-    raise ExportError('--output is required for --mode=export: the directory to create')
+    raise ExportError(f'{argument} is required: the directory to create' if argument !=
+                      '--output' else '--output is required for --mode=export: the directory '
+                      'to create')
   path = paths.absolute(output)
   if _exists(path):
-    raise FileExistsError(f'--output={output} already exists; choose a new directory or '
+    raise FileExistsError(f'{argument}={output} already exists; choose a new directory or '
                           'remove it (nothing was written)')
   parent = os.path.dirname(path)
   if paths.is_local(path) and not os.path.lexists(parent):  # object stores have no folders
-    raise ExportError(f'--output={output}: the parent directory {parent} does not exist')
-  return outputs.check_writable(output)  # a file, read-only or full: one line, before work
+    raise ExportError(f'{argument}={output}: the parent directory {parent} does not exist')
+  # A file, read-only or full: one line, before work.
+  return outputs.check_writable(output, argument)
 
 
 def _appeared(output: str) -> FileExistsError:
@@ -73,11 +78,12 @@ def _appeared(output: str) -> FileExistsError:
 
 
 @contextlib.contextmanager
-def new_directory(output: str) -> Iterator[str]:
+def new_directory(output: str, argument: str = '--output') -> Iterator[str]:
   """Yields a local temporary directory that becomes `output` on success and is removed on
-  failure: renamed when `output` is local (it is made beside it), uploaded file by file when
-  `output` is a URI. `output` is checked with `check_output` first."""
-  path = check_output(output)
+  failure (an exception inside the block, a failed self-check included): renamed when
+  `output` is local (it is made beside it), uploaded file by file when `output` is a URI.
+  `output` is checked with `check_output(output, argument)` first."""
+  path = check_output(output, argument)
   if not paths.is_local(path):
     with tempfile.TemporaryDirectory(prefix='t2t_jax_export.') as temp:
       yield temp

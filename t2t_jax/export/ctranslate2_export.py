@@ -24,14 +24,18 @@ Decoding as t2t_jax decodes (GNMT length penalty, EOS allowed first, output leng
 
 import json
 import os
+import shutil
 import tempfile
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from t2t_jax.model import layers, parts, transformer as model
 from t2t_jax.storage import paths
 from t2t_jax.storage import workdir as workdir_lib
+from t2t_jax.export import ctranslate2_decoding, self_check
+from t2t_jax.export.ctranslate2_params import (  # noqa: F401  (check_expressible, Layout: API)
+    Layout, ReadTracker, check_embedding_scale, check_expressible, refuse_unread)
 from t2t_jax.export.common import (ExportError, ExportSource, check_output, load_source,
                                    new_directory)
 
@@ -73,19 +77,6 @@ def check_paper_layers(transformer: model.Transformer) -> None:
     raise ExportError(f'CTranslate2 runs the paper\'s layers; this model replaces its '
                       f'{", ".join(changed)}: export it with --format=stablehlo, which runs '
                       'the model\'s own code')
-
-
-def check_expressible(cfg: model.TransformerConfig, params) -> None:
-  """Raises ExportError naming the first option of `cfg` CTranslate2 cannot express."""
-  if cfg.d_k != cfg.d_v:
-    raise ExportError(f'CTranslate2 cannot express d_k={cfg.d_k} != d_v={cfg.d_v}: its '
-                      'attention has one head width for queries, keys and values')
-  if cfg.positional == 'learned':
-    for side in ('encoder', 'decoder'):
-      rows = params[side]['positions']['positions'].shape[0]
-      if rows < cfg.max_len:
-        raise ExportError(f'the learned {side} position table has {rows} rows but max_len='
-                          f'{cfg.max_len}: CTranslate2 cannot extend learned positions')
 
 
 def vocabulary(pieces: Sequence[str], size: int) -> List[str]:
@@ -144,41 +135,56 @@ def _set_ffn(spec, params, norm) -> None:
   _set_norm(spec.layer_norm, norm)
 
 
-def build_spec(cfg: model.TransformerConfig, params, pieces: Sequence[str]):
-  """A `ctranslate2.specs.TransformerSpec` holding `params` (a t2t_jax parameter tree).
-
-  Raises:
-    ExportError: an option CTranslate2 cannot express, or more pieces than embedding rows.
-  """
-  from ctranslate2.specs import transformer_spec
-  check_expressible(cfg, params)
-  pre_norm = cfg.norm_position == 'pre'
-  # Only a head width other than d_model / heads needs saying (CTranslate2 derives it).
-  head_dim = None if cfg.d_k * cfg.num_heads == cfg.d_model else cfg.d_k
-  encoder = transformer_spec.TransformerEncoderSpec(cfg.num_layers, cfg.num_heads,
-                                                    pre_norm=pre_norm, head_dim=head_dim)
-  decoder = transformer_spec.TransformerDecoderSpec(cfg.num_layers, cfg.num_heads,
-                                                    pre_norm=pre_norm, head_dim=head_dim)
-  embedding = np.array(params['shared_embedding']['embedding'], np.float32)
-  for side, spec in (('encoder', encoder), ('decoder', decoder)):
-    embeddings = spec.embeddings[0] if side == 'encoder' else spec.embeddings
-    embeddings.weight = embedding
-    spec.scale_embeddings = True  # x sqrt(d_model), as SharedEmbedding
-    spec.position_encodings.encodings = position_table(cfg, params, side)
-    if pre_norm:
-      _set_norm(spec.layer_norm, params[side]['final_norm'])
+def _set_layers(encoder, decoder, tree) -> None:
+  """Every layer of both stacks from `tree` (a `ReadTracker` of the parameters)."""
   for i, layer in enumerate(encoder.layer):
-    p = params['encoder'][f'layer_{i}']
+    p = tree['encoder'][f'layer_{i}']
     _set_attention(layer.self_attention, p['self_attention'], p['attention_block']['norm'],
                    [['query', 'key', 'value']])
     _set_ffn(layer.ffn, p['ffn'], p['ffn_block']['norm'])
   for i, layer in enumerate(decoder.layer):
-    p = params['decoder'][f'layer_{i}']
+    p = tree['decoder'][f'layer_{i}']
     _set_attention(layer.self_attention, p['self_attention'],
                    p['self_attention_block']['norm'], [['query', 'key', 'value']])
     _set_attention(layer.attention, p['cross_attention'], p['cross_attention_block']['norm'],
                    [['query'], ['key', 'value']])
     _set_ffn(layer.ffn, p['ffn'], p['ffn_block']['norm'])
+
+
+def build_spec(cfg: model.TransformerConfig, params, pieces: Sequence[str]):
+  """A `ctranslate2.specs.TransformerSpec` holding `params` (a t2t_jax parameter tree), with
+  the layer and head counts the tree holds (`layout`), grouped-query attention as
+  CTranslate2's `num_heads_kv`.
+
+  Raises:
+    ExportError: an option CTranslate2 cannot express, a parameter it has no place for, or
+      more pieces than embedding rows.
+  """
+  from ctranslate2.specs import transformer_spec
+  shape = check_expressible(cfg, params)
+  read: set = set()
+  tree = ReadTracker(params, read)
+  pre_norm = cfg.norm_position == 'pre'
+  # Only a head width other than d_model / heads needs saying (CTranslate2 derives it), and
+  # only fewer key/value heads than query heads.
+  options = dict(pre_norm=pre_norm,
+                 head_dim=None if shape.head_dim * shape.num_heads == cfg.d_model
+                 else shape.head_dim,
+                 num_heads_kv=None if shape.kv_heads == shape.num_heads else shape.kv_heads)
+  encoder = transformer_spec.TransformerEncoderSpec(shape.encoder_layers, shape.num_heads,
+                                                    **options)
+  decoder = transformer_spec.TransformerDecoderSpec(shape.decoder_layers, shape.num_heads,
+                                                    **options)
+  embedding = np.array(tree['shared_embedding']['embedding'], np.float32)
+  for side, spec in (('encoder', encoder), ('decoder', decoder)):
+    embeddings = spec.embeddings[0] if side == 'encoder' else spec.embeddings
+    embeddings.weight = embedding
+    spec.scale_embeddings = True  # x sqrt(d_model), as SharedEmbedding
+    spec.position_encodings.encodings = position_table(cfg, tree, side)
+    if pre_norm:
+      _set_norm(spec.layer_norm, tree[side]['final_norm'])
+  _set_layers(encoder, decoder, tree)
+  refuse_unread(params, read)
   decoder.projection.weight = embedding  # §3.4; saved once (CTranslate2 aliases equal arrays)
   bias = np.zeros(cfg.vocab_size, np.float32)
   bias[model.PAD_ID] = PAD_LOGIT_BIAS
@@ -197,13 +203,12 @@ def build_spec(cfg: model.TransformerConfig, params, pieces: Sequence[str]):
   return spec
 
 
-def _converter(cfg, params, pieces, files):
-  """A `ctranslate2.converters.Converter` over our parameters (imported lazily)."""
+def _converter(spec, files):
+  """A `ctranslate2.converters.Converter` of a built spec (imported lazily)."""
   from ctranslate2.converters.converter import Converter
 
   class T2TJaxConverter(Converter):
     def _load(self):
-      spec = build_spec(cfg, params, pieces)
       for name, path in files.items():
         spec.register_file(path, name)
       return spec
@@ -222,30 +227,90 @@ def decoding_options(config, description: str) -> dict:
 
 
 def write_model(cfg: model.TransformerConfig, params, pieces: Sequence[str], output: str, *,
-                quantization: Optional[str] = None, files: Optional[dict] = None) -> str:
+                quantization: Optional[str] = None, files: Optional[dict] = None,
+                check: Optional[Callable[[str], None]] = None,
+                argument: str = '--output') -> str:
   """Writes `params` as a CTranslate2 model into the new directory `output` (model.bin,
   config.json, shared_vocabulary.json, plus `files`: {name in the model directory: path}).
+  `check(directory)`, if given, runs on the written model before it becomes `output`; what it
+  raises removes everything written. A quantized model translates otherwise by design (int8
+  weights), so `check` then runs on a float32 conversion of the same parameters, written
+  beside it and removed: what it proves is the mapping, which quantization does not change.
+  `argument` names `output` in messages.
 
   Raises:
     FileExistsError: `output` exists (nothing is written).
-    ExportError: ctranslate2 missing, an unknown quantization or an inexpressible model.
+    ExportError: ctranslate2 missing, an unknown quantization or an inexpressible model
+      (before anything is written), or what `check` raises.
   """
   check_quantization(quantization)
-  check_expressible(cfg, params)
+  check_output(output, argument)
+  spec = build_spec(cfg, params, pieces)  # every refusal of the model before writing
+  quantized = quantization not in (None, 'float32')
   # A full disk or a read-only file system: one line naming `output`, nothing left of it.
-  with new_directory(output) as temp, workdir_lib.writing(paths.absolute(output)):
+  with new_directory(output, argument) as temp, workdir_lib.writing(paths.absolute(output)):
+    if check is not None and quantized:
+      # A second spec: conversion quantizes a spec's arrays in place.
+      unquantized = _converter(build_spec(cfg, params, pieces), {}).convert(
+          os.path.join(temp, 'float32_self_check'))
+      check(unquantized)
+      shutil.rmtree(unquantized)
     # The converter writes into a directory it creates: one inside our temporary one.
-    converted = _converter(cfg, params, pieces, files or {}).convert(
-        os.path.join(temp, 'model'), quantization=quantization)
+    converted = _converter(spec, files or {}).convert(os.path.join(temp, 'model'),
+                                                      quantization=quantization)
     for name in os.listdir(converted):
       os.rename(os.path.join(converted, name), os.path.join(temp, name))
     os.rmdir(converted)
+    if check is not None and not quantized:
+      check(temp)
   return paths.absolute(output)
 
 
-def convert(source: ExportSource, output: str, quantization: Optional[str] = None) -> str:
+def _self_check(source: ExportSource, output: str, quantization: Optional[str]
+                ) -> Callable[[str], None]:
+  """`write_model`'s check of a run's export: `self_check.check_artifact` with the written
+  model decoded by `ctranslate2_decoding.translate` at the run's settings."""
+  from t2t_jax.data import tokenizer
+  ctranslate2 = _ctranslate2()
+  settings = self_check.Settings.of(source.config)
+  tok = tokenizer.load(source.tokenizer_path)
+  sentences = self_check.check_sentences(source.config, tok)
+  tokens = vocabulary(source.pieces(), source.model_config.vocab_size)
+  index = {token: i for i, token in enumerate(tokens)}
+  # The written weights are float32 (or quantized from float32) and CTranslate2 computes in
+  # float32: the reference decodes with float32 activations too, also for a bfloat16 run.
+  net = source.transformer
+  reference = net.clone(cfg=net.cfg.replace(dtype='float32'))
+
+  def check(directory: str) -> None:
+    translator = ctranslate2.Translator(directory, device='cpu', intra_threads=1)
+
+    def artifact_ids(sentences):
+      # patience=2: CTranslate2 then keeps the hypothesis our search prefers where its own
+      # stopping rule would end first (README "Serving": all 1010 test sentences agree).
+      rows = ctranslate2_decoding.translate(
+          translator, [tok.pieces(tok.encode(s)) for s in sentences],
+          beam_size=settings.beam_size, alpha=settings.alpha,
+          max_decode_extra=settings.max_decode_extra, max_len=source.model_config.max_len,
+          patience=2.0)
+      return [[index.get(piece, -1) for piece in row] for row in rows]
+
+    name = (f'the float32 conversion of the {quantization} CTranslate2 model for {output}'
+            if quantization not in (None, 'float32') else
+            f'the float32 CTranslate2 model for {output}')
+    self_check.check_artifact(name, reference, source.params, tok, settings, artifact_ids,
+                              sentences)
+  return check
+
+
+def convert(source: ExportSource, output: str, quantization: Optional[str] = None,
+            argument: str = '--output') -> str:
   """`write_model` of a trained run, with its SentencePiece model (spm.model) and its decoding
-  settings (t2t_jax_decoding.json) in the model directory. Returns `output`'s absolute path."""
+  settings (t2t_jax_decoding.json) in the model directory, after the model is read
+  (`check_paper_layers`, `check_embedding_scale`, `build_spec`) and before it is kept, checked
+  by translating (`self_check`). Returns `output`'s absolute path."""
+  check_paper_layers(source.transformer)
+  check_embedding_scale(source.transformer, source.params)
   with tempfile.TemporaryDirectory() as scratch:
     options = os.path.join(scratch, DECODING_FILE)
     vocab = os.path.join(scratch, 'spm.model')  # a local copy: the workdir may be gs://
@@ -255,10 +320,10 @@ def convert(source: ExportSource, output: str, quantization: Optional[str] = Non
                   sort_keys=True)
       with open(vocab, 'wb') as f:
         f.write(paths.read_bytes(source.tokenizer_path))
-    check_paper_layers(source.transformer)
     return write_model(source.model_config, source.params, source.pieces(), output,
                        quantization=quantization,
-                       files={'spm.model': vocab, DECODING_FILE: options})
+                       files={'spm.model': vocab, DECODING_FILE: options},
+                       check=_self_check(source, output, quantization), argument=argument)
 
 
 def export_ctranslate2(workdir: str, output: str, *, checkpoint: Optional[str] = None,
@@ -280,6 +345,7 @@ def export_ctranslate2(workdir: str, output: str, *, checkpoint: Optional[str] =
     FileExistsError, ExportError, CheckpointError, TokenizerError: one-line reasons; nothing
       is written.
   """
-  check_output(output)
+  check_output(output, 'export_ctranslate2: output')
   check_quantization(quantization)
-  return convert(load_source(workdir, checkpoint), output, quantization)
+  return convert(load_source(workdir, checkpoint), output, quantization,
+                 'export_ctranslate2: output')

@@ -23,12 +23,14 @@ with `Translator`'s decoding settings.
 """
 
 import json
+import logging
 import math
 import numbers
 import os
 import shutil
 import types
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Mapping
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -39,10 +41,12 @@ from t2t_jax.model import transformer as model
 from t2t_jax.model.transformer import as_model  # `model` is also export_stablehlo_model's argument
 from t2t_jax.storage import paths
 from t2t_jax.storage import workdir as workdir_lib
+from t2t_jax.export import self_check
 from t2t_jax.export.common import (ExportError, ExportSource, check_output, load_source,
                                    new_directory)
 
 PLATFORMS = ('cpu', 'cuda', 'tpu')
+KNOWN_PLATFORMS = ('cpu', 'cuda', 'rocm', 'tpu')  # what jax.export lowers for
 
 
 def check_serialization() -> None:
@@ -76,24 +80,66 @@ def export_bucket(transformer: model.ModelLike, params, *, beam_size: int, alpha
   return jax.export.export(jax.jit(decode), platforms=tuple(platforms))(*shapes)
 
 
+def check_platforms(platforms: Sequence[str], argument: str = 'platforms') -> Tuple[str, ...]:
+  """`platforms` as a tuple, after refusing an empty or repeated one or a platform
+  `jax.export` does not lower for (`KNOWN_PLATFORMS`); `argument` names it in the message."""
+  found = tuple(platforms) if isinstance(platforms, (list, tuple)) else None
+  unknown = ([p for p in found if p not in KNOWN_PLATFORMS] if found is not None else None)
+  if not found or unknown or len(set(found)) != len(found):
+    what = (f'unknown platform {unknown[0]!r}' if unknown else
+            'a repeated platform' if found else 'expected a non-empty tuple of platforms')
+    raise ExportError(f'{argument}={platforms!r}: {what}; jax.export lowers for '
+                      f'{", ".join(KNOWN_PLATFORMS)}')
+  return found
+
+
+def _runs_here(platforms: Sequence[str]) -> bool:
+  """Whether this process's default jax backend can run a module lowered for `platforms`."""
+  backend = jax.default_backend()
+  return backend in platforms or (backend == 'gpu' and bool({'cuda', 'rocm'} & set(platforms)))
+
+
+def _self_check(source: ExportSource, output: str, directory: str,
+                platforms: Sequence[str]) -> None:
+  """`self_check.check_artifact` of the artifact in `directory` (its serve.py's
+  `ExportedTranslator`) at the artifact's decoding settings. An artifact without a lowering
+  for this machine's backend (e.g. platforms=('tpu',) exported on a CPU) cannot run here: the
+  check is skipped with a warning rather than refusing a valid export."""
+  from t2t_jax.data import tokenizer
+  if not _runs_here(platforms):
+    logging.warning('export self-check skipped: %s has no lowering for this machine\'s %s '
+                    'backend', output, jax.default_backend())
+    return
+  tok = tokenizer.load(source.tokenizer_path)
+  artifact = portable.ExportedTranslator(directory, threads=1)
+  self_check.check_artifact(f'the StableHLO artifact for {output}', source.transformer,
+                            source.params, tok, self_check.Settings.of(source.config),
+                            artifact.translate_ids,
+                            self_check.check_sentences(source.config, tok))
+
+
 def write_artifact(source: ExportSource, output: str,
-                   platforms: Sequence[str] = PLATFORMS) -> str:
+                   platforms: Sequence[str] = PLATFORMS, argument: str = '--output') -> str:
   """Writes the StableHLO artifact of `source` into the new directory `output`; returns its
   absolute path. Decoding settings (beam size, alpha, max_decode_extra, rows per batch,
-  buckets) are the config's, so they can be overridden at export like at decode.
+  buckets) are the config's, so they can be overridden at export like at decode. Before it
+  becomes `output` the artifact translates a few sentences as the model's own beam search
+  does (`self_check`), or nothing is kept. `argument` names `output` in messages.
 
   Raises:
     FileExistsError: `output` exists (nothing is written).
-    ExportError: flatbuffers (needed by jax.export serialization) is missing.
+    ExportError: flatbuffers (needed by jax.export serialization) is missing, an unknown
+      platform, or the artifact translates otherwise than the model (nothing is kept).
   """
   check_serialization()
-  check_output(output)
+  platforms = check_platforms(platforms)
+  check_output(output, argument)
   config, cfg = source.config, source.model_config
   params = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float32), source.params)
   names = _param_names(params)
   rows = config.decode_batch_sentences
   buckets = []
-  with new_directory(output) as temp:
+  with new_directory(output, argument) as temp:
     for src_len in portable.source_lengths(config.bucket_lengths, cfg.max_len):
       max_decode_len = min(src_len + config.max_decode_extra, cfg.max_len)
       exported = export_bucket(source.transformer, params, beam_size=config.beam_size,
@@ -118,6 +164,7 @@ def write_artifact(source: ExportSource, output: str,
         'checkpoint': source.description}
     text = json.dumps(manifest, indent=2) + '\n'
     _write(temp, output, portable.MANIFEST, lambda path: _write_bytes(path, text.encode()))
+    _self_check(source, output, temp, platforms)
   return paths.absolute(output)
 
 
@@ -148,8 +195,9 @@ def export_stablehlo(workdir: str, output: str, *, checkpoint: Optional[str] = N
       is written.
   """
   check_serialization()
-  check_output(output)
-  return write_artifact(load_source(workdir, checkpoint, model_variant), output)
+  check_output(output, 'export_stablehlo: output')
+  return write_artifact(load_source(workdir, checkpoint, model_variant), output,
+                        argument='export_stablehlo: output')
 
 
 def export_stablehlo_model(model: model.ModelLike, params, tokenizer: Any, output: str, *,
@@ -174,21 +222,70 @@ def export_stablehlo_model(model: model.ModelLike, params, tokenizer: Any, outpu
       `t2t_jax.data.tokenizer.Tokenizer` loaded from one; copied as spm.model.
     output: the directory to create (local or gs://); it must not exist.
     description: the parameters' origin, kept in manifest.json ('checkpoint').
-    platforms: the lowerings in every module.
+    platforms: the lowerings in every module, among `KNOWN_PLATFORMS`.
+
+  Before the artifact becomes `output` it translates a few sentences made of the vocabulary's
+  pieces exactly as `Translator` with these settings does (`self_check`), or nothing is kept.
 
   Returns the absolute path of `output`.
 
   Raises:
-    FileExistsError, ExportError, TokenizerError: one-line reasons; nothing is written.
+    FileExistsError: `output` exists.
+    ExportError: a setting, platform, model or parameter tree that cannot be exported (named
+      by argument), or an artifact that translates otherwise than the model.
+    TokenizerError: `tokenizer` is not a usable SentencePiece model.
+    Each in one line naming the argument; nothing is written.
   """
   check_serialization()
-  check_output(output)
-  net = as_model(model)
+  platforms = check_platforms(platforms, f'{_CALL}: platforms')
+  argument = f'{_CALL}: output'
+  check_output(output, argument)
+  try:
+    net = as_model(model)
+  except TypeError as e:
+    raise ExportError(f'{_CALL}: model: {e}') from None
   settings = _decoding_settings(beam_size, alpha, max_decode_extra, batch_sentences,
                                 bucket_lengths, net.cfg.max_len)
+  _check_params(net, params)
   source = ExportSource(settings, params, _vocabulary(tokenizer, net.cfg.vocab_size),
                         description, net)
-  return write_artifact(source, output, platforms)
+  return write_artifact(source, output, platforms, argument)
+
+
+_CALL = 'export_stablehlo_model'
+
+
+def _check_params(net: model.Transformer, params) -> None:
+  """Refuses `params` unless its tree holds exactly `net`'s parameters, in their shapes: the
+  first missing, unexpected or misshapen one is named (rather than a KeyError or a flax
+  scope error from deep inside the export)."""
+  if not isinstance(params, Mapping):
+    raise ExportError(f'{_CALL}: params is a {type(params).__name__}; expected the model\'s '
+                      'parameter tree (init_params\' nested dict, without the {"params": ...} '
+                      'wrapper)')
+  expected = dict(_flat(model.param_shapes(net)))
+  given = dict(_flat(params))
+  missing = [p for p in expected if p not in given]
+  extra = [p for p in given if p not in expected]
+  shapes = [p for p in expected if p in given and tuple(np.shape(given[p])) != tuple(
+      expected[p].shape)]
+  if missing or extra or shapes:
+    what = (f'has no {missing[0]}' if missing else f'has {extra[0]}, which the model does '
+            'not use' if extra else f'{shapes[0]} is {tuple(np.shape(given[shapes[0]]))}, '
+            f'the model\'s {tuple(expected[shapes[0]].shape)}')
+    count = len(missing) + len(extra) + len(shapes)
+    raise ExportError(f'{_CALL}: params {what}' + (f' ({count - 1} more differ)'
+                                                    if count > 1 else '')
+                      + '; are they the parameters of this model?')
+
+
+def _flat(tree, prefix: str = ''):
+  """(path 'encoder/layer_0/...', leaf) of a nested mapping."""
+  for key, value in tree.items():
+    if isinstance(value, Mapping):
+      yield from _flat(value, f'{prefix}{key}/')
+    else:
+      yield f'{prefix}{key}', value
 
 
 def _decoding_settings(beam_size: int, alpha: float, max_decode_extra: int,
@@ -206,7 +303,7 @@ def _decoding_settings(beam_size: int, alpha: float, max_decode_extra: int,
              and portable.source_lengths(buckets, max_len)[-1] <= max_len))
   for name, value, ok in checks:
     if not ok:
-      raise ExportError(f'export_stablehlo_model: {name}={value!r} is not a valid setting '
+      raise ExportError(f'{_CALL}: {name}={value!r} is not a valid setting '
                         f'(the model\'s max_len is {max_len})')
   return types.SimpleNamespace(
       beam_size=beam_size, length_penalty_alpha=float(alpha),
@@ -220,17 +317,27 @@ def _count(value, least: int) -> bool:
 
 def _vocabulary(tokenizer: Any, vocab_size: int) -> str:
   """The path of the SentencePiece model `tokenizer` is (or was loaded from), after loading
-  it: a missing or damaged file, or more pieces than the model has embeddings, is refused."""
+  it: a missing or damaged file, or more pieces than the model has embeddings, is refused in
+  the caller's terms (the argument, not a workdir's vocabulary)."""
   from t2t_jax.data import tokenizer as tokenizer_lib
   if isinstance(tokenizer, tokenizer_lib.Tokenizer):
     tokenizer = tokenizer.path
   elif not isinstance(tokenizer, (str, os.PathLike)):
-    raise ExportError(f'export_stablehlo_model: tokenizer is a {type(tokenizer).__name__}; '
+    raise ExportError(f'{_CALL}: tokenizer is a {type(tokenizer).__name__}; '
                       'expected the SentencePiece .model path or a t2t_jax.data.tokenizer.'
                       'Tokenizer (the artifact ships the model file)')
   path = os.fspath(tokenizer)
-  size = tokenizer_lib.load(path).vocab_size
+  if not os.path.isfile(path):
+    raise tokenizer_lib.TokenizerError(
+        f'{_CALL}: tokenizer={path}: no such file; expected the SentencePiece .model file '
+        'the model was trained with')
+  try:
+    size = tokenizer_lib.Tokenizer(path).vocab_size
+  except tokenizer_lib.TokenizerError as e:
+    raise tokenizer_lib.TokenizerError(
+        f'{_CALL}: tokenizer={path} is not a SentencePiece model t2t_jax can use '
+        f'({getattr(e, "what", e)})') from None
   if size > vocab_size:
-    raise ExportError(f'export_stablehlo_model: {path} has {size} pieces but the model\'s '
+    raise ExportError(f'{_CALL}: {path} has {size} pieces but the model\'s '
                       f'vocab_size is {vocab_size}; is it the vocabulary it was trained with?')
   return path

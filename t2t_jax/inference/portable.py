@@ -21,6 +21,8 @@ length (with EOS) + max_decode_extra. Empty lines are not decoded.
 """
 
 import concurrent.futures
+import glob
+import importlib.util
 import json
 import os
 import sys
@@ -164,6 +166,33 @@ def translate_ids(sentences: Sequence[str], encode: Callable[[str], List[int]],
   return outputs, truncated
 
 
+def skip_absent_tpu() -> bool:
+  """Names jax's `cpu` platform where libtpu is installed off a TPU VM and nothing else could
+  run jax, as `import t2t_jax` does (`t2t_jax._skip_absent_tpu`, whose docstring says why): else
+  libtpu prints its failed TPU start-up ('Failed to find host bounds ...', 'E0000 ...') to
+  stderr on every serve.py call. This file cannot import t2t_jax (the artifact runs without
+  it), so the same decision is made here, by the same tests: only when nobody chose
+  (JAX_PLATFORMS, JAX_FORCE_TPU_INIT unset), no TPU device files, libtpu importable and no
+  other PJRT plugin, and only before jax's backends start. Returns whether it named cpu."""
+  if ('JAX_PLATFORMS' in os.environ or 'JAX_FORCE_TPU_INIT' in os.environ
+      or glob.glob('/dev/accel*') or glob.glob('/dev/vfio/[0-9]*')
+      or importlib.util.find_spec('libtpu') is None
+      or importlib.util.find_spec('jax_plugins') is not None):
+    return False
+  from importlib import metadata  # pylint: disable=import-outside-toplevel  (only with libtpu)
+  if metadata.entry_points(group='jax_plugins'):
+    return False
+  jax = sys.modules.get('jax')
+  if jax is None:
+    os.environ['JAX_PLATFORMS'] = 'cpu'
+    return True
+  started = getattr(sys.modules.get('jax._src.xla_bridge'), 'backends_are_initialized', None)
+  if started is None or started() or jax.config.jax_platforms:
+    return False
+  jax.config.update('jax_platforms', 'cpu')
+  return True
+
+
 class ExportedTranslator:
   """Translates with a StableHLO artifact: `jax.export`ed beam search per source length
   bucket, its parameters and its SentencePiece model.
@@ -178,6 +207,7 @@ class ExportedTranslator:
   """
 
   def __init__(self, path: str, threads: Optional[int] = None):
+    skip_absent_tpu()  # before jax starts its backends (a no-op inside t2t_jax: done there)
     import jax
     self.path = path
     self.threads = threads or default_threads()

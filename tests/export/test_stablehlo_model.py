@@ -5,6 +5,8 @@ in memory (no workdir) is the workdir export's (same files, same serve.py), tran
 import gzip
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -70,18 +72,50 @@ def test_the_artifact_of_a_model_in_memory_translates_as_translator(tok, tmp_pat
   assert exported.truncated_lines == translator.truncated_lines == [6]
 
 
+  # `python serve.py` where nobody chose a platform: where libtpu is installed (the README's
+  # install line has it) and this is no TPU VM, serve.py names cpu as `import t2t_jax` does,
+  # so libtpu's failed TPU start-up ('E0000 ... unexpected worker hostname') is not printed.
+  env = {k: v for k, v in os.environ.items() if k not in ('JAX_PLATFORMS', 'PYTHONPATH')}
+  run = subprocess.run([sys.executable, os.path.join(output, 'serve.py')], input='Amen.\n',
+                       capture_output=True, text=True, timeout=300, cwd=output, env=env)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert run.stdout == expected[0] + '\n'
+  assert 'E0000' not in run.stderr and 'TPU' not in run.stderr, run.stderr[-3000:]
+
+
 def test_bad_requests_fail_in_one_line_and_write_nothing(tok, tmp_path):
   (tmp_path / 'taken').mkdir()
   params, new = random_params(CFG), str(tmp_path / 'new')
   export = stablehlo_export.export_stablehlo_model
-  with pytest.raises(FileExistsError, match=rf'^--output={tmp_path}/taken already exists; '):
+  # A library call names its arguments: no --flags, no workdir (there is none).
+  with pytest.raises(FileExistsError, match=rf'^export_stablehlo_model: output={tmp_path}/taken '
+                     'already exists; '):
     export(CFG, params, tok, str(tmp_path / 'taken'))
-  with pytest.raises(tokenizer.TokenizerError, match=rf'^No SentencePiece model at {tmp_path}'):
+  with pytest.raises(tokenizer.TokenizerError, match=rf'^export_stablehlo_model: tokenizer='
+                     rf'{tmp_path}/none.model: no such file; expected the SentencePiece .model '
+                     'file the model was trained with$'):
     export(CFG, params, str(tmp_path / 'none.model'), new)
+  (tmp_path / 'taken' / 'text.model').write_text('not a model\n')
+  with pytest.raises(tokenizer.TokenizerError) as error:
+    export(CFG, params, str(tmp_path / 'taken' / 'text.model'), new)
+  assert str(error.value) == (f'export_stablehlo_model: tokenizer={tmp_path}/taken/text.model '
+                              'is not a SentencePiece model t2t_jax can use (12 bytes that are '
+                              'not a SentencePiece model)')
+  without_decoder = {k: v for k, v in params.items() if k != 'decoder'}
   for bad, message in [
+      (dict(platforms=('gpu9',)), r"platforms=\('gpu9',\): unknown platform 'gpu9'; "
+       'jax.export lowers for cpu, cuda, rocm, tpu'),
+      (dict(platforms=()), r'platforms=\(\): expected a non-empty tuple of platforms'),
+      (dict(params=None), 'params is a NoneType; expected the model\'s parameter tree'),
+      (dict(params=without_decoder), r'params has no decoder/layer_0/\S+ \(\d+ more differ\); '
+       'are they the parameters of this model\\?'),
+      (dict(params={'params': params}), 'params has no '),
+      (dict(model=CFG.replace(d_ff=32)), r'params decoder/layer_0/ffn/wi/bias is \(64,\), the '
+       r"model's \(32,\)"),
       (dict(tokenizer=PieceTokenizer()), 'tokenizer is a PieceTokenizer; expected the SentencePiece .model '
        'path or a t2t_jax.data.tokenizer.Tokenizer'),
-      (dict(model=CFG.replace(vocab_size=100)), f"{tok.path} has 120 pieces but the model's "
+      (dict(model=CFG.replace(vocab_size=100), params=random_params(CFG.replace(
+          vocab_size=100))), f"{tok.path} has 120 pieces but the model's "
        'vocab_size is 100'),
       (dict(beam_size=0), 'beam_size=0 is not a valid setting'),
       (dict(bucket_lengths=(32, 16)), r'bucket_lengths=\(32, 16\) is not a valid setting'),
@@ -93,4 +127,4 @@ def test_bad_requests_fail_in_one_line_and_write_nothing(tok, tmp_path):
     with pytest.raises(common.ExportError, match=f'^export_stablehlo_model: {message}'):
       export(**args)
   assert sorted(os.listdir(tmp_path)) == ['taken']
-  assert os.listdir(tmp_path / 'taken') == []
+  assert os.listdir(tmp_path / 'taken') == ['text.model']
