@@ -49,15 +49,19 @@ def _dotted(name: str) -> bool:
   return all(part.isidentifier() for part in name.split('.'))
 
 
+def _raised(error: BaseException) -> str:
+  """'TypeError: message (file line N)': the error and the last line of the user's code it
+  passed through (frames of this file are where it was called from, not where it failed)."""
+  if isinstance(error, SyntaxError):  # where is the line it could not read, not a frame
+    return f'SyntaxError: {error.msg} ({error.filename} line {error.lineno})'
+  frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename != __file__]
+  at = f' ({frames[-1].filename} line {frames[-1].lineno})' if frames else ''
+  return f'{type(error).__name__}: {error}{at}'
+
+
 def _failed(spec: str, what: str, error: BaseException) -> VariantError:
   """The one line of a module or file that raised while it ran: the error and where."""
-  if isinstance(error, SyntaxError):  # where is the line it could not read, not a frame
-    message, at = error.msg, f' ({error.filename} line {error.lineno})'
-  else:
-    frames = traceback.extract_tb(error.__traceback__)
-    message = str(error)
-    at = f' ({frames[-1].filename} line {frames[-1].lineno})' if frames else ''
-  return VariantError(spec, f'{what} fails to import: {type(error).__name__}: {message}{at}')
+  return VariantError(spec, f'{what} fails to import: {_raised(error)}')
 
 
 def _import_module(spec: str, name: str):
@@ -135,7 +139,8 @@ def build(spec: str, cfg: TransformerConfig) -> Transformer:
 
   Raises:
     VariantError: as `load_factory`, or a factory that takes other arguments than the config,
-      or returns something other than a Transformer; each in one line naming `spec`.
+      raises (its error and the line of the user's code it came from) or returns something
+      other than a Transformer; each in one line naming `spec`.
   """
   factory = load_factory(spec)
   try:
@@ -145,7 +150,10 @@ def build(spec: str, cfg: TransformerConfig) -> Transformer:
                        ) from None
   except ValueError:
     pass  # no signature to read (a builtin): the call says
-  net = factory(cfg)
+  try:
+    net = factory(cfg)
+  except Exception as e:  # noqa: BLE001  a user's factory can raise anything
+    raise VariantError(spec, f'the factory raised {_raised(e)}') from None
   if not isinstance(net, Transformer) or not isinstance(net.cfg, TransformerConfig):
     raise VariantError(spec, f'the factory returned a {type(net).__name__}; expected a t2t_jax '
                        'Transformer of a TransformerConfig, e.g. Transformer(cfg, '
