@@ -9,6 +9,7 @@ import math
 from typing import Any, Iterable, Sequence, get_args
 
 import ml_collections
+from absl import logging
 
 from t2t_jax.configs import default as default_config
 from t2t_jax import choices
@@ -162,13 +163,38 @@ MODEL_KEYS = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_kv_heads', 'd_k
               'num_layers', 'positional', 'norm_position', 'max_len', 'model')
 
 
-def from_json(values: dict) -> ml_collections.ConfigDict:
-  """A validated config from the JSON a checkpoint stores (lists back to tuples)."""
-  unknown_keys(values.keys())
+def obsolete_keys(values: dict) -> list:
+  """The keys of a saved config (`values`) that `configs/default.py` no longer defines."""
+  known = set(default_config.get_config().keys())
+  return sorted(key for key in values if key not in known)
+
+
+def warn_obsolete_keys(values: dict, source: str) -> None:
+  """One warning naming `source` (a checkpoint) and the keys of its saved config this version
+  does not define: they are ignored, by every mode alike (resume, eval, decode, ...)."""
+  obsolete = obsolete_keys(values)
+  if obsolete:
+    logging.warning('%s: its saved config has %s %s, which this version does not define; '
+                    'ignored (a key the code no longer reads cannot change the model)', source,
+                    'keys' if len(obsolete) > 1 else 'key', ', '.join(map(repr, obsolete)))
+
+
+def from_json(values: dict, source: str = 'the checkpoint') -> ml_collections.ConfigDict:
+  """A validated config from the JSON a checkpoint stores (lists back to tuples).
+
+  A key this version does not define (removed since the checkpoint was written; the user
+  never typed it) is dropped with one warning naming `source`, as resuming does; a saved
+  value this version refuses is a ConfigError naming `source`.
+  """
+  warn_obsolete_keys(values, source)
   config = default_config.get_config()
   for key, value in values.items():
-    config[key] = tuple(value) if isinstance(config[key], tuple) else value
-  return validate(config)
+    if key in config:
+      config[key] = tuple(value) if isinstance(config[key], tuple) else value
+  try:
+    return validate(config)
+  except ConfigError as e:
+    raise ConfigError(f'{source}: its saved config: {e}') from None
 
 
 def apply_overrides(base: ml_collections.ConfigDict, source: ml_collections.ConfigDict,

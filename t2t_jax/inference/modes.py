@@ -16,7 +16,7 @@ from t2t_jax.data import tasks, tokenizer
 from t2t_jax.inference import averaging, checkpoint_choice, evaluate, translate
 from t2t_jax.model import variant
 from t2t_jax.runtime import multihost
-from t2t_jax.storage import outputs, textio
+from t2t_jax.storage import layout, outputs, textio
 from t2t_jax.storage import workdir as workdir_lib
 
 
@@ -34,8 +34,9 @@ def load(workdir: str, checkpoint: Optional[str],
   own config plus command-line overrides of inference and data keys."""
   inference = checkpoint_choice.load_inference_params(workdir, checkpoint)
   logging.info('using %s', inference.description)
-  config = config_lib.apply_overrides(config_lib.from_json(inference.config_json),
-                                      overrides.config, overrides.keys)
+  saved = config_lib.from_json(inference.config_json,
+                               checkpoint_choice.checkpoint_name(inference.path))
+  config = config_lib.apply_overrides(saved, overrides.config, overrides.keys)
   check_model(workdir, config)
   return config, inference
 
@@ -62,7 +63,8 @@ def check_model(workdir: str, config: ml_collections.ConfigDict) -> None:
 def average(workdir: str, overrides: Overrides) -> None:
   """Averages the last `average_last` training checkpoints (a collective save)."""
   saved = checkpoint_choice.latest_training_config(workdir)
-  config = config_lib.apply_overrides(config_lib.from_json(saved), overrides.config,
+  source = f'the latest training checkpoint in {layout.of(workdir).checkpoints}'
+  config = config_lib.apply_overrides(config_lib.from_json(saved, source), overrides.config,
                                       overrides.keys)
   check_model(workdir, config)  # what averaging is for, eval and decode, needs it
   result = averaging.average_checkpoints(workdir, config.average_last)  # a collective save

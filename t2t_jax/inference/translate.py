@@ -143,7 +143,7 @@ class Translator:
     from t2t_jax.data import tokenizer as tokenizer_lib
     from t2t_jax.inference import checkpoint_choice
     inference = checkpoint_choice.load_inference_params(workdir, checkpoint)
-    config = config_lib.from_json(inference.config_json)
+    config = config_lib.from_json(inference.config_json, f'checkpoint {inference.path}')
     tok = tokenizer_lib.load(tokenizer_lib.vocab_path(workdir), config.vocab_size)
     return from_config(config, inference.params, tok, model=model, **overrides)
 

@@ -274,7 +274,10 @@ class Checkpointer:
 
   def _refusal(self, config: ml_collections.ConfigDict, step: int, saved_config: Dict[str, Any],
                saved_fingerprint: Optional[Dict[str, Any]]) -> Optional[str]:
-    """Why this run must not resume from `step` (saved config and fingerprint), or None."""
+    """Why this run must not resume from `step` (saved config and fingerprint), or None.
+    Keys of the saved config this version lacks are ignored with a warning, as eval and
+    decode ignore them (`config.from_json`)."""
+    config_lib.warn_obsolete_keys(saved_config, self._name(step))
     diffs = incompatible_keys(saved_config, config)
     if diffs:
       detail = '; '.join(f'{k}: checkpoint has {a!r}, config has {b!r}' for k, a, b in diffs)
