@@ -162,8 +162,8 @@ def check_incremental(model: ModelLike, params, inputs: Array, targets: Array,
   keys decodes differently only then). Each padded row is also run alone, without its
   padding: its logits must be those it has inside the padded batch, since decoding pads a
   sentence to its batch's bucket (a variant that reads the padded length, e.g. a key
-  normalised over every position, translates a sentence differently in different batches). With `capture_attention` (attention maps,
-  `return_weights=True`) the logits must be the teacher-forced ones, and every layer's weights
+  normalised over every position, translates a sentence differently in different batches).
+  With `capture_attention` (attention maps, `return_weights=True`) the logits must be the teacher-forced ones, and every layer's weights
   `[batch, heads, q_len, kv_len]` with rows summing to 1 over the unmasked keys.
 
   Returns the largest absolute difference of the logits; raises ValueError naming it and

@@ -220,10 +220,10 @@ def tree_mismatch(expected, found) -> str:
   missing = sorted(set(expected) - set(actual))
   unexpected = sorted(set(actual) - set(expected))
   reshaped = sorted(p for p in set(expected) & set(actual) if expected[p] != actual[p])
+  shapes = ', '.join(f'{p} {actual[p]} (the model: {expected[p]})' for p in reshaped)
   parts = ([f'missing from the checkpoint: {", ".join(missing)}'] if missing else []) + (
       [f'unexpected (not in the model): {", ".join(unexpected)}'] if unexpected else []) + (
-      [f'of another shape {", ".join(f"{p} {actual[p]} (expected {expected[p]})" for p in reshaped)}']
-      if reshaped else [])
+      [f'of another shape: {shapes}'] if reshaped else [])
   return '; '.join(parts)
 
 

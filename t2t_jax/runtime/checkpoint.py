@@ -181,9 +181,9 @@ def incompatible_keys(saved: Dict[str, Any], config: ml_collections.ConfigDict,
   folder when resumed from where it ran)."""
   current, default = (config_to_json(c) for c in (config, config_lib.default_config.get_config()))
   saved = {k: saved.get(k, default.get(k)) for k in keys}
-  same = lambda k: config_lib.absolute_value(k, saved[k]) == config_lib.absolute_value(  # noqa: E731
-      k, current.get(k))
-  return [(k, saved[k], current.get(k)) for k in keys if not same(k)]
+  absolute = config_lib.absolute_value
+  return [(k, saved[k], current.get(k)) for k in keys
+          if absolute(k, saved[k]) != absolute(k, current.get(k))]
 
 
 class Checkpointer:
