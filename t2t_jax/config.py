@@ -6,9 +6,11 @@ expected and what was given, so a typo in `--config.key=value` fails in millisec
 
 import difflib
 import math
+import os
 from typing import Any, Iterable, Sequence, get_args
 
 import ml_collections
+from absl import logging
 
 from t2t_jax.configs import default as default_config
 from t2t_jax import choices
@@ -162,13 +164,77 @@ MODEL_KEYS = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_kv_heads', 'd_k
               'num_layers', 'positional', 'norm_position', 'max_len', 'model')
 
 
-def from_json(values: dict) -> ml_collections.ConfigDict:
-  """A validated config from the JSON a checkpoint stores (lists back to tuples)."""
-  unknown_keys(values.keys())
+# The keys that name a local folder or file a run reads; `absolute_paths` resolves them.
+PATH_KEYS = ('local_corpus_dir', 'treebank_dir', 'data_dir')
+
+
+def absolute_path(path: str) -> str:
+  """`path` made absolute against the current folder ('~' expanded); '' and URIs (gs://...)
+  as given."""
+  if not path or '://' in path:
+    return path
+  return os.path.abspath(os.path.expanduser(path))
+
+
+def absolute_model(spec: str) -> str:
+  """`--config.model` with the file of a 'path/to/file.py:factory' spec made absolute; a
+  module spec ('my_variants:f', found on sys.path) and '' as given."""
+  where, sep, attr = spec.rpartition(':')
+  if not sep or not (where.endswith('.py') or '/' in where or os.sep in where):
+    return spec
+  return f'{absolute_path(where)}:{attr}'
+
+
+def absolute_value(key: str, value: Any) -> Any:
+  """`value` of `key` as `absolute_paths` stores it (other keys' values as given)."""
+  if key in PATH_KEYS and isinstance(value, str):
+    return absolute_path(value)
+  return absolute_model(value) if key == 'model' and isinstance(value, str) else value
+
+
+def absolute_paths(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """A copy of `config` whose `PATH_KEYS` and `model` file are absolute, as a run stores them
+  when it starts: its checkpoints then name the files it read, and eval or decode run from
+  another folder read those, not that folder's files of the same relative name."""
+  config = ml_collections.ConfigDict(config.to_dict())
+  for key in PATH_KEYS + ('model',):
+    if key in config:
+      config[key] = absolute_value(key, config[key])
+  return config
+
+
+def obsolete_keys(values: dict) -> list:
+  """The keys of a saved config (`values`) that `configs/default.py` no longer defines."""
+  known = set(default_config.get_config().keys())
+  return sorted(key for key in values if key not in known)
+
+
+def warn_obsolete_keys(values: dict, source: str) -> None:
+  """One warning naming `source` (a checkpoint) and the keys of its saved config this version
+  does not define: they are ignored, by every mode alike (resume, eval, decode, ...)."""
+  obsolete = obsolete_keys(values)
+  if obsolete:
+    logging.warning('%s: its saved config has %s %s, which this version does not define; '
+                    'ignored (a key the code no longer reads cannot change the model)', source,
+                    'keys' if len(obsolete) > 1 else 'key', ', '.join(map(repr, obsolete)))
+
+
+def from_json(values: dict, source: str = 'the checkpoint') -> ml_collections.ConfigDict:
+  """A validated config from the JSON a checkpoint stores (lists back to tuples).
+
+  A key this version does not define (removed since the checkpoint was written; the user
+  never typed it) is dropped with one warning naming `source`, as resuming does; a saved
+  value this version refuses is a ConfigError naming `source`.
+  """
+  warn_obsolete_keys(values, source)
   config = default_config.get_config()
   for key, value in values.items():
-    config[key] = tuple(value) if isinstance(config[key], tuple) else value
-  return validate(config)
+    if key in config:
+      config[key] = tuple(value) if isinstance(config[key], tuple) else value
+  try:
+    return validate(config)
+  except ConfigError as e:
+    raise ConfigError(f'{source}: its saved config: {e}') from None
 
 
 def apply_overrides(base: ml_collections.ConfigDict, source: ml_collections.ConfigDict,
@@ -178,7 +244,7 @@ def apply_overrides(base: ml_collections.ConfigDict, source: ml_collections.Conf
   Refuses model-shape keys, which the checkpoint fixes.
   """
   for key in keys:
-    if key in MODEL_KEYS and source[key] != base[key]:
+    if key in MODEL_KEYS and absolute_value(key, source[key]) != absolute_value(key, base[key]):
       raise ConfigError(f'config key {key!r} is fixed by the checkpoint ({base[key]!r}); '
                         f'got {source[key]!r}. Only inference and data keys can be overridden.')
     base[key] = source[key]

@@ -92,3 +92,24 @@ def compare(saved: Dict[str, Any], current: Dict[str, Any]) -> Tuple[Optional[st
     notes.append(f'the corpus moved from {saved.get("corpus_dir")} to {current["corpus_dir"]} '
                  'with the same training files')
   return refusal, notes
+
+
+def scored_difference(saved: Dict[str, Any], current: Dict[str, Any],
+                      split: str) -> Optional[str]:
+  """How the `split` an evaluation scores now (`current`, `compute` of its config) differs from
+  that split of the data a checkpoint was trained with (`saved`), or None: another dataset or
+  TFDS version, or files of the split changed, gone or new (a corpus found at another folder,
+  e.g. a relative path read from another current folder, is named with the checkpoint's)."""
+  if saved.get('dataset') != current.get('dataset'):
+    return f'dataset {saved.get("dataset")!r} then, {current.get("dataset")!r} now'
+  if 'files' not in current:  # WMT
+    changed = [f'{k} {saved.get(k)!r} then, {current.get(k)!r} now' for k in _WMT_KEYS
+               if saved.get(k) != current.get(k)]
+    return ('TFDS ' + ', '.join(changed)) if changed else None
+  changes = _file_changes(saved, current, split)
+  if not changes:
+    return None
+  moved = (f' (the checkpoint recorded {saved.get("corpus_dir")})'
+           if saved.get('corpus_dir') != current['corpus_dir'] else '')
+  return (f'the {split} split of {current["corpus_dir"]}{moved} is not the one it recorded: '
+          f'{", ".join(changes)}')

@@ -159,6 +159,8 @@ def load_source(workdir: str, checkpoint: Optional[str] = None,
   from t2t_jax.data import tokenizer
   path = tokenizer.vocab_path(workdir)
   inference = checkpoint_choice.load_inference_params(workdir, checkpoint)
-  config = config_lib.from_json(inference.config_json)
+  config = config_lib.from_json(inference.config_json, f'checkpoint {inference.path}')
+  checkpoint_choice.check_built_from(config, inference, model_variant and model_lib.as_model(
+      model_variant))
   tokenizer.load(path, config.vocab_size)  # one line when the vocabulary is missing or damaged
   return ExportSource(config, inference.params, path, inference.description, model_variant)

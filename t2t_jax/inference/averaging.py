@@ -149,6 +149,17 @@ def vocabulary_item(checkpoint_dir: str) -> Optional[Dict[str, Any]]:
   return read_json_item(item) if epath.Path(item).is_dir() else None
 
 
+def setup_items(checkpoint_dir: str) -> Dict[str, Any]:
+  """{item: JSON} of the `checkpoint.SETUP_ITEMS` a checkpoint has (vocabulary, factory
+  source, data fingerprint), which an average of it carries on."""
+  found = {}
+  for name in checkpoint_lib.SETUP_ITEMS:
+    item = os.path.join(checkpoint_dir, name)
+    if epath.Path(item).is_dir():
+      found[name] = read_json_item(item)
+  return found
+
+
 def gone(path: str) -> bool:
   """Whether `path` no longer exists (asking the store, not a cache)."""
   paths.forget(path)
@@ -299,11 +310,11 @@ def average_checkpoints(workdir: str, num: int) -> AveragedCheckpoint:
   else:
     raise CheckpointError(f'cannot average the last {num} checkpoints of {source}: they kept '
                           'changing while they were read; rerun')
-  target, steps, total, config, vocabulary, metadata = found
+  target, steps, total, config, setup, metadata = found
   dtypes = jax.tree_util.tree_map(lambda m: np.dtype(m.dtype), metadata[steps[-1]])
   mean = jax.tree_util.tree_map(lambda acc, dtype: (acc / np.float32(num)).astype(dtype),
                                 total, dtypes)
-  _write_average(target, mean, config, steps, num, source, vocabulary)
+  _write_average(target, mean, config, steps, num, source, setup)
   return AveragedCheckpoint(target, steps, mean)
 
 
@@ -313,7 +324,7 @@ _MAX_RELISTS = 1000  # each try rules out a step, or follows a training run that
 def _average_once(workdir: layout.Workdir, available: List[int], num: int,
                   damaged: Dict[int, str]):
   """One try of `average_checkpoints` over `available`: an existing AveragedCheckpoint, or
-  (target, steps, float32 sum, config, vocabulary item, metadata), or None when a step turned
+  (target, steps, float32 sum, config, setup items, metadata), or None when a step turned
   out damaged or deleted (added to `damaged`; `_Relist` when deleted before it was chosen)."""
   source = workdir.checkpoints
   # Check every tree against the newest before reading any array: a mismatch costs nothing.
@@ -326,7 +337,7 @@ def _average_once(workdir: layout.Workdir, available: List[int], num: int,
   _check_averageable(steps, metadata)
   newest = os.path.join(source, str(steps[-1]))
   setup, _, skipped = first_readable(
-      [newest], unless_vanished(lambda p: (checkpoint_config(p), vocabulary_item(p))),
+      [newest], unless_vanished(lambda p: (checkpoint_config(p), setup_items(p))),
       checkpoint_name)
   if setup is None:
     damaged[steps[-1]] = skipped[0][1]
@@ -360,11 +371,11 @@ def _check_averageable(steps: Tuple[int, ...], metadata: Dict[int, Any]) -> None
 
 
 def _write_average(target: str, mean: Any, config: Dict[str, Any], steps: Tuple[int, ...],
-                   num: int, source: str, vocabulary: Optional[Dict[str, Any]] = None) -> None:
-  """Saves the mean parameters with the newest config, its vocabulary item and the steps
+                   num: int, source: str, setup: Optional[Dict[str, Any]] = None) -> None:
+  """Saves the mean parameters with the newest config, its `setup_items` and the steps
   averaged (orbax writes a temporary directory and renames it, so `target` is complete or
   absent)."""
-  items = {checkpoint_lib.VOCAB_ITEM: ocp.args.JsonSave(vocabulary)} if vocabulary else {}
+  items = {name: ocp.args.JsonSave(value) for name, value in (setup or {}).items() if value}
   paths.makedirs(os.path.dirname(target))
   checkpoint_lib.quiet_failed_save_reports()  # a full disk: one line, not orbax's tracebacks
   with workdir_lib.writing(target, ' and average again'), ocp.Checkpointer(

@@ -18,7 +18,9 @@ from t2t_jax.data import tokenizer, vocab_record
 from t2t_jax.inference.averaging import (checkpoint_config, is_finalized, gone,
                                          checkpoint_name, params_metadata, restore_params,
                                          averaged_checkpoints, training_steps, unless_vanished,
-                                         vocabulary_item)
+                                         setup_items)
+from t2t_jax.model import variant
+from t2t_jax.runtime import checkpoint as checkpoint_lib
 from t2t_jax.runtime.checkpoint import CheckpointError, first_readable, read_json_item
 from t2t_jax.storage import layout, paths
 
@@ -35,6 +37,10 @@ class InferenceParams:
     path: the checkpoint's directory.
     vocabulary: the sha256 and size of the vocabulary it was trained with (None: a
       checkpoint from before they were saved).
+    model_source: the file and sha256 of its `--config.model` factory's module
+      (`variant.source_record`; None: the paper's model, or a checkpoint from before).
+    data_fingerprint: what its training data was (`data/fingerprint.py`; None: a checkpoint
+      from before it was saved, or an average from before averages carried it).
   """
   params: Any
   config_json: Dict[str, Any]
@@ -42,6 +48,8 @@ class InferenceParams:
   step: int
   path: str = ''
   vocabulary: Optional[Dict[str, Any]] = None
+  model_source: Optional[Dict[str, Any]] = None
+  data_fingerprint: Optional[Dict[str, Any]] = None
 
 
 def latest_training_config(workdir: str) -> Dict[str, Any]:
@@ -102,8 +110,9 @@ def _read_inference(path: str) -> InferenceParams:
     description = f'training checkpoint step {step}'
   params = restore_params(path, params_metadata(path))
   params = jax.tree_util.tree_map(lambda x: jax.device_put(np.asarray(x, np.float32)), params)
+  items = setup_items(path)
   return InferenceParams(params, checkpoint_config(path), description, step, path,
-                         vocabulary_item(path))
+                         *(items.get(name) for name in checkpoint_lib.SETUP_ITEMS))
 
 
 def _warn_if_stale(workdir: str, inference: InferenceParams, path: str) -> None:
@@ -166,6 +175,31 @@ def load_inference_params(workdir: str, checkpoint: Optional[str] = None) -> Inf
 
 
 _MAX_RELISTS = 10
+
+
+def check_built_from(config: Any, inference: InferenceParams, net: Any = None) -> None:
+  """What every mode reading a checkpoint checks of the model before it builds it: a
+  `--config.model` factory whose module file changed since the checkpoint recorded it gets a
+  warning (the output may not be the trained model's); parameters that are not those of the
+  model `config` builds now (`net`, None: `variant.from_config(config)`; a renamed module)
+  are refused.
+
+  Raises:
+    CheckpointError: one line naming the checkpoint and the missing, unexpected or reshaped
+      parameter paths.
+  """
+  name = checkpoint_name(inference.path)
+  spec = config.model or '(the paper\'s model)'
+  change = variant.source_change(inference.model_source, config.model)
+  if change:
+    logging.warning('%s was trained with --config.model=%s, whose %s: what it computes now '
+                    'may not be the trained model', name, spec, change)
+  mismatch = variant.parameter_mismatch(
+      variant.from_config(config) if net is None else net, inference.params)
+  if mismatch:
+    raise CheckpointError(f'{name} does not hold the parameters of the model --config.model='
+                          f'{spec} builds now ({mismatch}); was its source edited since '
+                          'training? Restore it to use this checkpoint')
 
 
 def _check_vocabulary(workdir: layout.Workdir, inference: InferenceParams) -> None:

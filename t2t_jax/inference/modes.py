@@ -12,11 +12,11 @@ from absl import logging
 from etils import epath
 
 from t2t_jax import config as config_lib
-from t2t_jax.data import tasks, tokenizer
+from t2t_jax.data import corpora, fingerprint, tasks, tokenizer
 from t2t_jax.inference import averaging, checkpoint_choice, evaluate, translate
 from t2t_jax.model import variant
 from t2t_jax.runtime import multihost
-from t2t_jax.storage import outputs, textio
+from t2t_jax.storage import layout, outputs, textio
 from t2t_jax.storage import workdir as workdir_lib
 
 
@@ -34,10 +34,33 @@ def load(workdir: str, checkpoint: Optional[str],
   own config plus command-line overrides of inference and data keys."""
   inference = checkpoint_choice.load_inference_params(workdir, checkpoint)
   logging.info('using %s', inference.description)
-  config = config_lib.apply_overrides(config_lib.from_json(inference.config_json),
-                                      overrides.config, overrides.keys)
+  name = checkpoint_choice.checkpoint_name(inference.path)
+  saved = config_lib.from_json(inference.config_json, name)
+  # The command line's paths, absolute as the run stored its own (`config.absolute_paths`).
+  config = config_lib.apply_overrides(saved, config_lib.absolute_paths(overrides.config),
+                                      overrides.keys)
   check_model(workdir, config)
+  checkpoint_choice.check_built_from(config, inference)
   return config, inference
+
+
+def check_scored_data(config: ml_collections.ConfigDict, workdir: str, split: str,
+                      inference: Any) -> None:
+  """A warning when the `split` about to be scored is not that split of the data the
+  checkpoint was trained with (`fingerprint.scored_difference`): its scores are not the
+  run's. Checkpoints without a data fingerprint, and data that cannot be read (the
+  evaluation says why), are not compared."""
+  if not inference.data_fingerprint:
+    return
+  try:
+    current = fingerprint.compute(config, corpora.default_data_dir(config, workdir))
+  except Exception:  # noqa: BLE001  missing or malformed data: `evaluate` reports it in one line
+    return
+  difference = fingerprint.scored_difference(inference.data_fingerprint, current, split)
+  if difference:
+    logging.warning('%s was trained on other data than what --split=%s scores now: %s; its '
+                    'scores are not comparable with the run\'s',
+                    checkpoint_choice.checkpoint_name(inference.path), split, difference)
 
 
 def check_model(workdir: str, config: ml_collections.ConfigDict) -> None:
@@ -62,7 +85,8 @@ def check_model(workdir: str, config: ml_collections.ConfigDict) -> None:
 def average(workdir: str, overrides: Overrides) -> None:
   """Averages the last `average_last` training checkpoints (a collective save)."""
   saved = checkpoint_choice.latest_training_config(workdir)
-  config = config_lib.apply_overrides(config_lib.from_json(saved), overrides.config,
+  source = f'the latest training checkpoint in {layout.of(workdir).checkpoints}'
+  config = config_lib.apply_overrides(config_lib.from_json(saved, source), overrides.config,
                                       overrides.keys)
   check_model(workdir, config)  # what averaging is for, eval and decode, needs it
   result = averaging.average_checkpoints(workdir, config.average_last)  # a collective save
@@ -74,6 +98,7 @@ def evaluate_split(workdir: str, overrides: Overrides, checkpoint: Optional[str]
                    split: str) -> None:
   """Loss, perplexity and BLEU (a treebank: F1) on `split`, printed as JSON."""
   config, inference = load(workdir, checkpoint, overrides)
+  check_scored_data(config, workdir, split, inference)
   result = evaluate.evaluate(config, workdir, split, inference=inference)
   if multihost.is_writer():
     print(json.dumps(result, indent=2, sort_keys=True))

@@ -143,7 +143,9 @@ class Translator:
     from t2t_jax.data import tokenizer as tokenizer_lib
     from t2t_jax.inference import checkpoint_choice
     inference = checkpoint_choice.load_inference_params(workdir, checkpoint)
-    config = config_lib.from_json(inference.config_json)
+    config = config_lib.from_json(inference.config_json, f'checkpoint {inference.path}')
+    checkpoint_choice.check_built_from(config, inference, None if model is None else (
+        model_lib.as_model(model).clone(cfg=model_lib.TransformerConfig.from_config(config))))
     tok = tokenizer_lib.load(tokenizer_lib.vocab_path(workdir), config.vocab_size)
     return from_config(config, inference.params, tok, model=model, **overrides)
 

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t2t_jax.model.id_arrays import check_ids, check_same_batch
 from t2t_jax.model.transformer import (PAD_ID, ModelLike, Transformer, as_model,
                                        attention_layer, shift_right)
 
@@ -158,15 +159,25 @@ def check_incremental(model: ModelLike, params, inputs: Array, targets: Array,
   Decoding is compared twice: with a cache of exactly the targets' length, and with one of
   `max_decode_len` positions (None: `cfg.max_len`, the longest a decode may use), as beam
   search's caches are longer than the output (a variant whose logits depend on the number of
-  keys decodes differently only then). With `capture_attention` (attention maps,
-  `return_weights=True`) the logits must be the teacher-forced ones, and every layer's weights
+  keys decodes differently only then). Each padded row is also run alone, without its
+  padding: its logits must be those it has inside the padded batch, since decoding pads a
+  sentence to its batch's bucket (a variant that reads the padded length, e.g. a key
+  normalised over every position, translates a sentence differently in different batches).
+  With `capture_attention` (attention maps, `return_weights=True`) the logits must be the teacher-forced ones, and every layer's weights
   `[batch, heads, q_len, kv_len]` with rows summing to 1 over the unmasked keys.
 
   Returns the largest absolute difference of the logits; raises ValueError naming it and
   where it is when it exceeds `atol` (float32 on CPU stays near 1e-5 for the paper's model),
   or naming `attention_fn` when its weights are not attention weights.
+
+  Raises (before any work): TypeError for `inputs` or `targets` that are not integer ids,
+  ValueError for ones that are not `[batch, length]` with batch, length >= 1, ids outside
+  the vocabulary, or batches of different sizes; each naming the argument.
   """
   net = as_model(model, deterministic=True, decode=False)
+  for name, ids in (('inputs', inputs), ('targets', targets)):
+    check_ids('check_incremental', name, ids, net.cfg.vocab_size)
+  check_same_batch('check_incremental', inputs, targets)
   inputs, targets = np.asarray(inputs, np.int32), np.asarray(targets, np.int32)
   tgt_len = targets.shape[1]
   longest = net.cfg.max_len if max_decode_len is None else max_decode_len
@@ -184,7 +195,35 @@ def check_incremental(model: ModelLike, params, inputs: Array, targets: Array,
                        f'(row {row}, target position {position}, a cache of {length} '
                        f'positions; atol {atol}): the model decodes differently from how it '
                        'trains')
+  worst = max(worst, _check_alone(net, params, inputs, targets, forced, atol))
   _check_captured(net, params, inputs, targets, forced, real, atol)
+  return worst
+
+
+def _real_length(row: np.ndarray) -> int:
+  """The positions of `row` up to its last non-padding id (1 for a row of padding)."""
+  return max(int(np.flatnonzero(row != PAD_ID)[-1]) + 1 if (row != PAD_ID).any() else 1, 1)
+
+
+def _check_alone(net: Transformer, params, inputs: np.ndarray, targets: np.ndarray,
+                 forced: np.ndarray, atol: float) -> float:
+  """Each row with padding, alone and unpadded, vs its teacher-forced logits in the batch
+  (`forced`) at its real target positions; the largest gap (ValueError above `atol`)."""
+  worst = 0.0
+  for row in range(inputs.shape[0]):
+    src, tgt = _real_length(inputs[row]), _real_length(targets[row])
+    if (src, tgt) == (inputs.shape[1], targets.shape[1]):
+      continue  # nothing padded: the row is the batch's
+    alone = np.asarray(net.apply({'params': params}, inputs[row:row + 1, :src],
+                                 targets[row:row + 1, :tgt]), np.float64)[0]
+    gap = np.abs(alone - forced[row, :tgt]) * (targets[row, :tgt] != PAD_ID)[:, None]
+    worst = max(worst, float(gap.max()))
+    if not gap.max() <= atol:
+      position = int(np.argmax(gap.max(-1)))
+      raise ValueError(f'row {row} gives other logits alone than inside the padded batch '
+                       f'(by {gap.max():.3g} at target position {position}; atol {atol}): the '
+                       "model reads the batch's padding, so a sentence translates differently "
+                       'in different batches')
   return worst
 
 

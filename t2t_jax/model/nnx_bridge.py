@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from t2t_jax.model import beam_decode, transformer
+from t2t_jax.model.id_arrays import check_ids
 
 if TYPE_CHECKING:
   from flax import nnx
@@ -170,10 +171,20 @@ def generate(module: 'nnx.Module', inputs: jax.Array, *, beam_size: int = 4,
     (sequences `[batch, L]` int32: the best hypothesis, EOS-terminated then 0s (cut at its
     maximum length); scores `[batch]` float32: its log probability / `search.length_penalty(
     its length with EOS, alpha)`, what the search ranks by).
+
+  Raises (before any work; each naming the argument): TypeError for `inputs` that are not
+  integer ids; ValueError for `inputs` not `[batch, src_len]` with batch, src_len >= 1 and
+  src_len <= max_len, ids outside [0, vocab_size) (checked when the values are known, not
+  under `jit`), `beam_size` < 1 or `max_decode_extra` < 0.
   """
   net = transformer.as_model(module.to_nnx__module, deterministic=True, decode=False)
+  check_ids('generate', 'inputs', inputs, net.cfg.vocab_size)
+  for name, value, least in (('beam_size', beam_size, 1), ('max_decode_extra',
+                                                           max_decode_extra, 0)):
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+      raise ValueError(f'generate: {name}={value!r}; expected an integer >= {least}')
   inputs = jnp.asarray(inputs)
-  if inputs.ndim != 2 or inputs.shape[1] > net.cfg.max_len:
+  if inputs.shape[1] > net.cfg.max_len:
     raise ValueError(f'generate: inputs of shape {inputs.shape}; expected [batch, src_len] '
                      f'with src_len <= max_len={net.cfg.max_len}')
   return _best(net, beam_size, alpha, max_decode_extra, linen_params(module), inputs)

@@ -24,7 +24,7 @@ import traceback
 from typing import Callable
 
 from t2t_jax.choices import ConfigError
-from t2t_jax.model.transformer import Transformer, TransformerConfig
+from t2t_jax.model.transformer import Transformer, TransformerConfig, param_shapes
 
 Factory = Callable[[TransformerConfig], Transformer]
 FORM = "'module:factory' or 'path/to/file.py:factory'"
@@ -49,15 +49,19 @@ def _dotted(name: str) -> bool:
   return all(part.isidentifier() for part in name.split('.'))
 
 
+def _raised(error: BaseException) -> str:
+  """'TypeError: message (file line N)': the error and the last line of the user's code it
+  passed through (frames of this file are where it was called from, not where it failed)."""
+  if isinstance(error, SyntaxError):  # where is the line it could not read, not a frame
+    return f'SyntaxError: {error.msg} ({error.filename} line {error.lineno})'
+  frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename != __file__]
+  at = f' ({frames[-1].filename} line {frames[-1].lineno})' if frames else ''
+  return f'{type(error).__name__}: {error}{at}'
+
+
 def _failed(spec: str, what: str, error: BaseException) -> VariantError:
   """The one line of a module or file that raised while it ran: the error and where."""
-  if isinstance(error, SyntaxError):  # where is the line it could not read, not a frame
-    message, at = error.msg, f' ({error.filename} line {error.lineno})'
-  else:
-    frames = traceback.extract_tb(error.__traceback__)
-    message = str(error)
-    at = f' ({frames[-1].filename} line {frames[-1].lineno})' if frames else ''
-  return VariantError(spec, f'{what} fails to import: {type(error).__name__}: {message}{at}')
+  return VariantError(spec, f'{what} fails to import: {_raised(error)}')
 
 
 def _import_module(spec: str, name: str):
@@ -135,7 +139,8 @@ def build(spec: str, cfg: TransformerConfig) -> Transformer:
 
   Raises:
     VariantError: as `load_factory`, or a factory that takes other arguments than the config,
-      or returns something other than a Transformer; each in one line naming `spec`.
+      raises (its error and the line of the user's code it came from) or returns something
+      other than a Transformer; each in one line naming `spec`.
   """
   factory = load_factory(spec)
   try:
@@ -145,7 +150,10 @@ def build(spec: str, cfg: TransformerConfig) -> Transformer:
                        ) from None
   except ValueError:
     pass  # no signature to read (a builtin): the call says
-  net = factory(cfg)
+  try:
+    net = factory(cfg)
+  except Exception as e:  # noqa: BLE001  a user's factory can raise anything
+    raise VariantError(spec, f'the factory raised {_raised(e)}') from None
   if not isinstance(net, Transformer) or not isinstance(net.cfg, TransformerConfig):
     raise VariantError(spec, f'the factory returned a {type(net).__name__}; expected a t2t_jax '
                        'Transformer of a TransformerConfig, e.g. Transformer(cfg, '
@@ -165,3 +173,62 @@ def from_config(config, **cfg_overrides) -> Transformer:
   cfg = TransformerConfig.from_config(config, **cfg_overrides)
   spec = getattr(config, 'model', '')  # a config of before the key: the paper's
   return build(spec, cfg) if spec else Transformer(cfg)
+
+
+def source_record(spec: str):
+  """What a checkpoint records of the factory `spec` names, so that a later edit of its source
+  is noticed: `{'spec', 'file' (the absolute path of the module's file), 'sha256' (of its
+  bytes)}`; None for the paper's model ('') or a module without a file. Only the module the
+  spec names is hashed: an edit of a module it imports goes unnoticed (the parameter check
+  still catches one that renames or reshapes parameters)."""
+  if not spec:
+    return None
+  where = spec.rpartition(':')[0]
+  module = _import_file(spec, where) if _is_file(where) else _import_module(spec, where)
+  path = getattr(module, '__file__', None)
+  if not path or not os.path.isfile(path):
+    return None
+  with open(path, 'rb') as f:
+    digest = hashlib.sha256(f.read()).hexdigest()
+  return {'spec': spec, 'file': os.path.abspath(path), 'sha256': digest}
+
+
+def source_change(saved, spec: str):
+  """How the factory source a checkpoint recorded (`saved`, from `source_record`; None for a
+  checkpoint without one) differs from the file `spec` loads now, or None."""
+  if not saved or not saved.get('sha256'):
+    return None
+  now = source_record(spec)
+  if now is None or now['sha256'] == saved['sha256']:
+    return None
+  moved = f' (then {saved.get("file")})' if saved.get('file') != now['file'] else ''
+  return (f'{now["file"]}{moved} has changed since it was recorded (sha256 '
+          f'{saved["sha256"][:12]}... then, {now["sha256"][:12]}... now)')
+
+
+def parameter_mismatch(net: Transformer, found) -> str:
+  """'' when the parameter tree `found` (arrays or shape structs) has exactly the paths and
+  shapes `net` initialises; else which paths are missing, unexpected or of another shape."""
+  return tree_mismatch(param_shapes(net), found)
+
+
+def tree_mismatch(expected, found) -> str:
+  """'' when the trees `expected` (the model's) and `found` (a checkpoint's) have the same
+  paths and shapes, else which parameter paths `found` lacks ('missing from the checkpoint'),
+  has beyond `expected` ('unexpected') or holds in another shape, in one line."""
+  expected, actual = _shapes(expected), _shapes(found)
+  missing = sorted(set(expected) - set(actual))
+  unexpected = sorted(set(actual) - set(expected))
+  reshaped = sorted(p for p in set(expected) & set(actual) if expected[p] != actual[p])
+  shapes = ', '.join(f'{p} {actual[p]} (the model: {expected[p]})' for p in reshaped)
+  parts = ([f'missing from the checkpoint: {", ".join(missing)}'] if missing else []) + (
+      [f'unexpected (not in the model): {", ".join(unexpected)}'] if unexpected else []) + (
+      [f'of another shape: {shapes}'] if reshaped else [])
+  return '; '.join(parts)
+
+
+def _shapes(tree):
+  """{'encoder/layer_0/ffn/wi/kernel': shape} of a parameter tree."""
+  import jax  # pylint: disable=import-outside-toplevel
+  return {'/'.join(str(getattr(k, 'key', getattr(k, 'idx', k))) for k in path): tuple(x.shape)
+          for path, x in jax.tree_util.tree_leaves_with_path(tree)}

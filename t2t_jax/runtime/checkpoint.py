@@ -4,7 +4,9 @@ Layout: `<workdir>/checkpoints/<step>/{state,data,config}`. `state` is the `Trai
 (step, params, optimizer state); `data` the JSON state of the input iterator; `config` the run
 config as JSON, so a rerun can refuse an incompatible config instead of mixing two models;
 `data_fingerprint` what the training data was (`data/fingerprint.py`), so a rerun on edited
-data is refused too (checkpoints written before it existed have none and are accepted).
+data is refused too (checkpoints written before it existed have none and are accepted);
+`vocabulary` the vocabulary's sha256; `model_source` the file and sha256 of a `--config.model`
+factory's module, so that every mode that reads the run says when that file was edited since.
 When to save is `save_policy.py`'s decision (every T minutes, §5.2, and/or every N steps); the
 last K checkpoints are kept (orbax deletes only checkpoints it wrote). On resume, a checkpoint
 whose files are damaged (`damage.py`) is moved (never deleted) to
@@ -38,6 +40,10 @@ from jax.experimental import multihost_utils
 
 FINGERPRINT_ITEM = 'data_fingerprint'
 VOCAB_ITEM = 'vocabulary'  # the sha256 and size of the vocabulary (`data/vocab_record.py`)
+# The file and sha256 of a `--config.model` factory's module (`variant.source_record`).
+MODEL_ITEM = 'model_source'
+# What averaging copies from the newest training checkpoint beside the config.
+SETUP_ITEMS = (VOCAB_ITEM, MODEL_ITEM, FINGERPRINT_ITEM)
 
 # Keys whose change makes an existing checkpoint unusable for this run: the parameter shapes,
 # or the data order and batch shapes the saved iterator position refers to.
@@ -170,10 +176,14 @@ def config_to_json(config: ml_collections.ConfigDict) -> Dict[str, Any]:
 def incompatible_keys(saved: Dict[str, Any], config: ml_collections.ConfigDict,
                       keys=RESUME_KEYS) -> List[Tuple[str, Any, Any]]:
   """[(key, saved value, current value)] for every `keys` entry that differs; a key missing
-  from `saved` (older than the key) has its default value, as `from_json` reads it."""
+  from `saved` (older than the key) has its default value, as `from_json` reads it; paths
+  compare absolute (a relative one saved before paths were stored absolute is the same
+  folder when resumed from where it ran)."""
   current, default = (config_to_json(c) for c in (config, config_lib.default_config.get_config()))
   saved = {k: saved.get(k, default.get(k)) for k in keys}
-  return [(k, saved[k], current.get(k)) for k in keys if saved[k] != current.get(k)]
+  absolute = config_lib.absolute_value
+  return [(k, saved[k], current.get(k)) for k in keys
+          if absolute(k, saved[k]) != absolute(k, current.get(k))]
 
 
 class Checkpointer:
@@ -191,6 +201,7 @@ class Checkpointer:
     self.directory = layout.of(workdir).checkpoints
     self.data_fingerprint = data_fingerprint
     self.vocabulary: Optional[Dict[str, Any]] = None  # saved with every step once set
+    self.model_source: Optional[Dict[str, Any]] = None  # likewise
     self._damaged: Dict[int, str] = {}  # step -> reason, found (and agreed on) while reading
     self._pending: Optional[int] = None  # the step being saved in the background
     self._last_saved: Optional[int] = None  # the step of the latest save started
@@ -223,6 +234,8 @@ class Checkpointer:
       items[FINGERPRINT_ITEM] = ocp.args.JsonSave(self.data_fingerprint)
     if self.vocabulary is not None:
       items[VOCAB_ITEM] = ocp.args.JsonSave(self.vocabulary)
+    if self.model_source is not None:
+      items[MODEL_ITEM] = ocp.args.JsonSave(self.model_source)
     with self._writing(step):
       self._manager.save(step, args=ocp.args.Composite(**items), force=True)
     self._pending = self._last_saved = step
@@ -243,6 +256,15 @@ class Checkpointer:
     checkpoints written without one."""
     item = os.path.join(self._step_dir(step), name)
     return read_json_item(item) if epath.Path(item).is_dir() else None
+
+  def saved_param_shapes(self, step: int) -> Any:
+    """The `params` subtree of `step`'s state as orbax metadata (shapes; reads no arrays)."""
+    handler = ocp.PyTreeCheckpointHandler()
+    try:
+      tree = handler.metadata(epath.Path(self._step_dir(step)) / 'state').tree
+    finally:
+      handler.close()
+    return tree['params']
 
   def _read_setup(self, step: int) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
     return self.saved_config(step), self.saved_fingerprint(step)
@@ -274,7 +296,10 @@ class Checkpointer:
 
   def _refusal(self, config: ml_collections.ConfigDict, step: int, saved_config: Dict[str, Any],
                saved_fingerprint: Optional[Dict[str, Any]]) -> Optional[str]:
-    """Why this run must not resume from `step` (saved config and fingerprint), or None."""
+    """Why this run must not resume from `step` (saved config and fingerprint), or None.
+    Keys of the saved config this version lacks are ignored with a warning, as eval and
+    decode ignore them (`config.from_json`)."""
+    config_lib.warn_obsolete_keys(saved_config, self._name(step))
     diffs = incompatible_keys(saved_config, config)
     if diffs:
       detail = '; '.join(f'{k}: checkpoint has {a!r}, config has {b!r}' for k, a, b in diffs)

@@ -213,9 +213,19 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
   """Trains until `config.num_train_steps`; returns the last logged metrics.
 
   Resumes from the workdir's latest checkpoint; SIGTERM/SIGINT stop after the current step
-  with a checkpoint (see `preemption`); then the result has `stopped_at`.
+  with a checkpoint (see `preemption`); then the result has `stopped_at`. The paths `config`
+  names (corpus folders, data_dir, a `--config.model` file) are stored absolute
+  (`config.absolute_paths`), and a `--config.model` factory's module file is recorded by its
+  sha256 (`variant.source_record`), so that every mode reading the run later reads the same
+  files, or says that they changed.
+
+  Resuming after that module was edited: a warning names the file, and training goes on with
+  the edited factory as long as its parameters are the checkpoint's (a fix that keeps them is
+  common while a variant is developed; the checkpoints saved from then on record the new
+  sha256). Parameters that no longer match (a module renamed) stop the run in one line naming
+  the missing and unexpected parameter paths.
   """
-  config_lib.validate(config)
+  config = config_lib.absolute_paths(config_lib.validate(config))
   # Every split the run will read, before any work: a missing test split would otherwise
   # show only after training, at the final evaluation.
   split_check.check_splits(config, ['train_split', 'final_eval_split']
@@ -255,6 +265,7 @@ class _Run:
                      data_fingerprint=self.checkpointer.data_fingerprint)
     self.checkpointer.vocabulary = vocab_record.of_tokenizer(self.data.tokenizer)
     net = variant.from_config(config) if net is None else net
+    self.checkpointer.model_source = variant.source_record(config.model)
     optimizer = optim.make_optimizer(config)
     # Restored into the layout of this run (`abstract_like` keeps the shardings), whether
     # the checkpoint was written with the optimizer state sharded or replicated.
@@ -277,12 +288,36 @@ class _Run:
   def _restore(self, state):
     if self.checkpointer.latest_step() is None:
       return state
+    self._check_parameters(state.params)
     state, data_state, start = self.checkpointer.restore_latest_good(
         checkpoint.abstract_like(state))
     self._check_vocabulary(start)
+    change = variant.source_change(
+        self.checkpointer.saved_fingerprint(start, checkpoint.MODEL_ITEM), self.config.model)
+    if change:
+      logging.warning('resuming checkpoint step %d of %s with --config.model=%s: %s; training '
+                      'goes on with the edited factory (its parameters are the checkpoint\'s)',
+                      start, self.checkpointer.directory, self.config.model, change)
     self.data.train.set_state(data_state)
     logging.info('resumed from step %d of %s', start, self.checkpointer.directory)
     return state
+
+  def _check_parameters(self, params) -> None:
+    """Refuses, in one line, a latest checkpoint whose parameter paths or shapes are not the
+    model's (its factory's source changed since): not a read failure blamed on its files.
+    A checkpoint whose parameters cannot be listed is left to `restore_latest_good`."""
+    step = self.checkpointer.latest_step()
+    try:
+      saved = self.checkpointer.saved_param_shapes(step)
+    except Exception:  # noqa: BLE001  damaged files: restore_latest_good skips or says so
+      return
+    mismatch = variant.tree_mismatch(params, saved)
+    if mismatch:
+      raise checkpoint.CheckpointError(
+          f'checkpoint step {step} of {self.checkpointer.directory} does not hold the '
+          f'parameters of the model this config builds ({mismatch}); was '
+          f'--config.model={self.config.model or "(the paper)"} edited since? Restore its '
+          'source, or train in another --workdir; nothing was changed.')
 
   def _check_vocabulary(self, step: int) -> None:
     """Refuses a vocabulary other than the one checkpoint `step` was trained with (replaced

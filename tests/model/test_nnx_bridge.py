@@ -207,3 +207,22 @@ def test_generate_is_the_translators_beam_search(trained):
                      r'\[batch, src_len\] with src_len <= max_len=16'):
     module.generate(np.ones((2, 17), np.int32))
   module.eval()
+
+
+@pytest.mark.parametrize('inputs, kwargs, error, message', [
+    ([[500, 6, 1]], {}, ValueError, r'inputs holds the id 500, outside the vocabulary '
+     r'\[0, 12\)'),
+    ([[-2, 6, 1]], {}, ValueError, r'inputs holds the id -2, outside the vocabulary'),
+    (np.ones((1, 3), np.float32), {}, TypeError, 'inputs has dtype float32; expected integer '
+     'token ids'),
+    ([5, 6, 1], {}, ValueError, r'inputs of shape \(3,\); expected \[batch, length\]'),
+    ([[5, 6, 1]], {'max_decode_extra': -3}, ValueError, 'max_decode_extra=-3; expected an '
+     'integer >= 0'),
+    ([[5, 6, 1]], {'beam_size': 0}, ValueError, 'beam_size=0; expected an integer >= 1'),
+], ids=['id 500', 'negative id', 'float', '1-D', 'extra -3', 'beam 0'])
+def test_generate_refuses_arguments_naming_them(inputs, kwargs, error, message):
+  """Before any work: not a result computed from clamped embedding rows, nor jax's own error
+  from inside the search ('grow_cache: cannot shrink a cache')."""
+  module = nnx_bridge.to_nnx(TINY, nnx.Rngs(params=0))
+  with pytest.raises(error, match=r'^generate: ' + message):
+    module.generate(inputs, **kwargs)

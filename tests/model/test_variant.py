@@ -36,6 +36,10 @@ def config_only(cfg):
 
 def two_arguments(cfg, other):
   return t2t_jax.Transformer(cfg)
+
+
+def raising(cfg):
+  raise KeyError('no_such_option')  # RAISES HERE
 '''
 
 
@@ -158,6 +162,18 @@ def test_a_factory_that_builds_no_transformer(folder):
       'TransformerConfig, e.g. Transformer(cfg, feed_forward=...))')
   assert _error(f'{spec}:two_arguments').endswith(
       '(the factory must take one argument, the TransformerConfig)')
+
+
+def test_a_factory_that_raises_names_the_factory_the_error_and_its_line(folder):
+  path, _ = folder
+  spec = f'{path}/sub/variants.py'
+  line = next(i for i, text in enumerate(VARIANTS.splitlines(), 1) if 'RAISES HERE' in text)
+  assert _error(f'{spec}:raising').endswith(
+      f"(the factory raised KeyError: 'no_such_option' ({spec} line {line}))")
+  # A callable that is no factory (functools.partial(cfg)): the error in one line, no frame
+  # of the user's code to name.
+  assert _error(f'{spec}:functools.partial').endswith(
+      '(the factory raised TypeError: the first argument must be callable)')
 
 
 def test_eval_step_label_smoothing_defaults_to_the_papers(folder):
