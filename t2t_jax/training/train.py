@@ -216,6 +216,10 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
   with a checkpoint (see `preemption`); then the result has `stopped_at`.
   """
   config_lib.validate(config)
+  # The batch against this run's devices (a row per local device, per process), before any
+  # data is prepared: config.validate knows no device count.
+  pipeline.validate_config(config, rows_multiple=jax.local_device_count(),
+                           process_count=jax.process_count())
   # Every split the run will read, before any work: a missing test split would otherwise
   # show only after training, at the final evaluation.
   split_check.check_splits(config, ['train_split', 'final_eval_split']
