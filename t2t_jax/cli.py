@@ -26,6 +26,7 @@ from etils import epath
 from t2t_jax import config as config_lib
 from t2t_jax.runtime.backends import native_stderr_to_debug_log
 from t2t_jax.storage import textio
+from t2t_jax.storage import workdir as workdir_lib
 from t2t_jax.storage.workdir import WorkdirError
 
 _HELP = re.compile(r'--?(help|helpshort|helpfull|helpxml|\?)')
@@ -176,6 +177,9 @@ def check_paths(workdir: Optional[str], input_path: Optional[str]) -> None:
       expected; nothing is created.
   """
   # Local or remote (gs://...) paths alike.
+  broken = workdir and workdir_lib.broken_symlink(workdir)
+  if broken:  # every mode: a reading one would otherwise say 'no checkpoint'
+    raise WorkdirError(f'--workdir={workdir}: {broken}')
   if workdir and epath.Path(workdir).exists() and not epath.Path(workdir).is_dir():
     raise WorkdirError(f'--workdir={workdir} is a file; expected a directory (one that does '
                        'not exist yet is created)')

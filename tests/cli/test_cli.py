@@ -69,6 +69,10 @@ def test_paths_are_checked_without_creating_anything(tmp_path):
     cli.check_paths(None, str(tmp_path / 'nope'))
   cli.check_paths(str(tmp_path / 'run'), str(blocker))  # both fine
   assert os.listdir(tmp_path) == ['file'] and blocker.read_text() == 'keep'
+  os.symlink(tmp_path / 'gone', tmp_path / 'link')  # issue 43 item 3.13, for every mode
+  with pytest.raises(WorkdirError, match=rf'^--workdir={tmp_path}/link: {tmp_path}/link is a '
+                     rf'symbolic link to {tmp_path}/gone, which does not exist; '):
+    cli.check_paths(str(tmp_path / 'link'), None)
 
 
 def _record(name, level, msg, pathname='x.py'):
