@@ -24,6 +24,7 @@ from absl import flags
 from etils import epath
 
 from t2t_jax import config as config_lib
+from t2t_jax.runtime import backends
 from t2t_jax.runtime.backends import native_stderr_to_debug_log
 from t2t_jax.storage import textio
 from t2t_jax.storage import workdir as workdir_lib
@@ -224,16 +225,23 @@ def native_stdout_to_stderr() -> None:
 
 def start_backends() -> None:
   """Starts jax's backends now; off a TPU VM with libtpu installed, without libtpu's noise.
+  A JAX_PLATFORMS naming a platform this machine lacks raises `backends.BackendError`.
 
   A TPU VM has TPU device files (/dev/accel*, /dev/vfio/N): there libtpu's messages matter
   and stay on the console.
   """
   import jax  # pylint: disable=import-outside-toplevel  (after the flags that configure it)
-  if glob.glob('/dev/accel*') or glob.glob('/dev/vfio/[0-9]*'):
-    jax.devices()
-    return
-  with native_stderr_to_debug_log('starting jax backends'):
-    jax.devices()
+  try:
+    if glob.glob('/dev/accel*') or glob.glob('/dev/vfio/[0-9]*'):
+      jax.devices()
+      return
+    with native_stderr_to_debug_log('starting jax backends'):
+      jax.devices()
+  except (AssertionError, RuntimeError) as e:  # what jax raises for JAX_PLATFORMS (0.10.2)
+    error = backends.platform_error(jax.config.jax_platforms, e)
+    if error is None:
+      raise
+    raise error from None
 
 
 def raise_on_sigterm() -> None:
