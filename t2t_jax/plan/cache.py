@@ -20,6 +20,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import jax
 
+from t2t_jax.runtime import interruptible
 from t2t_jax.storage import paths
 
 # The jax options that change what the compiler builds (jax._src.config), beside XLA_FLAGS.
@@ -110,9 +111,14 @@ class PlanCache:
     return record
 
   def put(self, key: str, record: Dict[str, Any]) -> None:
-    try:
-      os.makedirs(self.directory, exist_ok=True)
-      paths.write_atomic(self._path(key), json.dumps(record, sort_keys=True).encode(),
-                         overwrite=True)
-    except OSError:
-      pass  # a read-only or full cache directory: the next plan compiles again
+    # A plan stopped by Ctrl-C leaves its compile running (`interruptible`): what that
+    # compile reports after is not written, and the exit waits for a write under way.
+    with interruptible.writing() as allowed:
+      if not allowed:
+        return
+      try:
+        os.makedirs(self.directory, exist_ok=True)
+        paths.write_atomic(self._path(key), json.dumps(record, sort_keys=True).encode(),
+                           overwrite=True)
+      except OSError:
+        pass  # a read-only or full cache directory: the next plan compiles again
