@@ -326,6 +326,7 @@ class _Run:
         self.watch.push(self.step, step_sums['nonfinite'])
         if delay:
           time.sleep(delay)
+        self.checkpointer.check_background()  # a failed save stops the run here
         stopping = handler.stop_requested(self.step)
         final = stopping or self.step == total
         if self.step % self.config.log_every_steps == 0 or final:
