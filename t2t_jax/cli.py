@@ -24,8 +24,10 @@ from absl import flags
 from etils import epath
 
 from t2t_jax import config as config_lib
+from t2t_jax.runtime import backends, interruptible
 from t2t_jax.runtime.backends import native_stderr_to_debug_log
 from t2t_jax.storage import textio
+from t2t_jax.storage import workdir as workdir_lib
 from t2t_jax.storage.workdir import WorkdirError
 
 _HELP = re.compile(r'--?(help|helpshort|helpfull|helpxml|\?)')
@@ -176,6 +178,9 @@ def check_paths(workdir: Optional[str], input_path: Optional[str]) -> None:
       expected; nothing is created.
   """
   # Local or remote (gs://...) paths alike.
+  broken = workdir and workdir_lib.broken_symlink(workdir)
+  if broken:  # every mode: a reading one would otherwise say 'no checkpoint'
+    raise WorkdirError(f'--workdir={workdir}: {broken}')
   if workdir and epath.Path(workdir).exists() and not epath.Path(workdir).is_dir():
     raise WorkdirError(f'--workdir={workdir} is a file; expected a directory (one that does '
                        'not exist yet is created)')
@@ -220,16 +225,23 @@ def native_stdout_to_stderr() -> None:
 
 def start_backends() -> None:
   """Starts jax's backends now; off a TPU VM with libtpu installed, without libtpu's noise.
+  A JAX_PLATFORMS naming a platform this machine lacks raises `backends.BackendError`.
 
   A TPU VM has TPU device files (/dev/accel*, /dev/vfio/N): there libtpu's messages matter
   and stay on the console.
   """
   import jax  # pylint: disable=import-outside-toplevel  (after the flags that configure it)
-  if glob.glob('/dev/accel*') or glob.glob('/dev/vfio/[0-9]*'):
-    jax.devices()
-    return
-  with native_stderr_to_debug_log('starting jax backends'):
-    jax.devices()
+  try:
+    if glob.glob('/dev/accel*') or glob.glob('/dev/vfio/[0-9]*'):
+      jax.devices()
+      return
+    with native_stderr_to_debug_log('starting jax backends'):
+      jax.devices()
+  except (AssertionError, RuntimeError) as e:  # what jax raises for JAX_PLATFORMS (0.10.2)
+    error = backends.platform_error(jax.config.jax_platforms, e)
+    if error is None:
+      raise
+    raise error from None
 
 
 def raise_on_sigterm() -> None:
@@ -251,4 +263,13 @@ def exit_interrupted(interrupt: KeyboardInterrupt) -> NoReturn:
   name = str(interrupt) or 'SIGINT (Ctrl-C)'
   sys.stderr.write(f'error: interrupted by {name}; what this command had not finished is not '
                    'kept: run the same command again\n')
+  if interruptible.abandoned():
+    # A compile still runs in a worker thread: a normal exit would run jax's exit handlers
+    # beside it (and wait for it); its writes are already shut (`interruptible.writing`).
+    for stream in (sys.stdout, sys.stderr):
+      try:
+        stream.flush()
+      except OSError:
+        pass
+    os._exit(130)  # pylint: disable=protected-access
   sys.exit(130)

@@ -150,6 +150,14 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _fail('treebank_dir', f"'' unless dataset='treebank' (dataset is {config.dataset!r})",
           config.treebank_dir)
   _check_buckets(tuple(config.bucket_lengths), config.max_length)
+  # One row of the largest bucket a run uses (the first >= max_length, as
+  # `pipeline.bucket_rows` picks) must fit the batch, or the pipeline refuses it after the
+  # data is prepared and the vocabulary trained; the device count is checked by `train`.
+  largest = next(b for b in config.bucket_lengths if b >= config.max_length)
+  if config.tokens_per_batch < largest:
+    _fail('tokens_per_batch', f'at least {largest}, one row of the largest bucket used (the '
+          f'first of bucket_lengths >= max_length={config.max_length})',
+          config.tokens_per_batch)
   if config.bucket_lengths[-1] > config.max_len:
     _fail('max_len', f'>= the largest bucket length {config.bucket_lengths[-1]}', config.max_len)
   if any(isinstance(s, bool) or not isinstance(s, int) or s < 0

@@ -17,13 +17,14 @@ def user_errors() -> Tuple[Type[BaseException], ...]:
   from t2t_jax.export.common import ExportError
   from t2t_jax.inspect import attention_mode
   from t2t_jax.plan import report, topology
-  from t2t_jax.runtime import checkpoint, parallel
+  from t2t_jax.runtime import backends, checkpoint, parallel
   from t2t_jax.storage import textio, workdir
   from t2t_jax.training import plots, train
   return (config_lib.ConfigError, report.PlanError, topology.TopologyError,
           checkpoint.CheckpointError, train.TrainError,
           attention_mode.AttentionInputError, ExportError,
-          workdir.WorkdirError, parallel.DistributedError, plots.PlotError,
+          workdir.WorkdirError, parallel.DistributedError, backends.BackendError,
+          plots.PlotError,
           corpora.DataError, pipeline.PipelineError, token_store.TokenStoreError,
           tokenizer.TokenizerError, textio.TextFileError, FileNotFoundError, FileExistsError)
 

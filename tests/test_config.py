@@ -79,6 +79,11 @@ def _with(**changes):
     (dict(vocab_size=3.5), r"'vocab_size'.*integer"),
     (dict(bucket_lengths=(8, 64, 32)), r"'bucket_lengths'.*increasing"),
     (dict(max_length=300), r"'bucket_lengths'.*max_length=300"),
+    # Issue 43 item 3.15: refused only after data preparation and the vocabulary's training.
+    (dict(tokens_per_batch=10), r"^config key 'tokens_per_batch': expected at least 256, one "
+     r"row of the largest bucket used \(the first of bucket_lengths >= max_length=256\), got "
+     r"10$"),
+    (dict(max_length=20, tokens_per_batch=23), r"'tokens_per_batch': expected at least 24,"),
     (dict(final_eval_split='validation'),
      r"'final_eval_split'.*one of '', 'train', 'dev', 'test', got 'validation'"),
     (dict(eval_split='valid'), r"'eval_split'.*one of 'train', 'dev', 'test', got 'valid'"),

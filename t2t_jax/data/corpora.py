@@ -125,6 +125,9 @@ class LocalCorpusConfig(tfds.core.BuilderConfig):
   sha256: str = dataclasses.field(default='', repr=False)
   # Pairs dropped per split (empty side), filled in by the check before preparing.
   dropped_empty: Optional[dict[str, int]] = dataclasses.field(default=None, repr=False)
+  # Splits without a non-empty pair, left out of the preparation: refused when a run loads
+  # one (`load_split`), not when it uses only the others.
+  empty_splits: tuple[str, ...] = dataclasses.field(default=(), repr=False)
 
 
 class LocalParallelCorpus(tfds.core.GeneratorBasedBuilder, skip_registration=True):
@@ -146,7 +149,8 @@ class LocalParallelCorpus(tfds.core.GeneratorBasedBuilder, skip_registration=Tru
         # Keep file order: dev/test references are compared line by line.
         disable_shuffling=True,
         metadata=tfds.core.MetadataDict(sha256=cfg.sha256,
-                                        dropped_empty=dict(cfg.dropped_empty or {})),
+                                        dropped_empty=dict(cfg.dropped_empty or {}),
+                                        empty_splits=list(cfg.empty_splits)),
     )
 
   def _split_generators(self, dl_manager: Any) -> dict[str, Any]:
@@ -182,22 +186,35 @@ def local_corpus_builder(corpus_dir: str, source_lang: str, target_lang: str,
       corpus_dir=corpus_dir, source_lang=source_lang, target_lang=target_lang,
       split_files=tuple(splits[s] for s in LOCAL_SPLITS if s in splits), sha256=sha)
 
-  def check() -> dict[str, int]:
-    dropped = {}
+  def check() -> tuple[dict[str, int], tuple[str, ...]]:
+    dropped, empty = {}, []
     for split, files in splits.items():
       kept, dropped[split] = check_split(files)
-      if kept == 0:
-        raise DataError(f'Split {split!r} ({", ".join(files.paths)}) has no non-empty pair.')
-      logging.log(logging.WARNING if dropped[split] else logging.INFO,
+      if kept == 0 and split == 'train':
+        raise DataError(_no_pair(split, files))
+      if kept == 0:  # a run that uses it is refused by split_check or load_split
+        empty.append(split)
+      logging.log(logging.WARNING if dropped[split] or not kept else logging.INFO,
                   'Corpus %s split %s: %d pairs, %d dropped (empty source or target).',
                   ', '.join(files.paths), split, kept, dropped[split])
-    return dropped
+    return dropped, tuple(empty)
+
+  def make(checked):
+    if checked is None:  # opening a preparation
+      return LocalParallelCorpus(config=cfg, data_dir=data_dir)
+    dropped, empty = checked
+    return LocalParallelCorpus(config=dataclasses.replace(
+        cfg, dropped_empty=dropped, empty_splits=empty,
+        split_files=tuple(f for f in cfg.split_files if f.split not in empty)), data_dir=data_dir)
 
   return prepared.prepare_once(
-      lambda dropped: LocalParallelCorpus(
-          config=dataclasses.replace(cfg, dropped_empty=dropped), data_dir=data_dir),
+      make,
       sha, check, folder=prepared.folder_of(LocalParallelCorpus, cfg, data_dir),
       process_index=process_index, timeout_s=timeout_s, poll_s=poll_s)
+
+
+def _no_pair(split: str, files: SplitFiles) -> str:
+  return f'Split {split!r} ({", ".join(files.paths)}) has no non-empty pair.'
 
 
 def _to_str(value: Any) -> str:
@@ -348,6 +365,9 @@ def load_split(config: Any, split: str, data_dir: Optional[str], *, process_inde
   builder = local_corpus_builder(corpus_dir, src, tgt, data_dir, process_index=process_index,
                                  timeout_s=timeout_s, poll_s=poll_s, per_host=per_host)
   local_split = SPLIT_ALIASES.get(split, split)
+  if local_split in (builder.info.metadata or {}).get('empty_splits', ()):
+    raise DataError(_no_pair(local_split, textfiles.find_split_files(corpus_dir, local_split,
+                                                                     src, tgt)))
   if local_split not in builder.info.splits:
     raise MissingDataError(f'No {local_split!r} split: expected '
                            f'{textfiles.expected_paths(corpus_dir, local_split, src, tgt)}.')

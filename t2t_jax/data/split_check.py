@@ -17,11 +17,12 @@ def _expected_files(config: Any, split: str) -> str:
 
 def check_splits(config: Any, keys: Sequence[str]) -> None:
   """Refuses, before any data is prepared, a split named by the config `keys` (such as
-  'final_eval_split') that a local corpus or treebank lacks; an empty value names none. WMT
-  has every split.
+  'final_eval_split') that a local corpus or treebank lacks, or that a local corpus has
+  without one non-empty pair; an empty value names none. WMT has every split.
 
   Raises:
     MissingDataError: one line naming the key, its value and the files expected.
+    DataError: one line naming the key, its value and the files of the empty split.
   """
   if config.dataset not in corpora.LOCAL_DATASETS:
     return
@@ -36,3 +37,8 @@ def check_splits(config: Any, keys: Sequence[str]) -> None:
       raise textfiles.MissingDataError(
           f'config key {key!r} is {config[key]!r}, but there is no {split!r} split: expected '
           f'{_expected_files(config, split)}.')
+    # Only the splits the run uses: an empty test.en beside final_eval_split='' is no error.
+    if split and task is None and not textfiles.has_pair(present[split]):
+      raise corpora.DataError(
+          f'config key {key!r} is {config[key]!r}, but the {split!r} split '
+          f'({", ".join(present[split].paths)}) has no pair with both sides non-empty.')

@@ -220,3 +220,8 @@ def check_split(files: SplitFiles) -> tuple[int, int]:
     else:
       dropped += 1
   return kept, dropped
+
+
+def has_pair(files: SplitFiles) -> bool:
+  """Whether a split holds a pair with both sides non-empty; reads up to the first one."""
+  return any(src and tgt for _, src, tgt in iter_pairs(files))

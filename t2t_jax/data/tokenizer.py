@@ -232,6 +232,7 @@ def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable
                   process_index: int = 0, process_count: int = 1, *,
                   symbols_fn: Optional[Callable[[], Sequence[str]]] = None,
                   trained: bool = False, data_fingerprint: Optional[dict] = None,
+                  checkpoint_vocabulary: Optional[dict] = None,
                   timeout_s: float = 7200.0, poll_s: float = 1.0) -> Tokenizer:
   """The workdir's vocabulary: loaded if `<workdir>/vocab/spm.model` exists, else trained.
 
@@ -253,6 +254,9 @@ def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable
       trained anew.
     data_fingerprint: what the training data is (`fingerprint.compute`), recorded with a
       vocabulary trained now and compared with an existing one's record; None: not compared.
+    checkpoint_vocabulary: with `trained`, what the newest checkpoint saved of its
+      vocabulary (`vocab_record.of_tokenizer`; None: unknown): it tells a replaced file from
+      a damaged record when the two disagree.
     timeout_s: how long processes other than 0 wait for process 0's file.
     poll_s: how often they look.
 
@@ -261,7 +265,7 @@ def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable
   """
   path = vocab_path(workdir)
   want = vocab_record.wanted(config, data_fingerprint)
-  stale = _stale(workdir, want, trained)
+  stale = _stale(workdir, want, trained, checkpoint_vocabulary)
   if stale is None:
     tok = load(path, config.vocab_size) if trained else _checked(Tokenizer(path),
                                                                  config.vocab_size)
@@ -305,11 +309,14 @@ def _train_recorded(config: Any, workdir: str, want: dict,
                             workdir, want, vocab_record.sha256(model))), config.vocab_size)
 
 
-def _stale(workdir: str, want: dict, trained: bool) -> Optional[str]:
+def _stale(workdir: str, want: dict, trained: bool,
+           checkpoint_vocabulary: Optional[dict] = None) -> Optional[str]:
   """None when the workdir's vocabulary may be used for a run that `want`s it (its record,
   `vocab_record.wanted`); else why it is (to be) trained. With `trained` (checkpoints depend
   on it) a vocabulary that differs raises TokenizerError naming it; a missing or unreadable
-  one is left to `load` to report, an unreadable record is only warned about."""
+  one is left to `load` to report, an unreadable record is only warned about, and a record
+  that does not describe the file is judged by `checkpoint_vocabulary` (what the checkpoints
+  saved of theirs, `vocab_record.of_tokenizer`; None: unknown): `_disagreeing_record`."""
   path, where = vocab_path(workdir), vocab_record.path(workdir)
   if not _appeared(path):
     return None if trained else _MISSING
@@ -320,7 +327,10 @@ def _stale(workdir: str, want: dict, trained: bool) -> Optional[str]:
                       'checkpoints were trained with it)', where, problem, path)
     return (None if problem is None or trained
             else f'its record {where} is unreadable ({problem})')
-  if record['sha256'] != vocab_record.sha256(paths.read_bytes(path)):
+  actual = vocab_record.sha256(paths.read_bytes(path))
+  if record['sha256'] != actual:
+    if trained:
+      return _disagreeing_record(path, where, record, actual, checkpoint_vocabulary)
     why = (f'it is not the vocabulary {where} describes (sha256 {record["sha256"][:12]}...): '
            'an interrupted training, or a replaced file')
   else:
@@ -333,6 +343,34 @@ def _stale(workdir: str, want: dict, trained: bool) -> Optional[str]:
                          'restore those files and settings, or train in a new --workdir '
                          '(nothing was changed)')
   return why
+
+
+def _disagreeing_record(path: str, where: str, record: dict, actual: str,
+                        checkpoint_vocabulary: Optional[dict]) -> None:
+  """With checkpoints, a record whose sha256 is not the file's: the checkpoints' own sha256
+  says which of the two is wrong. Matching the file, the record is damaged or edited: warned
+  about, the vocabulary kept. Else TokenizerError, saying only what the sha256s show."""
+  saved = (checkpoint_vocabulary or {}).get('sha256')
+  shas = (f'sha256 {actual[:12]}... in the file, {str(record["sha256"])[:12]}... in the '
+          'record' + (f', {str(saved)[:12]}... in the checkpoints' if saved else ''))
+  if saved == actual:
+    logging.warning('%s does not describe %s (%s): the record is damaged or was edited; the '
+                    'checkpoints were trained with the file, which is kept (the record is '
+                    'left as it is: restore it, or remove it to stop this warning)', where,
+                    path, shas)
+    return None
+  Tokenizer(path)  # one that does not parse is reported as damaged
+  if saved == record['sha256']:
+    blame = ('the checkpoints of this workdir were trained with the vocabulary its record '
+             'describes: the file was replaced')
+  elif saved:
+    blame = ('nor is it the vocabulary the checkpoints of this workdir were trained with: '
+             'the file was replaced')
+  else:  # checkpoints from before they saved their vocabulary
+    blame = 'the file was replaced or the record edited'
+  raise TokenizerError(f'{path}: it is not the vocabulary {where} describes ({shas}); {blame}; '
+                       'it cannot be trained again: restore those files, or train in a new '
+                       '--workdir (nothing was changed)')
 
 
 def _appeared(path: str) -> bool:

@@ -20,6 +20,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import jax
 
+from t2t_jax.runtime import interruptible
 from t2t_jax.storage import paths
 
 # The jax options that change what the compiler builds (jax._src.config), beside XLA_FLAGS.
@@ -35,6 +36,33 @@ def _version(package: str) -> str:
     return ''
 
 
+# What `compile._compile` writes, field by field: a record of another format (an older or
+# newer `_FORMAT`, an edited file) must be a miss, not a TypeError deep in the report.
+_NUMBER = (int, float)
+_COMPILED = {'compile_s': _NUMBER, 'compile_cpu_s': _NUMBER, 'argument_bytes': int,
+             'output_bytes': int, 'alias_bytes': int, 'temp_bytes': int, 'code_bytes': int,
+             'flops': _NUMBER, 'bytes_accessed': _NUMBER, 'collectives': list}
+_REFUSED = {'compile_s': _NUMBER, 'compile_cpu_s': _NUMBER, 'does_not_fit': str,
+            'needed_bytes': _NUMBER + (type(None),), 'available_bytes': _NUMBER + (type(None),)}
+_COLLECTIVE = {'kind': str, 'count': int, 'bytes': int}
+
+
+def _has_fields(value: Any, fields: Dict[str, Any]) -> bool:
+  """Whether `value` is a dict holding each of `fields` with its type (bool is no number)."""
+  return isinstance(value, dict) and all(
+      name in value and isinstance(value[name], types) and not isinstance(value[name], bool)
+      for name, types in fields.items())
+
+
+def valid_record(record: Any) -> bool:
+  """Whether `record` is a compile record as `compile._compile` writes it: the compiled
+  program's fields, or a refusal (`does_not_fit`), with the types the report computes on."""
+  if _has_fields(record, _REFUSED):
+    return True
+  return (_has_fields(record, _COMPILED) and
+          all(_has_fields(c, _COLLECTIVE) for c in record['collectives']))
+
+
 def _devices(args: Sequence[Any]) -> list:
   """(id, process, kind, coords) of every device the arguments' shardings name."""
   found = {}
@@ -47,7 +75,8 @@ def _devices(args: Sequence[Any]) -> list:
 class PlanCache:
   """Compile records in `directory` (one `<sha256>.json` each, written atomically).
 
-  A record that cannot be read is a miss (the program is compiled and the record written
+  A record that cannot be read, or that is not a record of this format (`valid_record`:
+  every field, with its type), is a miss (the program is compiled and the record written
   again); a directory that cannot be written costs the speed-up, never the plan.
   """
 
@@ -73,8 +102,8 @@ class PlanCache:
     try:
       with open(self._path(key), encoding='utf-8') as f:
         record = json.load(f)
-      if not isinstance(record, dict) or 'compile_s' not in record:
-        raise ValueError('not a compile record')
+      if not valid_record(record):
+        raise ValueError('not a compile record of this format')
     except (OSError, ValueError):
       self.misses += 1
       return None
@@ -82,9 +111,14 @@ class PlanCache:
     return record
 
   def put(self, key: str, record: Dict[str, Any]) -> None:
-    try:
-      os.makedirs(self.directory, exist_ok=True)
-      paths.write_atomic(self._path(key), json.dumps(record, sort_keys=True).encode(),
-                         overwrite=True)
-    except OSError:
-      pass  # a read-only or full cache directory: the next plan compiles again
+    # A plan stopped by Ctrl-C leaves its compile running (`interruptible`): what that
+    # compile reports after is not written, and the exit waits for a write under way.
+    with interruptible.writing() as allowed:
+      if not allowed:
+        return
+      try:
+        os.makedirs(self.directory, exist_ok=True)
+        paths.write_atomic(self._path(key), json.dumps(record, sort_keys=True).encode(),
+                           overwrite=True)
+      except OSError:
+        pass  # a read-only or full cache directory: the next plan compiles again

@@ -8,7 +8,7 @@ from typing import Optional
 import ml_collections
 from etils import epath
 
-from t2t_jax.runtime import compile_cache
+from t2t_jax.runtime import compile_cache, interruptible
 from t2t_jax.storage import outputs, paths, workdir
 from t2t_jax.plan import report, topology
 
@@ -46,8 +46,10 @@ def run(config: ml_collections.ConfigDict, topology_name: Optional[str],
   if output:
     outputs.check_writable(output)  # in a file, read-only or full: one line, before compiling
   topology.check_compiler()
-  plan = report.make_plan(config, topology_name, search_batch=search_batch,
-                          all_shapes=all_shapes, cache_dir=cache_dir(compilation_cache))
+  # In a worker thread: Ctrl-C or SIGTERM during a compile of minutes stops the plan at once,
+  # not when XLA returns (`interruptible`).
+  plan = interruptible.call(report.make_plan, config, topology_name, search_batch=search_batch,
+                            all_shapes=all_shapes, cache_dir=cache_dir(compilation_cache))
   stream.write(report.format_plan(plan, config_name) + '\n')
   if output:
     with workdir.writing(output):  # a disk full by now: one line naming the file

@@ -18,9 +18,7 @@ barrier a failed read would miss. Averaging the last N checkpoints lives in `ave
 """
 
 import contextlib
-import logging as pylogging
 import os
-import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
@@ -31,7 +29,8 @@ from absl import logging
 from etils import epath
 
 from t2t_jax import config as config_lib
-from t2t_jax.runtime import damage
+from t2t_jax.runtime import damage, save_failures
+from t2t_jax.runtime.save_failures import quiet_failed_save_reports  # noqa: F401  (as before)
 from t2t_jax.storage import layout, paths
 from t2t_jax.storage import workdir as workdir_lib
 from t2t_jax.storage.workdir import write_failure
@@ -55,51 +54,6 @@ RESUME_KEYS = config_lib.MODEL_KEYS + (
 
 class CheckpointError(RuntimeError):
   """A checkpoint is missing, unreadable or incompatible with the run's config."""
-
-
-class _FailedSaveReports(pylogging.Filter):
-  """Drops orbax's ERROR records (each with a traceback, one per background thread the
-  failure passes through) of a save that failed for want of space: `Checkpointer` raises
-  that failure as one line. Once it has, also the threads of that save still running when
-  the run closes orbax: 'RuntimeError: cannot schedule new futures after shutdown'."""
-
-  raised = False  # a Checkpointer raised a write failure in this process
-
-  def filter(self, record: pylogging.LogRecord) -> bool:
-    if '/orbax/' not in record.pathname or record.levelno < pylogging.ERROR:
-      return True
-    error = record.exc_info[1] if record.exc_info else None
-    if error is None:
-      return True
-    closed = (type(error) is RuntimeError
-              and str(error).startswith('cannot schedule new futures after'))
-    return write_failure(error) is None and not (closed and _FailedSaveReports.raised)
-
-
-def _quiet_abandoned_writes() -> None:
-  """Drops the reports of orbax's write coroutines that a failed save leaves pending: at
-  interpreter exit each is closed and prints 'Exception ignored in: <coroutine ...
-  write_fragment>' with a traceback (observed, orbax-checkpoint 0.12.8, full tmpfs) after the
-  one-line error. Every other report still goes to the previous hook. Idempotent."""
-  previous = sys.unraisablehook
-  if getattr(previous, 'quiet_abandoned_writes', False):
-    return
-
-  def hook(unraisable):
-    code = getattr(unraisable.object, 'cr_code', None)
-    if '/orbax/' in getattr(code, 'co_filename', ''):
-      return
-    previous(unraisable)
-
-  hook.quiet_abandoned_writes = True
-  sys.unraisablehook = hook
-
-
-def quiet_failed_save_reports() -> None:
-  """Installs `_FailedSaveReports` on the absl logger orbax logs through (idempotent)."""
-  absl_logger = pylogging.getLogger('absl')
-  if not any(isinstance(f, _FailedSaveReports) for f in absl_logger.filters):
-    absl_logger.addFilter(_FailedSaveReports())
 
 
 T = TypeVar('T')
@@ -206,7 +160,7 @@ class Checkpointer:
     self._pending: Optional[int] = None  # the step being saved in the background
     self._last_saved: Optional[int] = None  # the step of the latest save started
     self._failed: Optional[int] = None  # the step whose failed save was raised
-    quiet_failed_save_reports()
+    save_failures.quiet_failed_save_reports()
     self._manager = ocp.CheckpointManager(
         self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
 
@@ -391,8 +345,8 @@ class Checkpointer:
       if step is not None and step == self._failed:
         return  # the same failure again (orbax keeps two of them): already raised
       self._failed = step
-      _FailedSaveReports.raised = True
-      _quiet_abandoned_writes()
+      save_failures.FailedSaveReports.raised = True
+      save_failures.quiet_abandoned_writes()
       workdir_lib.report_write_failure()
       reason, remedy = failure
       previous = max((s for s in self._manager.all_steps() if s != step), default=None)
@@ -401,6 +355,29 @@ class Checkpointer:
       raise CheckpointError(
           f'cannot write checkpoint step {step} in {self.directory}: {reason}; {kept}; '
           f'{remedy} and rerun to {"start" if previous is None else "resume"}') from e
+
+  def _remove_partial(self, step: Optional[int]) -> None:
+    """Removes what the failed save of `step` made, orbax's `<step>.orbax-checkpoint-tmp*`
+    folder, which a rerun would find beside the checkpoints. Best effort: a read-only file
+    system keeps it (the one line said why)."""
+    if step is None or jax.process_index() != 0:
+      return
+    for partial in epath.Path(self.directory).glob(f'{step}.orbax-checkpoint-tmp*'):
+      try:
+        partial.rmtree()
+      except OSError:
+        pass
+
+  def check_background(self) -> None:
+    """Raises the failure of the save in the background as soon as it has ended
+    (CheckpointError: as `save`), so that training stops at the failed save rather than at
+    the next one; a no-op while it runs. One process only: processes see their saves end at
+    different steps, and every process must stop at the same one (there, the next `save`
+    or `close` raises it)."""
+    if self._pending is None or jax.process_count() > 1:
+      return
+    if not self._manager.is_saving_in_progress():
+      self.wait()
 
   def wait(self) -> None:
     """Blocks until the save in the background is on disk (CheckpointError: as `save`)."""
@@ -415,8 +392,11 @@ class Checkpointer:
     finally:
       # orbax keeps a second error of a failed save (the items' own, beside the checkpoint
       # metadata's) and raises it here; raised once (`_writing`).
-      with self._writing(self._last_saved):
-        self._manager.close()
+      try:
+        with self._writing(self._last_saved):
+          self._manager.close()
+      finally:  # only now: the failed save's other writes may run until orbax is closed
+        self._remove_partial(self._failed)
 
 
 def abstract_like(tree) -> Any:

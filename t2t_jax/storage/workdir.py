@@ -103,13 +103,46 @@ LOCK_NAME = layout.RUN_LOCK.name
 LEASE_NAME = layout.RUN_LEASE.name
 
 
+def broken_symlink(path: str) -> Optional[str]:
+  """Why `path` cannot be reached through a symbolic link on the way to it (itself or a
+  folder above it), naming that link and where it points; None when no link is broken.
+
+  A dangling link or a loop neither exists nor can be created (`os.makedirs` says 'File
+  exists'), so the mistake is named here instead. Local paths only.
+  """
+  if not paths.is_local(path):
+    return None
+  path = os.path.abspath(path)
+  parts = path.split(os.sep)
+  for i in range(2, len(parts) + 1):
+    link = os.sep.join(parts[:i]) or os.sep
+    if not os.path.islink(link):
+      continue
+    target = os.readlink(link)
+    try:
+      os.stat(link)
+    except OSError as e:
+      if e.errno == errno.ELOOP:
+        return (f'{link} is a symbolic link loop ({link} -> {target} -> ... never reaches a '
+                'file or folder); point it at a directory or remove it')
+      if e.errno == errno.ENOENT:
+        return (f'{link} is a symbolic link to {target}, which does not exist; create '
+                f'{os.path.join(os.path.dirname(link), target)}, point the link at a '
+                'directory or remove it')
+  return None
+
+
 def check_writable(workdir: str, create: bool = True) -> str:
   """Creates `workdir` if needed and proves it is writable; returns its absolute path.
 
   With create=False a missing `workdir` is left missing and passes (the mode that reads it
-  says what it lacks); an existing one must be writable.
+  says what it lacks); an existing one must be writable. A broken symbolic link on the way
+  (`broken_symlink`) is refused, with create=False too.
   """
   workdir = paths.absolute(workdir)
+  broken = broken_symlink(workdir)
+  if broken:
+    raise WorkdirError(f'workdir {workdir}: {broken}')
   if not create and not epath.Path(workdir).exists():
     return workdir
   try:

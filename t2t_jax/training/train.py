@@ -15,7 +15,7 @@ latest checkpoint of the workdir if there is one (same config required), then ru
 import itertools
 import os
 import time
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 import jax
 import ml_collections
@@ -40,7 +40,7 @@ class Data:
   """Vocabulary, training iterator and dev batches of a run."""
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *, with_eval: bool,
-               trained: bool = False, data_fingerprint=None):
+               trained: bool = False, data_fingerprint=None, checkpoint_vocabulary=None):
     pi, pc = jax.process_index(), jax.process_count()
     data_dir = corpora.default_data_dir(config, workdir)
     if data_fingerprint is None:  # what the vocabulary is recorded as trained from
@@ -52,7 +52,7 @@ class Data:
         config, workdir,
         lambda: tokenizer.sample_sentences(train_source, config.vocab_sample_sentences), pi, pc,
         symbols_fn=vocabulary_symbols(config, train_source), trained=trained,
-        data_fingerprint=data_fingerprint)
+        data_fingerprint=data_fingerprint, checkpoint_vocabulary=checkpoint_vocabulary)
     rows = jax.local_device_count()
     self.train = pipeline.make_train_iterator(
         config, train_source, self.tokenizer, rows_multiple=rows, process_index=pi,
@@ -203,6 +203,18 @@ class _LogWindow:
     return m
 
 
+def saved_vocabulary(checkpointer: checkpoint.Checkpointer) -> Optional[Dict[str, Any]]:
+  """What the newest checkpoint saved of its vocabulary (`vocab_record.of_tokenizer`), None
+  when there is none or it does not read: the tokenizer then judges the vocabulary by its
+  record alone, and `_check_vocabulary` or the restore reports a damaged checkpoint."""
+  step = checkpointer.latest_step()
+  try:
+    saved = None if step is None else checkpointer.saved_fingerprint(step, checkpoint.VOCAB_ITEM)
+  except Exception:  # pylint: disable=broad-except  (a damaged item: reported at restore)
+    return None
+  return saved if isinstance(saved, dict) else None
+
+
 def _test_step_delay() -> float:
   """Seconds to sleep after each step: a test hook that slows one process of a pod run
   (`T2T_TEST_STEP_DELAY_S`), so tests can show its checkpoint decisions still agree."""
@@ -226,6 +238,10 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
   the missing and unexpected parameter paths.
   """
   config = config_lib.absolute_paths(config_lib.validate(config))
+  # The batch against this run's devices (a row per local device, per process), before any
+  # data is prepared: config.validate knows no device count.
+  pipeline.validate_config(config, rows_multiple=jax.local_device_count(),
+                           process_count=jax.process_count())
   # Every split the run will read, before any work: a missing test split would otherwise
   # show only after training, at the final evaluation.
   split_check.check_splits(config, ['train_split', 'final_eval_split']
@@ -262,7 +278,8 @@ class _Run:
     logging.info('mesh: %d devices over %d processes', self.mesh.size, jax.process_count())
     self.data = Data(config, workdir, with_eval=config.eval_every_steps > 0,
                      trained=self.checkpointer.latest_step() is not None,
-                     data_fingerprint=self.checkpointer.data_fingerprint)
+                     data_fingerprint=self.checkpointer.data_fingerprint,
+                     checkpoint_vocabulary=saved_vocabulary(self.checkpointer))
     self.checkpointer.vocabulary = vocab_record.of_tokenizer(self.data.tokenizer)
     net = variant.from_config(config) if net is None else net
     self.checkpointer.model_source = variant.source_record(config.model)
@@ -344,6 +361,7 @@ class _Run:
         self.watch.push(self.step, step_sums['nonfinite'])
         if delay:
           time.sleep(delay)
+        self.checkpointer.check_background()  # a failed save stops the run here
         stopping = handler.stop_requested(self.step)
         final = stopping or self.step == total
         if self.step % self.config.log_every_steps == 0 or final:

@@ -5,9 +5,12 @@ import os
 import subprocess
 import sys
 
+import jax
 import pytest
 
+from conftest import run_main
 from t2t_jax import cli, config as config_lib
+from t2t_jax.runtime import backends
 from t2t_jax.storage import textio
 from t2t_jax.storage.workdir import WorkdirError
 
@@ -69,6 +72,10 @@ def test_paths_are_checked_without_creating_anything(tmp_path):
     cli.check_paths(None, str(tmp_path / 'nope'))
   cli.check_paths(str(tmp_path / 'run'), str(blocker))  # both fine
   assert os.listdir(tmp_path) == ['file'] and blocker.read_text() == 'keep'
+  os.symlink(tmp_path / 'gone', tmp_path / 'link')  # issue 43 item 3.13, for every mode
+  with pytest.raises(WorkdirError, match=rf'^--workdir={tmp_path}/link: {tmp_path}/link is a '
+                     rf'symbolic link to {tmp_path}/gone, which does not exist; '):
+    cli.check_paths(str(tmp_path / 'link'), None)
 
 
 def _record(name, level, msg, pathname='x.py'):
@@ -120,3 +127,25 @@ def test_native_stdout_goes_to_stderr_and_python_keeps_stdout():
   assert result.returncode == 0, result.stderr
   assert result.stdout == 'before\ntranslation \u00e9\nlast\n'
   assert '[Gloo] Rank 0 is connected\n' in result.stderr
+
+
+def test_a_platform_this_machine_lacks_is_one_line_naming_it_and_the_remedy():
+  """Issue 43 item 3.6: JAX_PLATFORMS=cuda without CUDA ended in a bare AssertionError of
+  jax's, JAX_PLATFORMS=tpu off a TPU VM in two chained tracebacks."""
+  result = run_main('--mode=info', env=dict(os.environ, JAX_PLATFORMS='cuda'), timeout=300)
+  assert result.returncode == 1 and 'Traceback' not in result.stderr, result.stderr[-3000:]
+  assert result.stderr.strip().splitlines()[-1] == (
+      'error: JAX_PLATFORMS=cuda: jax cannot start cuda here (this machine shows no NVIDIA '
+      f'GPU); to use cuda, on a machine with an NVIDIA GPU, pip install "jax[cuda13]=='
+      f'{jax.__version__}" (or jax[cuda12]); or unset JAX_PLATFORMS to run on the devices jax '
+      'finds (the CPU at least)')
+  tpu = RuntimeError("Unable to initialize backend 'tpu': NOT_FOUND: TPU initialization "
+                     "failed: No jellyfish device found. (set JAX_PLATFORMS='' to "
+                     'automatically choose an available backend)')
+  assert str(backends.platform_error('tpu', tpu)) == (
+      'JAX_PLATFORMS=tpu: jax cannot start tpu here (NOT_FOUND: TPU initialization failed: '
+      f'No jellyfish device found); to use tpu, on a Cloud TPU VM, pip install "jax[tpu]=='
+      f'{jax.__version__}"; or unset JAX_PLATFORMS to run on the devices jax finds (the CPU '
+      'at least)')
+  assert backends.platform_error('', tpu) is None  # jax's own choice failing: not the user's
+  assert backends.platform_error('cpu', ValueError('x')) is None

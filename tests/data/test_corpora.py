@@ -330,3 +330,26 @@ def test_a_corpus_file_that_is_a_folder_is_named_as_a_folder(tmp_path, folder, f
   with pytest.raises(corpora.DataError, match='^' + re.escape(
       f'{corpus / folder} is a folder; expected a corpus file (UTF-8 text, ')):
     corpora.load_split(_config(corpus, 'en', 'es'), 'train', str(tmp_path / 'tfds'))
+
+
+def test_an_empty_split_the_run_does_not_use_is_no_error(tmp_path):
+  """Issue 43 item 3.12: empty test.en and test.de refused a run with final_eval_split=''
+  (which never reads test) while the same run without those files trained."""
+  corpus = _two_pair_corpus(tmp_path)
+  _write(corpus / 'test.en', [])
+  _write(corpus / 'test.de', [], gz=True)
+  config = _config(corpus)
+  config.final_eval_split = ''
+  split_check.check_splits(config, ['train_split', 'final_eval_split'])
+  data_dir = str(tmp_path / 'tfds')
+  assert _pairs(corpora.load_split(config, 'train', data_dir)) == [('one', 'eins'),
+                                                                    ('two', 'zwei')]
+  empty = f"Split 'test' ({corpus}/test.en, {corpus}/test.de.gz) has no non-empty pair."
+  with pytest.raises(corpora.DataError, match=f'^{re.escape(empty)}$'):
+    corpora.load_split(config, 'test', data_dir)  # a run that reads it: one line
+  config.final_eval_split = 'test'  # ... refused before any work
+  with pytest.raises(corpora.DataError) as raised:
+    split_check.check_splits(config, ['train_split', 'final_eval_split'])
+  assert str(raised.value) == (
+      f"config key 'final_eval_split' is 'test', but the 'test' split ({corpus}/test.en, "
+      f'{corpus}/test.de.gz) has no pair with both sides non-empty.')

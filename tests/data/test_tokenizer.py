@@ -208,6 +208,40 @@ def test_a_replaced_vocabulary_is_refused_with_checkpoints_and_retrained_without
   assert vocab_record.read(workdir)[0]['sha256'] == new.fingerprint
 
 
+def test_with_checkpoints_a_record_that_disagrees_with_the_file_is_judged_by_theirs(
+    recorded, caplog):
+  """Issue 43 item 3.11: an edited sha256 in spm.meta.json beside the spm.model the
+  checkpoints were trained with was said to be what the checkpoints were trained with."""
+  workdir, tok = recorded
+  where = vocab_record.path(workdir)
+  record = json.load(open(where))
+  edited = dict(record, sha256='e' * 64)
+  with open(where, 'w') as f:
+    json.dump(edited, f)
+  caplog.set_level(logging.INFO)
+  theirs = vocab_record.of_tokenizer(tok)  # the checkpoints match the file: the record is wrong
+  again = tokenizer.load_or_train(_config(vocab_size=300), workdir, lambda: [], trained=True,
+                                  data_fingerprint=_fingerprint('a'), checkpoint_vocabulary=theirs)
+  assert again.fingerprint == tok.fingerprint
+  [warning] = _warnings(caplog)
+  assert warning.startswith(f'{where} does not describe {tok.path} (sha256 {tok.fingerprint[:12]}'
+                            '... in the file, eeeeeeeeeeee... in the record, ')
+  assert 'the record is damaged or was edited' in warning
+  assert json.load(open(where)) == edited  # reported, not rewritten
+  for saved, blame in [  # the file is the one that differs, or nothing tells which
+      ({'sha256': 'e' * 64}, 'the checkpoints of this workdir were trained with the vocabulary '
+                             'its record describes: the file was replaced'),
+      ({'sha256': 'f' * 64}, 'nor is it the vocabulary the checkpoints of this workdir were '
+                             'trained with: the file was replaced'),
+      (None, 'the file was replaced or the record edited')]:
+    with pytest.raises(tokenizer.TokenizerError) as raised:
+      tokenizer.load_or_train(_config(vocab_size=300), workdir, lambda: [], trained=True,
+                              data_fingerprint=_fingerprint('a'), checkpoint_vocabulary=saved)
+    assert str(raised.value).startswith(f'{tok.path}: it is not the vocabulary {where} '
+                                        'describes (sha256 ')
+    assert f'; {blame}; it cannot be trained again' in str(raised.value)
+
+
 def test_an_interrupted_training_leaves_a_record_that_does_not_describe_the_model(
     tmp_path, pairs, monkeypatch):
   """The record is written before the model: killed in between, the next run trains."""

@@ -4,12 +4,14 @@ the same size (which still parses) stops resume, eval and decode in one line nam
 vocabulary, and a checkpoint of another run in one line naming the checkpoint."""
 
 import json
+import logging
 import os
 import shutil
 import types
 
 import pytest
 
+from t2t_jax import config as config_lib
 from t2t_jax.data import tokenizer, vocab_record
 from t2t_jax.inference import checkpoint_choice
 from t2t_jax.runtime import checkpoint
@@ -108,3 +110,24 @@ def test_checkpoints_from_before_vocabulary_hashes_are_accepted(run):
   fake = types.SimpleNamespace(checkpointer=checkpoint.Checkpointer(run),
                                data=types.SimpleNamespace(tokenizer=tok))
   train._Run._check_vocabulary(fake, 10)  # pylint: disable=protected-access
+
+
+def test_resume_with_an_edited_record_beside_the_checkpoints_vocabulary_warns_and_goes_on(
+    run, caplog):
+  """Issue 43 item 3.11: resume said the checkpoints were trained with the vocabulary the
+  (edited) record describes, and refused; they match spm.model."""
+  where = vocab_record.path(run)
+  with open(where) as f:
+    record = json.load(f)
+  with open(where, 'w') as f:
+    json.dump(dict(record, sha256='e' * 64), f)
+  checkpointer = checkpoint.Checkpointer(run)
+  step = os.path.join(run, 'checkpoints', '10')
+  assert train.saved_vocabulary(checkpointer) == _item(step, 'vocabulary')
+  config = config_lib.from_json(checkpointer.saved_config(10))
+  caplog.set_level(logging.INFO)
+  data = train.Data(config, run, with_eval=False, trained=True,
+                    checkpoint_vocabulary=train.saved_vocabulary(checkpointer))
+  data.train.close()
+  assert data.tokenizer.fingerprint == _item(step, 'vocabulary')['sha256']
+  assert any('the record is damaged or was edited' in r.getMessage() for r in caplog.records)

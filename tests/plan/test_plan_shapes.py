@@ -125,6 +125,33 @@ def test_a_second_plan_reads_each_compilation_back_from_the_cache(v5e, tmp_path)
   assert not compile_lib.compile_step('f', jitted, (y,), {'x': (32, 128)}, cache).cached
 
 
+_RECORD = {'compile_s': 2.5, 'compile_cpu_s': 3.0, 'argument_bytes': 10, 'output_bytes': 4,
+           'alias_bytes': 0, 'temp_bytes': 7, 'code_bytes': 1, 'flops': 1e9,
+           'bytes_accessed': 2e6, 'collectives': [{'kind': 'all-reduce', 'count': 2,
+                                                   'bytes': 64}]}
+
+
+@pytest.mark.parametrize('record', [
+    {'compile_s': 1.0},  # another format: the fields StepStats needs are missing
+    dict(_RECORD, flops='n/a'), dict(_RECORD, temp_bytes=7.5), dict(_RECORD, code_bytes=True),
+    dict(_RECORD, collectives=[{'kind': 'all-reduce'}]), dict(_RECORD, collectives='none'),
+    {'does_not_fit': 'out of HBM', 'compile_s': 1.0, 'compile_cpu_s': 1.0},
+    [1, 2], 'text'], ids=['other-format', 'flops-text', 'float-bytes', 'bool-bytes',
+                          'collective-fields', 'collectives-text', 'refusal-fields', 'list',
+                          'string'])
+def test_a_cache_record_of_another_format_is_a_miss(tmp_path, record):
+  """Issue 43 item 3.5: such records raised TypeError in StepStats and the report."""
+  cache = cache_lib.PlanCache(str(tmp_path))
+  (tmp_path / 'k.json').write_text(json.dumps(record), encoding='utf-8')
+  assert cache.get('k') is None and (cache.hits, cache.misses) == (0, 1)
+  refused = {'does_not_fit': 'out of HBM', 'needed_bytes': 2.0 ** 34, 'available_bytes': None,
+             'compile_s': 1.0, 'compile_cpu_s': 1}
+  for good in (_RECORD, refused):  # what compile._compile writes is read back
+    (tmp_path / 'k.json').write_text(json.dumps(good), encoding='utf-8')
+    assert cache.get('k') == good
+  assert set(_RECORD) == compile_lib._FIELDS  # pylint: disable=protected-access
+
+
 @needs_libtpu
 def test_a_plan_sums_the_runs_compiles_and_reruns_from_the_cache(tmp_path):
   config = quickstart.get_config()

@@ -36,3 +36,24 @@ def test_an_unreadable_lock_file_is_named(tmp_path):
   with pytest.raises(workdir_lib.WorkdirError,
                      match=f"^cannot open the run's lock file {lock}: Permission denied; "):
     workdir_lib.WorkdirLock(str(tmp_path)).acquire()
+
+
+@pytest.mark.parametrize('create', [True, False])
+def test_a_dangling_symlink_or_a_loop_is_named_not_file_exists(tmp_path, create):
+  """Issue 43 item 3.13: both said 'workdir ... is not writable: File exists'."""
+  dangling, loop = tmp_path / 'dangling', tmp_path / 'loop'
+  os.symlink(tmp_path / 'gone', dangling)
+  os.symlink(loop, loop)
+  with pytest.raises(workdir_lib.WorkdirError) as raised:
+    workdir_lib.check_writable(str(dangling), create=create)
+  assert str(raised.value) == (
+      f'workdir {dangling}: {dangling} is a symbolic link to {tmp_path}/gone, which does not '
+      f'exist; create {tmp_path}/gone, point the link at a directory or remove it')
+  with pytest.raises(workdir_lib.WorkdirError) as raised:  # a link above the workdir
+    workdir_lib.check_writable(str(loop / 'run'), create=create)
+  assert str(raised.value) == (
+      f'workdir {loop}/run: {loop} is a symbolic link loop ({loop} -> {loop} -> ... never '
+      'reaches a file or folder); point it at a directory or remove it')
+  assert not (tmp_path / 'gone').exists() and os.path.islink(dangling)  # nothing changed
+  os.symlink(tmp_path, tmp_path / 'fine')
+  assert workdir_lib.check_writable(str(tmp_path / 'fine' / 'run')) == f'{tmp_path}/fine/run'

@@ -82,6 +82,20 @@ def test_a_missing_final_eval_split_fails_before_the_first_step(corpus, tmp_path
   assert not workdir.exists()  # no step, no vocabulary, no preparation
 
 
+def test_a_batch_too_small_for_the_devices_fails_before_any_work(tmp_path):
+  """Issue 43 item 3.15: a row of the largest bucket per device (8 here) is checked before
+  the data is prepared and the vocabulary trained, not after."""
+  from configs import quickstart
+  from t2t_jax.data import pipeline
+  from t2t_jax.training import train
+  config = quickstart.get_config()
+  config.max_length, config.bucket_lengths, config.tokens_per_batch = 32, (16, 32), 128
+  with pytest.raises(pipeline.PipelineError, match=r'tokens_per_batch=128 is too small: the '
+                     r'largest bucket \(32 tokens\) needs at least 256 \(8 rows per process'):
+    train.train(config, str(tmp_path / 'run'))
+  assert not (tmp_path / 'run').exists()
+
+
 @pytest.fixture
 def umask_002():
   """main.py runs under the user's umask 002 (group-writable), inherited by subprocesses."""
