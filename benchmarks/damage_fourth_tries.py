@@ -20,6 +20,10 @@ Each record carries `verdict`: OK (the outcome the try expects), MISLEADING, TRA
 (accepted and silently not what the user asked; or refused though valid) or HANG.
 
 Imports only damage_tour and damage_tries' helpers, and nothing imports it: no import cycle.
+
+Known open finding (benchmarks/results/damage_fourth_tour.jsonl): Ctrl-C 12 s into
+`--mode=plan --topology=v5e:2x2` (batch search compiling) does not stop the plan within 120 s:
+the main thread stays in interruptible.call's Event.wait while the worker compiles.
 """
 
 import argparse
