@@ -353,6 +353,8 @@ def _parse(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, List[Stage]]:
     wanted = [s for s in stages if s.part in parts]
     if args.budget is None and not args.smoke:
       args.budget = PART_BUDGET_S * len(parts)
+  if args.budget is not None and not args.budget > 0:
+    parser.error(f'--budget={args.budget}: expected a positive number of seconds')
   if args.budget is None:
     args.budget = SMOKE_BUDGET_S if args.smoke else sum(s.box_s for s in wanted)
   args.run = args.run or harness.timestamp(compact=True)

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from t2t_jax.model.id_arrays import check_ids, check_same_batch
-from t2t_jax.model.transformer import (PAD_ID, ModelLike, Transformer, as_model,
+from t2t_jax.model.transformer import (PAD_ID, ModelLike, Transformer, as_model, param_shapes,
                                        attention_layer, shift_right)
 
 Array = jax.Array
@@ -178,6 +178,11 @@ def check_incremental(model: ModelLike, params, inputs: Array, targets: Array,
   for name, ids in (('inputs', inputs), ('targets', targets)):
     check_ids('check_incremental', name, ids, net.cfg.vocab_size)
   check_same_batch('check_incremental', inputs, targets)
+  if max_decode_len is not None and (isinstance(max_decode_len, bool) or not isinstance(
+      max_decode_len, int) or not 1 <= max_decode_len <= net.cfg.max_len):
+    raise ValueError(f'check_incremental: max_decode_len={max_decode_len!r}; expected an '
+                     f'integer in [1, max_len={net.cfg.max_len}] (None: max_len)')
+  _check_params(net, params)
   inputs, targets = np.asarray(inputs, np.int32), np.asarray(targets, np.int32)
   tgt_len = targets.shape[1]
   longest = net.cfg.max_len if max_decode_len is None else max_decode_len
@@ -198,6 +203,22 @@ def check_incremental(model: ModelLike, params, inputs: Array, targets: Array,
   worst = max(worst, _check_alone(net, params, inputs, targets, forced, atol))
   _check_captured(net, params, inputs, targets, forced, real, atol)
   return worst
+
+
+def _check_params(net: Transformer, params) -> None:
+  """ValueError naming the first parameter `params` lacks, adds or shapes otherwise than
+  `net` (rather than a flax scope error from inside the model)."""
+  if not isinstance(params, dict) and not hasattr(params, 'keys'):
+    raise ValueError(f'check_incremental: params is a {type(params).__name__}; expected the '
+                     "model's parameter tree (init_params' nested dict)")
+  flat = lambda tree: {jax.tree_util.keystr(k): tuple(np.shape(v))  # noqa: E731
+                       for k, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
+  want, got = flat(param_shapes(net)), flat(params)
+  for path in sorted(want.keys() | got.keys()):
+    if want.get(path) != got.get(path):
+      raise ValueError(f'check_incremental: params{path} is {got.get(path, "missing")}, the '
+                       f'model needs {want.get(path, "nothing there")}; are they the '
+                       'parameters of this model?')
 
 
 def _real_length(row: np.ndarray) -> int:

@@ -23,6 +23,8 @@ jax, flax and numpy.
 """
 
 import functools
+import math
+import numbers
 from typing import TYPE_CHECKING, Any, Optional
 
 import jax
@@ -101,7 +103,13 @@ def to_nnx(model: transformer.ModelLike, rngs: 'nnx.Rngs', *, params: Optional[A
     float32 logits; its `nnx.Param`s are the Linen tree (`linen_params`).
   """
   from flax import nnx
-  net = transformer.as_model(model, decode=False)
+  if not isinstance(rngs, nnx.Rngs):
+    raise TypeError(f'to_nnx: rngs is a {type(rngs).__name__}; expected an nnx.Rngs, e.g. '
+                    'nnx.Rngs(params=0, dropout=1)')
+  try:
+    net = transformer.as_model(model, decode=False)
+  except TypeError as e:
+    raise TypeError(f'to_nnx: model: {e}') from None
   if params is None:
     params = transformer.init_params(net, rngs.params(), batch, length)
   dummy = jnp.ones((batch, length), jnp.int32)
@@ -183,6 +191,8 @@ def generate(module: 'nnx.Module', inputs: jax.Array, *, beam_size: int = 4,
                                                            max_decode_extra, 0)):
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
       raise ValueError(f'generate: {name}={value!r}; expected an integer >= {least}')
+  if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not math.isfinite(alpha):
+    raise ValueError(f'generate: alpha={alpha!r}; expected a finite number (0.6 in the paper)')
   inputs = jnp.asarray(inputs)
   if inputs.shape[1] > net.cfg.max_len:
     raise ValueError(f'generate: inputs of shape {inputs.shape}; expected [batch, src_len] '

@@ -129,6 +129,8 @@ def test_a_stage_runs_in_a_child_process_of_its_own(tmp_path):
     (['--stages', ''], "--stages='' selects no stage"),
     (['--part', '4'], "--part='4': expected a comma list of [1, 2, 3]"),
     (['--part', 'x'], "--part='x': expected"),
+    (['--budget', '-5', '--smoke'], '--budget=-5.0: expected a positive number of seconds'),
+    (['--budget', '0'], '--budget=0.0: expected a positive number of seconds'),
 ])
 def test_bad_selection_is_refused_in_one_line(argv, says, capsys):
   with pytest.raises(SystemExit) as exit_:

@@ -57,3 +57,21 @@ def test_a_variant_that_reads_the_padding_is_caught():
 def test_arguments_it_cannot_check_are_refused_naming_them(inputs, targets, error, message):
   with pytest.raises(error, match=r'^check_incremental: ' + message):
     incremental.check_incremental(CFG, _params(), inputs, targets)
+
+
+@pytest.mark.parametrize('max_decode_len', [0, 25, True])
+def test_a_max_decode_len_outside_the_model_is_refused_naming_it(max_decode_len):
+  """The fourth tour: 0 was accepted silently (the long cache never compared), beyond
+  max_len came out as 'sequence length 25 exceeds config.max_len' naming no argument."""
+  with pytest.raises(ValueError, match=r'^check_incremental: max_decode_len=.*; expected an '
+                     r'integer in \[1, max_len=24\]'):
+    incremental.check_incremental(CFG, _params(), INPUTS, TARGETS,
+                                  max_decode_len=max_decode_len)
+
+
+def test_params_of_another_model_are_refused_naming_the_parameter():
+  """The fourth tour: flax's ScopeParamShapeError from inside the model before."""
+  other = transformer.init_params(CFG.replace(d_ff=32), jax.random.PRNGKey(0))
+  with pytest.raises(ValueError, match=r"^check_incremental: params\['decoder'\].* is "
+                     r'\(32,\), the model needs \(64,\)'):
+    incremental.check_incremental(CFG, other, INPUTS, TARGETS)

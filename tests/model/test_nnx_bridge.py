@@ -219,10 +219,21 @@ def test_generate_is_the_translators_beam_search(trained):
     ([[5, 6, 1]], {'max_decode_extra': -3}, ValueError, 'max_decode_extra=-3; expected an '
      'integer >= 0'),
     ([[5, 6, 1]], {'beam_size': 0}, ValueError, 'beam_size=0; expected an integer >= 1'),
-], ids=['id 500', 'negative id', 'float', '1-D', 'extra -3', 'beam 0'])
+    ([[5, 6, 1]], {'alpha': float('nan')}, ValueError, 'alpha=nan; expected a finite number'),
+    ([[5, 6, 1]], {'alpha': '0.6'}, ValueError, "alpha='0.6'; expected a finite number"),
+], ids=['id 500', 'negative id', 'float', '1-D', 'extra -3', 'beam 0', 'alpha nan',
+        'alpha str'])
 def test_generate_refuses_arguments_naming_them(inputs, kwargs, error, message):
   """Before any work: not a result computed from clamped embedding rows, nor jax's own error
   from inside the search ('grow_cache: cannot shrink a cache')."""
   module = nnx_bridge.to_nnx(TINY, nnx.Rngs(params=0))
   with pytest.raises(error, match=r'^generate: ' + message):
     module.generate(inputs, **kwargs)
+
+
+def test_to_nnx_refuses_a_bad_model_or_rngs_naming_the_argument():
+  """The fourth tour: not an AttributeError on None, nor a message naming neither."""
+  with pytest.raises(TypeError, match=r'^to_nnx: rngs is a NoneType; expected an nnx.Rngs'):
+    nnx_bridge.to_nnx(TINY, None)
+  with pytest.raises(TypeError, match=r'^to_nnx: model: expected a Transformer'):
+    nnx_bridge.to_nnx('base', nnx.Rngs(0))
