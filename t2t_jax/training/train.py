@@ -89,7 +89,8 @@ def _format(step: int, total: int, m: Dict[str, float]) -> str:
   return (f'step {step}/{total} loss {m["loss"]:.4f} nll {m["nll"]:.4f} '
           f'acc {m["accuracy"]:.3f} lr {m["learning_rate"]:.3e} '
           f'{m["tokens_per_s"]:,.0f} tok/s ETA {int(eta // 3600)}h{int(eta % 3600 // 60):02d}m'
-          f'{int(eta % 60):02d}s')
+          f'{int(eta % 60):02d}s' + ''.join(f' {k} {m[k]:.4f}' for k in sorted(m)
+                                            if k.startswith('aux_')))
 
 
 class _Steps:
@@ -99,7 +100,8 @@ class _Steps:
     self.accum, self.mesh = config.grad_accum_steps, mesh
     kwargs = dict(label_smoothing=config.label_smoothing, seed=config.seed,
                   debug_nonfinite_steps=tuple(config.debug_nonfinite_steps),
-                  shard_optimizer_state=config.shard_optimizer_state)
+                  shard_optimizer_state=config.shard_optimizer_state,
+                  aux_loss_weight=config.aux_loss_weight)
     if self.accum == 1:
       self.step = parallel.make_train_step(net, optimizer, mesh, **kwargs)
     else:
