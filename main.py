@@ -29,7 +29,7 @@ from t2t_jax.inspect import attention_mode  # noqa: E402
 from t2t_jax.model import info  # noqa: E402
 from t2t_jax.plan import mode as plan_mode  # noqa: E402
 from t2t_jax.storage import workdir as workdir_lib  # noqa: E402
-from t2t_jax.training import plots, summary  # noqa: E402
+from t2t_jax.training import optim, plots, summary  # noqa: E402
 
 MODES = ('train', 'eval', 'decode', 'average', 'info', 'plot', 'attention', 'export', 'plan')
 
@@ -129,7 +129,7 @@ MODE_FUNCTIONS = {
     'decode': lambda config: inference_modes.decode(
         FLAGS.workdir, _overrides(), FLAGS.checkpoint, FLAGS.input, FLAGS.output),
     'average': lambda config: inference_modes.average(FLAGS.workdir, _overrides()),
-    'info': lambda config: print(info.describe(config)),
+    'info': lambda config: print(info.describe(config) + '\n' + optim.describe(config)),
     'plot': lambda config: plots.print_learning_curves(FLAGS.workdir),
     'attention': lambda config: attention_mode.run(
         FLAGS.workdir, _overrides(), FLAGS.checkpoint, FLAGS.input, FLAGS.targets, FLAGS.output,

@@ -49,6 +49,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.pack_examples = False         # pack several short pairs into one row with segment ids
 
   # --- Optimisation (§5.3) ---------------------------------------------------------
+  c.optimizer = 'adam'            # 'adam' (the paper's, adam_* keys), 'adamw' (+ weight_decay), 'adafactor' (tensor2tensor's settings), or 'module:factory' / 'path/file.py:factory' with factory(config, schedule) -> optax.GradientTransformation (docs/extension_points.md)
+  c.weight_decay = 0.01           # optimizer='adamw': decoupled weight decay of every parameter of 2+ dimensions (kernels, embeddings), times the learning rate
+  c.aux_loss_weight = 1.0         # multiplies the auxiliary losses the model sows into flax's 'losses' collection (e.g. a MoE load-balancing loss); the paper's model sows none
   c.adam_b1 = 0.9                 # Adam beta1
   c.adam_b2 = 0.98                # Adam beta2
   c.adam_eps = 1e-9               # Adam epsilon

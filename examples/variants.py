@@ -1,4 +1,4 @@
-"""Five model variants researchers try, each a factory `TransformerConfig -> Transformer`.
+"""Six model variants researchers try, each a factory `TransformerConfig -> Transformer`.
 
 Train one with the whole machinery (token store, checkpoints, dev BLEU, averaging, decode,
 attention maps, export):
@@ -12,9 +12,11 @@ decodes and exports them.
 import functools
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 import t2t_jax
+from t2t_jax.model.parts import feed_forward
 
 
 # --- Grouped-query attention (Ainslie et al., 2023): 2 key/value heads; 1 is multi-query. ---
@@ -100,5 +102,32 @@ def swiglu(cfg):
   return t2t_jax.Transformer(cfg, feed_forward=SwiGLU)
 
 
+# --- Switch feed-forward (Fedus et al., 2021): a router sends each token to one of 4 experts,
+# each the paper's FFN. Its load-balancing loss is sown into 'losses': the train step adds it
+# times config.aux_loss_weight and logs it as aux_load_balancing (docs/extension_points.md).
+# Dense for clarity: every expert runs on every token. ---
+class SwitchFeedForward(nn.Module):
+  cfg: t2t_jax.TransformerConfig
+  experts: int = 4
+  alpha: float = 0.01                          # the Switch Transformer's loss coefficient
+
+  @nn.compact
+  def __call__(self, x):                       # x: [batch, length, d_model]
+    probs = jax.nn.softmax(nn.Dense(self.experts, dtype=jnp.float32, name='router')(x))
+    choice = jnp.argmax(probs, -1)             # [batch, length]: one expert per token
+    gate = jnp.take_along_axis(probs, choice[..., None], -1)
+    outs = jnp.stack([feed_forward(self.cfg, name=f'expert_{i}')(x)
+                      for i in range(self.experts)], -1)           # [b, l, d_model, experts]
+    y = jnp.take_along_axis(outs, choice[..., None, None], -1)[..., 0] * gate
+    routed = jnp.mean(jax.nn.one_hot(choice, self.experts), (0, 1))  # fraction per expert
+    self.sow('losses', 'load_balancing',
+             self.alpha * self.experts * jnp.sum(routed * jnp.mean(probs, (0, 1))))
+    return y.astype(x.dtype)
+
+
+def switch_moe(cfg):
+  return t2t_jax.Transformer(cfg, feed_forward=SwitchFeedForward)
+
+
 VARIANTS = {'gqa': gqa, 'rotary': rotary, 't5_bias': t5_bias, 'pre_rmsnorm': pre_rmsnorm,
-            'swiglu': swiglu}
+            'swiglu': swiglu, 'switch_moe': switch_moe}

@@ -104,7 +104,7 @@ _EXPORTS = {
         'sinusoidal_positions'),
     't2t_jax.model.losses': (
         'compute_metrics', 'label_smoothed_cross_entropy', 'negative_log_likelihood',
-        'padding_weights', 'perplexity', 'token_accuracy'),
+        'padding_weights', 'perplexity', 'sown_losses', 'token_accuracy'),
     't2t_jax.model.transformer': (
         'BOS_ID', 'EOS_ID', 'PAD_ID', 'ModelLike', 'Transformer', 'TransformerConfig',
         'as_model', 'count_params', 'init_params', 'param_shapes', 'shift_right'),
@@ -125,8 +125,10 @@ _EXPORTS = {
     't2t_jax.inference.portable': ('ExportedTranslator',),
     't2t_jax.runtime.checkpoint': ('Checkpointer',),
     't2t_jax.runtime.parallel': (
-        'TrainState', 'create_train_state', 'initialize_distributed', 'make_eval_step',
-        'make_mesh', 'make_train_step', 'shard_batch', 'train_state_shardings'),
+        'TrainState', 'apply_gradients', 'create_train_state', 'initialize_distributed',
+        'make_accumulating_steps', 'make_eval_step', 'make_grad_fn', 'make_mesh',
+        'make_train_step', 'metric_sums', 'objective', 'shard_batch',
+        'train_state_shardings'),
     't2t_jax.inspect.attention_maps': ('AttentionWeights', 'attention_weights'),
     't2t_jax.inspect.attention_plots': ('attention_figure', 'attention_heatmaps',
                                         'attention_lines'),

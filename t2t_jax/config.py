@@ -39,12 +39,25 @@ _POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_layers', 'max_le
              'keep_checkpoints', 'log_every_steps', 'average_last', 'beam_size',
              'decode_batch_sentences', 'vocab_sample_sentences', 'learning_rate_scale',
              'adam_eps', 'max_consecutive_nonfinite', 'num_train_steps')
-_NON_NEGATIVE = ('d_k', 'd_v', 'num_kv_heads', 'checkpoint_every_steps',
+_NON_NEGATIVE = ('d_k', 'd_v', 'num_kv_heads', 'weight_decay', 'aux_loss_weight',
+                 'checkpoint_every_steps',
                  'checkpoint_every_minutes', 'eval_every_steps', 'eval_batches',
                  'eval_bleu_sentences', 'length_penalty_alpha', 'max_decode_extra',
                  'decode_threads')
 _PROBABILITIES = ('dropout_rate', 'attention_dropout_rate', 'label_smoothing', 'adam_b1',
                   'adam_b2')
+
+
+# `config.optimizer` by name; anything else is a 'module:factory' or 'path/file.py:factory'
+# spec, loaded (and its errors reported) by `training/optim.py`.
+OPTIMIZERS = ('adam', 'adamw', 'adafactor')
+
+
+def _check_optimizer(value: str) -> None:
+  where, sep, attr = value.rpartition(':')
+  if value not in OPTIMIZERS and not (sep and where and attr):
+    _fail('optimizer', "one of 'adam', 'adamw', 'adafactor', or 'module:factory' or "
+          "'path/file.py:factory'", value)
 
 
 def _fail(key: str, expected: str, got: Any) -> None:
@@ -149,6 +162,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     # Most likely a forgotten --config.dataset=treebank: the run would train on other data.
     _fail('treebank_dir', f"'' unless dataset='treebank' (dataset is {config.dataset!r})",
           config.treebank_dir)
+  _check_optimizer(config.optimizer)
   _check_buckets(tuple(config.bucket_lengths), config.max_length)
   # One row of the largest bucket a run uses (the first >= max_length, as
   # `pipeline.bucket_rows` picks) must fit the batch, or the pipeline refuses it after the
@@ -174,6 +188,8 @@ MODEL_KEYS = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_kv_heads', 'd_k
 
 # The keys that name a local folder or file a run reads; `absolute_paths` resolves them.
 PATH_KEYS = ('local_corpus_dir', 'treebank_dir', 'data_dir')
+# The keys that may name a factory 'path/to/file.py:factory'; its file is made absolute.
+FACTORY_KEYS = ('model', 'optimizer')
 
 
 def absolute_path(path: str) -> str:
@@ -197,7 +213,7 @@ def absolute_value(key: str, value: Any) -> Any:
   """`value` of `key` as `absolute_paths` stores it (other keys' values as given)."""
   if key in PATH_KEYS and isinstance(value, str):
     return absolute_path(value)
-  return absolute_model(value) if key == 'model' and isinstance(value, str) else value
+  return absolute_model(value) if key in FACTORY_KEYS and isinstance(value, str) else value
 
 
 def absolute_paths(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -205,7 +221,7 @@ def absolute_paths(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
   when it starts: its checkpoints then name the files it read, and eval or decode run from
   another folder read those, not that folder's files of the same relative name."""
   config = ml_collections.ConfigDict(config.to_dict())
-  for key in PATH_KEYS + ('model',):
+  for key in PATH_KEYS + FACTORY_KEYS:
     if key in config:
       config[key] = absolute_value(key, config[key])
   return config

@@ -11,20 +11,25 @@ from absl import logging
 
 from t2t_jax.data import tasks
 from t2t_jax.inference import bleu, translate
-from t2t_jax.model import variant
+from t2t_jax.model import losses, variant
 from t2t_jax.runtime import multihost, parallel
 from t2t_jax.storage import layout, textio
 from t2t_jax.storage import workdir as workdir_lib
 
 
 def summarize(sums: Dict[str, Any]) -> Dict[str, float]:
-  """Per-token loss, nll, perplexity and accuracy from global metric sums."""
+  """Per-token loss, nll, perplexity and accuracy from global metric sums, and `aux_<name>`
+  for each auxiliary loss the model sows (`loss` is the cross entropy alone)."""
   sums = jax.device_get(sums)
   weight = max(float(sums['weight']), 1.0)
   nll = float(sums['nll']) / weight
-  return {'loss': float(sums['loss']) / weight, 'nll': nll,
-          'perplexity': float(np.exp(min(nll, 50.0))),
-          'accuracy': float(sums['correct']) / weight, 'tokens': float(sums['weight'])}
+  result = {'loss': float(sums['loss']) / weight, 'nll': nll,
+            'perplexity': float(np.exp(min(nll, 50.0))),
+            'accuracy': float(sums['correct']) / weight, 'tokens': float(sums['weight'])}
+  # Auxiliary losses a model sows (`parallel.metric_sums`): token-weighted means, by name.
+  result.update({k: float(v) / weight for k, v in sorted(sums.items())
+                 if k.startswith(losses.AUX_PREFIX)})
+  return result
 
 
 def evaluate_batches(eval_step, params, batches, mesh) -> Dict[str, float]:

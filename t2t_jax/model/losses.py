@@ -202,3 +202,34 @@ def compute_metrics(logits: Array, targets: Array, weights: Array,
       'correct': _masked_sum(_correct(z), weights),
       'weight': jnp.sum(weights.astype(jnp.float32)),
   }
+
+
+# --- Auxiliary losses a model sows (docs/extension_points.md) -------------------------------
+
+# The flax collection of auxiliary losses: a module adds one with
+# `self.sow(AUX_LOSSES, name, value)`, `value` a float scalar (e.g. a MoE layer's
+# load-balancing loss, a per-shard mean). The train and eval steps apply the model with this
+# collection mutable, add every sown loss times `config.aux_loss_weight` to the objective and
+# report each as the metric `AUX_PREFIX + name`.
+AUX_LOSSES = 'losses'
+AUX_PREFIX = 'aux_'
+
+
+def sown_losses(collection) -> Dict[str, Array]:
+  """{name: float32 scalar} of an `AUX_LOSSES` collection (what `apply(..., mutable=
+  [AUX_LOSSES])` returned under that key): every value sown under `name`, by any module and
+  any number of times (e.g. once per layer), summed.
+
+  Raises:
+    ValueError (while tracing): a sown value that is not a scalar, naming its path; a loss
+      the step would otherwise have to reduce in a way it cannot guess.
+  """
+  totals: Dict[str, Array] = {}
+  for path, value in jax.tree_util.tree_leaves_with_path(collection):
+    keys = [str(k.key) for k in path if hasattr(k, 'key')]
+    if jnp.ndim(value) != 0:
+      raise ValueError(f"auxiliary loss {'/'.join(keys)} sown into '{AUX_LOSSES}' has shape "
+                       f'{jnp.shape(value)}; sow a scalar (e.g. its mean over the batch)')
+    value = jnp.asarray(value, jnp.float32)
+    totals[keys[-1]] = totals[keys[-1]] + value if keys[-1] in totals else value
+  return totals

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 from flax.core.scope import LazyRng
 
-from t2t_jax.model import layers
+from t2t_jax.model import layers, losses
 
 Array = jax.Array
 
@@ -167,15 +167,19 @@ def scan_layers(stack: nn.Module, layer_cls: type, cfg: Any, parts: Any, x: Arra
   def layer(p, y, index):
     intercepting = (contextlib.nullcontext() if keys is None else
                     nn.intercept_methods(keys.interceptor(index)))
-    with intercepting:
-      return layer_cls(cfg, parts).apply({'params': p}, y, *args)
+    with intercepting:  # the auxiliary losses a layer sows come out of the scan, sown below
+      y, state = layer_cls(cfg, parts).apply({'params': p}, y, *args,
+                                             mutable=[losses.AUX_LOSSES])
+    return y, losses.sown_losses(state.get(losses.AUX_LOSSES, {}))
 
   remat = _body_remat(cfg)
   if remat is not None:
     layer = remat(layer)
 
   def body(y, xs):
-    return layer(xs[0], y, xs[1]), None
+    return layer(xs[0], y, xs[1])
 
-  y, _ = jax.lax.scan(body, x, (stacked, jnp.arange(n)))
+  y, sown = jax.lax.scan(body, x, (stacked, jnp.arange(n)))
+  for name, per_layer in sown.items():  # [num_layers] each; the unrolled stack's sum
+    stack.sow(losses.AUX_LOSSES, name, jnp.sum(per_layer))
   return y

@@ -35,10 +35,10 @@ class VariantError(ConfigError):
   it (without the spec), `missing` whether the module or file was not found (rather than found
   and wrong): a run trained elsewhere then needs the folder that has it."""
 
-  def __init__(self, spec: str, reason: str, missing: bool = False):
+  def __init__(self, spec: str, reason: str, missing: bool = False, key: str = 'model'):
     hint = ': run from the folder that has it, or put it on PYTHONPATH' if missing else ''
-    super().__init__(f'--config.model={spec} cannot be used ({reason}){hint}')
-    self.spec, self.reason, self.missing = spec, reason, missing
+    super().__init__(f'--config.{key}={spec} cannot be used ({reason}){hint}')
+    self.spec, self.reason, self.missing, self.key = spec, reason, missing, key
 
 
 def _is_file(where: str) -> bool:
@@ -59,12 +59,15 @@ def _raised(error: BaseException) -> str:
   return f'{type(error).__name__}: {error}{at}'
 
 
-def _failed(spec: str, what: str, error: BaseException) -> VariantError:
+raised = _raised  # public: training/optim.py reports an optimizer factory's error alike
+
+
+def _failed(spec: str, what: str, error: BaseException, key: str = 'model') -> VariantError:
   """The one line of a module or file that raised while it ran: the error and where."""
-  return VariantError(spec, f'{what} fails to import: {_raised(error)}')
+  return VariantError(spec, f'{what} fails to import: {_raised(error)}', key=key)
 
 
-def _import_module(spec: str, name: str):
+def _import_module(spec: str, name: str, key: str = 'model'):
   """`import name`, from sys.path and the current folder (`python main.py` puts main.py's
   folder first on sys.path, not the current one; appended, so nothing installed is shadowed)."""
   cwd = os.getcwd()
@@ -74,21 +77,21 @@ def _import_module(spec: str, name: str):
     return importlib.import_module(name)
   except ModuleNotFoundError as e:
     if e.name and (name == e.name or name.startswith(e.name + '.')):  # not a dependency of it
-      raise VariantError(spec, str(e), missing=True) from None
-    raise _failed(spec, name, e) from None
+      raise VariantError(spec, str(e), missing=True, key=key) from None
+    raise _failed(spec, name, e, key) from None
   except Exception as e:  # noqa: BLE001  a user's module can raise anything while it runs
-    raise _failed(spec, name, e) from None
+    raise _failed(spec, name, e, key) from None
 
 
-def _import_file(spec: str, path: str):
+def _import_file(spec: str, path: str, key: str = 'model'):
   """The module of the Python file `path` (relative to the current folder), run once: kept in
   `sys.modules` under a name made from its absolute path (dataclasses, flax modules among
   them, look their module up there while the file runs)."""
   full = os.path.abspath(os.path.expanduser(path))
   if not path.endswith('.py'):
-    raise VariantError(spec, f'{path} is not a .py file; expected {FORM}')
+    raise VariantError(spec, f'{path} is not a .py file; expected {FORM}', key=key)
   if not os.path.isfile(full):
-    raise VariantError(spec, f'no such file {full}', missing=True)
+    raise VariantError(spec, f'no such file {full}', missing=True, key=key)
   name = '_t2t_jax_variant_' + hashlib.sha256(full.encode()).hexdigest()[:16]
   if name in sys.modules:
     return sys.modules[name]
@@ -99,12 +102,15 @@ def _import_file(spec: str, path: str):
     file_spec.loader.exec_module(module)
   except Exception as e:  # noqa: BLE001  as in _import_module
     del sys.modules[name]
-    raise _failed(spec, full, e) from None
+    raise _failed(spec, full, e, key) from None
   return module
 
 
-def load_factory(spec: str) -> Factory:
+def load_factory(spec: str, key: str = 'model') -> Callable:
   """The callable `spec` names ('module:attr' or 'path/to/file.py:attr'; attr may be dotted).
+
+  `key` is the config key the spec came from, named in the error (`--config.optimizer` loads
+  its factory here too, `training/optim.py`).
 
   Raises:
     VariantError (a ConfigError): one line naming `spec` and what is wrong: its form, a
@@ -113,22 +119,23 @@ def load_factory(spec: str) -> Factory:
   """
   where, sep, attr = spec.rpartition(':')
   if not sep or not where or not _dotted(attr):
-    raise VariantError(spec, f'expected {FORM}')
+    raise VariantError(spec, f'expected {FORM}', key=key)
   if _is_file(where):
-    module = _import_file(spec, where)
+    module = _import_file(spec, where, key)
   elif _dotted(where):
-    module = _import_module(spec, where)
+    module = _import_module(spec, where, key)
   else:
     raise VariantError(spec, f'{where!r} is neither a module name nor a .py file; expected '
-                       f'{FORM}')
+                       f'{FORM}', key=key)
   factory = module
   for part in attr.split('.'):
     if not hasattr(factory, part):
-      raise VariantError(spec, f'cannot import name {attr!r} from {where}')
+      raise VariantError(spec, f'cannot import name {attr!r} from {where}', key=key)
     factory = getattr(factory, part)
   if not callable(factory):
-    raise VariantError(spec, f'{attr} is a {type(factory).__name__}, not a function of the '
-                       'model config')
+    what = 'the model config' if key == 'model' else f'what --config.{key} is given'
+    raise VariantError(spec, f'{attr} is a {type(factory).__name__}, not a function of {what}',
+                       key=key)
   return factory
 
 

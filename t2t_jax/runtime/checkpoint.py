@@ -45,9 +45,10 @@ MODEL_ITEM = 'model_source'
 SETUP_ITEMS = (VOCAB_ITEM, MODEL_ITEM, FINGERPRINT_ITEM)
 
 # Keys whose change makes an existing checkpoint unusable for this run: the parameter shapes,
-# or the data order and batch shapes the saved iterator position refers to.
+# the optimizer (its state is another tree), or the data order and batch shapes the saved
+# iterator position refers to.
 RESUME_KEYS = config_lib.MODEL_KEYS + (
-    'dataset', 'source_lang', 'target_lang', 'local_corpus_dir', 'treebank_dir', 'train_split',
+    'optimizer', 'dataset', 'source_lang', 'target_lang', 'local_corpus_dir', 'treebank_dir', 'train_split',
     'max_length', 'tokens_per_batch', 'bucket_lengths', 'shuffle_seed', 'pack_examples',
     'grad_accum_steps')
 

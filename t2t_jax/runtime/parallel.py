@@ -12,6 +12,16 @@ gradients are reduce-scattered instead of all-reduced, Adam updates only the loc
 the new parameters are all-gathered. Same update; optimizer memory per device divided by the
 number of devices, and a reduce-scatter + all-gather (together the bytes of one all-reduce)
 in place of the all-reduce.
+
+Auxiliary losses: a module that sows a scalar into flax's 'losses' collection
+(`self.sow('losses', name, value)`, `losses.AUX_LOSSES`) has it added to the objective,
+times `aux_loss_weight`, and reported as the metric `aux_<name>` by the train and eval steps
+(`metric_sums`, `objective`). The paper's model sows none: its loss and gradients are those
+of the cross entropy alone, bitwise.
+
+The building blocks of the step are public: `metric_sums` (one shard's sums), `make_grad_fn`
+(the sharded gradient of the summed objective), `apply_gradients` (the optimizer update with
+its non-finite guard); `make_train_step` is `apply_gradients(make_grad_fn(...))` jitted.
 """
 
 import dataclasses
@@ -174,17 +184,41 @@ PACKING_KEYS = ('inputs_segmentation', 'targets_segmentation', 'inputs_position'
                 'targets_position')
 
 
-def _metric_sums(model: model_lib.ModelLike, params, batch, dropout_rng,
-                 label_smoothing: float):
-  """Per-device sums of loss, nll, correct tokens and token count for one shard.
+def metric_sums(model: model_lib.ModelLike, params, batch, dropout_rng,
+                label_smoothing: float) -> Dict[str, Array]:
+  """Per-device sums of loss, nll, correct tokens and token count for one shard, and of each
+  auxiliary loss the model sows.
 
-  `batch` holds `inputs` and `targets`, and for packed rows the `PACKING_KEYS` too.
+  `batch` holds `inputs` and `targets`, and for packed rows the `PACKING_KEYS` too. The model
+  is applied with the 'losses' collection mutable: each name sown there
+  (`losses.sown_losses`, summed over the modules that sow it) gives `aux_<name>`, the value
+  times the shard's token count `weight`, so that it sums over devices and micro-batches as
+  the cross entropy does and `aux_<name> / weight` is its token-weighted mean.
   """
   packing = {k: batch[k] for k in PACKING_KEYS if k in batch}
-  logits = model_lib.as_model(model).apply({'params': params}, batch['inputs'], batch['targets'],
-                                        **packing, rngs={'dropout': dropout_rng})
+  logits, state = model_lib.as_model(model).apply(
+      {'params': params}, batch['inputs'], batch['targets'], **packing,
+      rngs={'dropout': dropout_rng}, mutable=[losses.AUX_LOSSES])
   weights = losses.padding_weights(batch['targets'])
-  return losses.compute_metrics(logits, batch['targets'], weights, label_smoothing)
+  metrics = losses.compute_metrics(logits, batch['targets'], weights, label_smoothing)
+  for name, value in losses.sown_losses(state.get(losses.AUX_LOSSES, {})).items():
+    metrics[losses.AUX_PREFIX + name] = value * metrics['weight']
+  return metrics
+
+
+def aux_keys(metrics: Dict[str, Array]) -> Tuple[str, ...]:
+  """The auxiliary-loss metrics (`aux_<name>`) of a dict of metric sums, sorted."""
+  return tuple(sorted(k for k in metrics if k.startswith(losses.AUX_PREFIX)))
+
+
+def objective(metrics: Dict[str, Array], aux_loss_weight: float = 1.0) -> Array:
+  """The summed loss the gradient is of: `loss` (label-smoothed cross entropy), plus
+  `aux_loss_weight` times the sum of the `aux_<name>` sums; `loss` itself (the same array)
+  when the model sows none."""
+  aux = aux_keys(metrics)
+  if not aux:
+    return metrics['loss']
+  return metrics['loss'] + aux_loss_weight * sum(metrics[k] for k in aux)
 
 
 def _reduce_scatter(grad: Array, num_devices: int) -> Array:
@@ -197,12 +231,15 @@ def _reduce_scatter(grad: Array, num_devices: int) -> Array:
 
 
 def make_grad_fn(model: model_lib.ModelLike, mesh: Mesh, label_smoothing: float, *,
-                 shard_gradients: bool = False) -> Callable:
+                 shard_gradients: bool = False, aux_loss_weight: float = 1.0) -> Callable:
   """(params, batch, rng) -> (summed gradients, summed metrics), reduced over all devices.
 
-  Gradients are of the loss *sum*; divide by `metrics['weight']` (after accumulating all
-  micro-batches) to get the gradient of the per-token mean loss. They are replicated, or with
-  `shard_gradients` reduce-scattered to the ZeRO sharding (`zero_spec`) of each leaf.
+  Gradients are of the summed `objective` (the loss sum, plus `aux_loss_weight` times the
+  sown auxiliary losses' sums); divide by `metrics['weight']` (after accumulating all
+  micro-batches) to get the gradient of the per-token mean. `batch` is sharded over 'data'
+  (`shard_batch`); `rng` is the step's dropout key, folded with each device's index. The
+  gradients are replicated, or with `shard_gradients` reduce-scattered to the ZeRO sharding
+  (`zero_spec`) of each leaf. `metrics` are `metric_sums` summed over devices.
   """
   train_model = model_lib.as_model(model, deterministic=False, decode=False)
   num_devices = mesh.shape[DATA]
@@ -211,8 +248,8 @@ def make_grad_fn(model: model_lib.ModelLike, mesh: Mesh, label_smoothing: float,
     # Different dropout masks on every device, reproducible from (rng, device index).
     rng = jax.random.fold_in(rng, jax.lax.axis_index(DATA))
     def loss_fn(p):
-      metrics = _metric_sums(train_model, p, batch, rng, label_smoothing)
-      return metrics['loss'], metrics
+      metrics = metric_sums(train_model, p, batch, rng, label_smoothing)
+      return objective(metrics, aux_loss_weight), metrics
     grads, metrics = jax.grad(loss_fn, has_aux=True)(params)
     if not shard_gradients:
       return jax.lax.psum((grads, metrics), DATA)
@@ -233,13 +270,17 @@ def apply_gradients(state: TrainState, optimizer: optax.GradientTransformation, 
                     metrics: Dict[str, Array]) -> Tuple[TrainState, Dict[str, Array]]:
   """One optimizer update with gradients normalised by the global token count.
 
-  Guarded: if the loss or any gradient is not finite, parameters and optimizer state stay as
-  they were (the step counter still advances past the batch), the step's metric sums are
-  zeroed and `metrics['nonfinite']` is 1.
+  Guarded: if the loss, an auxiliary loss or any gradient is not finite, parameters and
+  optimizer state stay as they were (the step counter still advances past the batch), the
+  step's metric sums are zeroed and `metrics['nonfinite']` is 1. `grad_sums` and `metrics`
+  are what `make_grad_fn` returns (summed over micro-batches, if any); `state` is a
+  `TrainState` of `optimizer`.
   """
   grads = jax.tree_util.tree_map(lambda g: g / jnp.maximum(metrics['weight'], 1.0), grad_sums)
   finite = jnp.isfinite(metrics['loss']) & jnp.all(jnp.stack(
       [jnp.all(jnp.isfinite(g)) for g in jax.tree_util.tree_leaves(grads)]))
+  for key in aux_keys(metrics):
+    finite = finite & jnp.isfinite(metrics[key])
 
   def update():
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
@@ -273,17 +314,20 @@ def dropout_rng(seed: int, step: Array) -> Array:
 def make_train_step(model: model_lib.ModelLike, optimizer: optax.GradientTransformation,
                     mesh: Mesh, *, label_smoothing: float, seed: int,
                     debug_nonfinite_steps: Sequence[int] = (),
-                    shard_optimizer_state: bool = False) -> Callable:
+                    shard_optimizer_state: bool = False,
+                    aux_loss_weight: float = 1.0) -> Callable:
   """Jitted (state, batch) -> (state, metrics): one update on one global batch.
 
   `batch` holds `inputs` and `targets` `[global_rows, length]` int32 sharded over 'data'
   (and, packed, the `PACKING_KEYS` of the same shape).
   The state buffers are donated; the new state is placed by `train_state_shardings` (with
   `shard_optimizer_state`: gradients reduce-scattered, Adam on the slices, parameters
-  all-gathered). `metrics` are global sums (loss, nll, correct, weight) and `nonfinite` (1 if
-  the update was skipped, see `apply_gradients`).
+  all-gathered). `metrics` are global sums (loss, nll, correct, weight, and `aux_<name>` for
+  each auxiliary loss the model sows, added to the objective times `aux_loss_weight`) and
+  `nonfinite` (1 if the update was skipped, see `apply_gradients`).
   """
-  grad_fn = make_grad_fn(model, mesh, label_smoothing, shard_gradients=shard_optimizer_state)
+  grad_fn = make_grad_fn(model, mesh, label_smoothing, shard_gradients=shard_optimizer_state,
+                         aux_loss_weight=aux_loss_weight)
   state_shardings = train_state_shardings(_abstract_state(model, optimizer), mesh,
                                           shard_optimizer_state=shard_optimizer_state)
 
@@ -298,7 +342,8 @@ def make_train_step(model: model_lib.ModelLike, optimizer: optax.GradientTransfo
 def make_accumulating_steps(model: model_lib.ModelLike, optimizer: optax.GradientTransformation,
                             mesh: Mesh, *, label_smoothing: float, seed: int,
                             debug_nonfinite_steps: Sequence[int] = (),
-                            shard_optimizer_state: bool = False):
+                            shard_optimizer_state: bool = False,
+                            aux_loss_weight: float = 1.0):
   """For gradient accumulation: (grad_step, apply_step) jitted functions.
 
   grad_step(params, batch, step, micro) -> (grad sums, metric sums) for one micro-batch;
@@ -307,7 +352,8 @@ def make_accumulating_steps(model: model_lib.ModelLike, optimizer: optax.Gradien
   big batch (unlike averaging per-micro-batch means). With `shard_optimizer_state` the grad
   sums come (and are summed) in the ZeRO sharding: each device holds 1/devices of them.
   """
-  grad_fn = make_grad_fn(model, mesh, label_smoothing, shard_gradients=shard_optimizer_state)
+  grad_fn = make_grad_fn(model, mesh, label_smoothing, shard_gradients=shard_optimizer_state,
+                         aux_loss_weight=aux_loss_weight)
   abstract = _abstract_state(model, optimizer)
   state_shardings = train_state_shardings(abstract, mesh,
                                           shard_optimizer_state=shard_optimizer_state)
@@ -327,7 +373,8 @@ def make_accumulating_steps(model: model_lib.ModelLike, optimizer: optax.Gradien
 
 def make_eval_step(model: model_lib.ModelLike, mesh: Mesh, *,
                    label_smoothing: float = 0.1) -> Callable:
-  """Jitted (params, batch) -> global metric sums, teacher-forced, no dropout.
+  """Jitted (params, batch) -> global metric sums, teacher-forced, no dropout; with the
+  `aux_<name>` sums of the auxiliary losses the model sows (`metric_sums`).
 
   `label_smoothing`: epsilon_ls of the reported `loss` (`nll` has none); the default is the
   paper's 0.1 (§5.4, `configs/default.py`), the run's value is `config.label_smoothing`.
@@ -335,7 +382,7 @@ def make_eval_step(model: model_lib.ModelLike, mesh: Mesh, *,
   eval_model = model_lib.as_model(model, deterministic=True, decode=False)
 
   def per_device(params, batch):
-    metrics = _metric_sums(eval_model, params, batch, jax.random.PRNGKey(0), label_smoothing)
+    metrics = metric_sums(eval_model, params, batch, jax.random.PRNGKey(0), label_smoothing)
     return jax.lax.psum(metrics, DATA)
 
   sharded = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(DATA)), out_specs=P(),

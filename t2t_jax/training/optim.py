@@ -1,4 +1,5 @@
-"""The paper's learning-rate schedule and Adam optimizer (§5.3), in optax.
+"""The paper's learning-rate schedule and Adam optimizer (§5.3), in optax, and the others
+`config.optimizer` names (docs/extension_points.md).
 
     lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)       (eq. 3)
 
@@ -10,11 +11,46 @@ Gradient accumulation is not done here: the train step sums token-weighted
 gradients of its micro-batches and applies one update, so the optimizer (and
 its step count) advances once per update, exactly as on a machine big enough
 for the whole batch.
+
+`config.optimizer` picks the optimizer; the learning rate is the paper's schedule for all of
+them unless a factory replaces it:
+
+  'adam'       the paper's: Adam(adam_b1, adam_b2, adam_eps), 0.9/0.98/1e-9 (the default).
+  'adamw'      AdamW (Loshchilov & Hutter): the same Adam, plus decoupled weight decay
+               `weight_decay` (times the learning rate, as optax and PyTorch do) of every
+               parameter of 2 or more dimensions (kernels, embeddings); biases and LayerNorm
+               scales are not decayed.
+  'adafactor'  `optax.adafactor` with tensor2tensor's settings (`adafactor_optimizer_from_
+               hparams` with t2t's default hparams): decay_rate 0.8 (t2t's "pow" decay,
+               1 - step^-0.8), beta1 0 (no momentum), update clipping threshold 1.0, factored
+               second moments, multiply_by_parameter_scale (floor epsilon2 1e-3), epsilon1
+               1e-30. Every parameter of 2+ dimensions is factored (min_dim_size_to_factor=1,
+               as t2t; optax's default 128 is mesh-tensorflow's); optax factors a leaf's two
+               largest dimensions where t2t factors the last two (the same for matrices).
+               Note: t2t paired Adafactor with its rsqrt_decay schedule (peak 0.01 at 10k
+               warmup steps); with the paper's schedule raise `learning_rate_scale`.
+  'module:factory' or 'path/to/file.py:factory'
+               `factory(config, schedule)` (loaded as `--config.model` is,
+               `variant.load_factory`): the run config and the paper's schedule (an
+               `optax.Schedule`, 0-based update count -> rate). It returns an
+               `optax.GradientTransformation`, or `(transformation, schedule)` when it uses
+               a schedule of its own: that one is then logged as `learning_rate`.
 """
 
+from typing import Callable, Tuple, Union
+
+import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
+
+from t2t_jax.config import OPTIMIZERS
+from t2t_jax.model import variant
+
+# factory(config, schedule) -> transformation, or (transformation, its own schedule).
+OptimizerFactory = Callable[
+    [ml_collections.ConfigDict, optax.Schedule],
+    Union[optax.GradientTransformation, Tuple[optax.GradientTransformation, optax.Schedule]]]
 
 
 def learning_rate_schedule(d_model: int, warmup_steps: int,
@@ -50,13 +86,96 @@ def learning_rate_schedule(d_model: int, warmup_steps: int,
   return schedule
 
 
+def paper_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
+  """`learning_rate_schedule` of the config's `d_model`, `warmup_steps`, `learning_rate_scale`."""
+  return learning_rate_schedule(config.d_model, config.warmup_steps, config.learning_rate_scale)
+
+
+def _matrices(params):
+  """The weight-decay mask of 'adamw': True for leaves of 2+ dimensions."""
+  return jax.tree_util.tree_map(lambda p: jnp.ndim(p) >= 2, params)
+
+
+def _builtin(name: str, config: ml_collections.ConfigDict,
+             schedule: optax.Schedule) -> optax.GradientTransformation:
+  if name == 'adam':
+    return optax.adam(
+        learning_rate=schedule, b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps)
+  if name == 'adamw':
+    return optax.adamw(learning_rate=schedule, b1=config.adam_b1, b2=config.adam_b2,
+                       eps=config.adam_eps, weight_decay=config.weight_decay, mask=_matrices)
+  return optax.adafactor(  # 'adafactor': tensor2tensor's settings (module docstring)
+      learning_rate=schedule, min_dim_size_to_factor=1, decay_rate=0.8, decay_offset=0,
+      multiply_by_parameter_scale=True, clipping_threshold=1.0, momentum=None, eps=1e-30,
+      factored=True)
+
+
+def _from_factory(spec: str, config: ml_collections.ConfigDict, schedule: optax.Schedule
+                  ) -> Tuple[optax.GradientTransformation, optax.Schedule]:
+  factory = variant.load_factory(spec, key='optimizer')
+  try:
+    made = factory(config, schedule)
+  except Exception as e:  # noqa: BLE001  a user's factory can raise anything
+    raise variant.VariantError(spec, f'the factory raised {variant.raised(e)}',
+                               key='optimizer') from None
+  # A GradientTransformation is itself a pair (init, update): tested first.
+  is_tx = lambda x: isinstance(x, optax.GradientTransformation)  # noqa: E731
+  pair = not is_tx(made) and isinstance(made, tuple) and len(made) == 2
+  tx, own = made if pair else (made, schedule)
+  if not is_tx(tx) or not callable(own):
+    raise variant.VariantError(
+        spec, f'the factory returned a {type(made).__name__}; expected an optax.'
+        'GradientTransformation, or (GradientTransformation, schedule)', key='optimizer')
+  return tx, own
+
+
+def make(config: ml_collections.ConfigDict
+         ) -> Tuple[optax.GradientTransformation, optax.Schedule]:
+  """(optimizer, learning-rate schedule) of `config.optimizer` (module docstring).
+
+  The schedule is the paper's (`paper_schedule`) unless a factory returned its own; it is
+  what training logs as `learning_rate`.
+
+  Raises:
+    ConfigError (`variant.VariantError`): a factory spec that names nothing usable, a factory
+      that raises or returns something else, each in one line naming `--config.optimizer`.
+  """
+  schedule = paper_schedule(config)
+  name = getattr(config, 'optimizer', 'adam')  # a config of before the key: the paper's
+  if name in OPTIMIZERS:
+    return _builtin(name, config, schedule), schedule
+  return _from_factory(name, config, schedule)
+
+
+def describe(config: ml_collections.ConfigDict) -> str:
+  """One line for `--mode=info`: the optimizer, the learning-rate schedule and the weight of
+  sown auxiliary losses. A factory is loaded and called, so a bad spec fails here as in
+  training."""
+  name = getattr(config, 'optimizer', 'adam')
+  make(config)
+  adam = f'b1={config.adam_b1:g} b2={config.adam_b2:g} eps={config.adam_eps:g}'
+  what = {'adam': f"adam (the paper's) {adam}",
+          'adamw': f'adamw {adam} weight_decay={config.weight_decay:g} (2+-D parameters)',
+          'adafactor': "adafactor (tensor2tensor's settings: decay_rate 0.8, no momentum, "
+                       'clipping 1.0, factored, multiply_by_parameter_scale)'
+          }.get(name, f'{name} (factory(config, schedule))')
+  peak = float(paper_schedule(config)(config.warmup_steps - 1))
+  rate = (f"the paper's (d_model={config.d_model}, warmup_steps={config.warmup_steps}, "
+          f'learning_rate_scale={config.learning_rate_scale:g}: peak {peak:.3g} at step '
+          f'{config.warmup_steps})')
+  if name not in OPTIMIZERS:
+    rate += ' unless the factory returns its own'
+  return f'optimizer: {what}; learning rate: {rate}; aux_loss_weight={config.aux_loss_weight:g}'
+
+
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  """Adam with the paper's hyperparameters and schedule (§5.3).
+  """The optimizer of `config.optimizer` (`make`); Adam with the paper's hyperparameters and
+  schedule (§5.3) by default.
 
   Reads `adam_b1`, `adam_b2`, `adam_eps` (paper: 0.9, 0.98, 1e-9), `d_model`,
   `warmup_steps` and `learning_rate_scale` from the config. The same schedule,
   for logging the current rate, is `learning_rate_schedule(config.d_model,
-  config.warmup_steps, config.learning_rate_scale)`.
+  config.warmup_steps, config.learning_rate_scale)` (`make` returns the one a factory uses).
 
   Args:
     config: the run's config (see `configs/default.py`).
@@ -65,7 +184,4 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
     An `optax.GradientTransformation`; its updates are to be *added* to the
     parameters (`optax.apply_updates`).
   """
-  schedule = learning_rate_schedule(
-      config.d_model, config.warmup_steps, config.learning_rate_scale)
-  return optax.adam(
-      learning_rate=schedule, b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps)
+  return make(config)[0]

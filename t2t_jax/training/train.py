@@ -89,7 +89,8 @@ def _format(step: int, total: int, m: Dict[str, float]) -> str:
   return (f'step {step}/{total} loss {m["loss"]:.4f} nll {m["nll"]:.4f} '
           f'acc {m["accuracy"]:.3f} lr {m["learning_rate"]:.3e} '
           f'{m["tokens_per_s"]:,.0f} tok/s ETA {int(eta // 3600)}h{int(eta % 3600 // 60):02d}m'
-          f'{int(eta % 60):02d}s')
+          f'{int(eta % 60):02d}s' + ''.join(f' {k} {m[k]:.4f}' for k in sorted(m)
+                                            if k.startswith('aux_')))
 
 
 class _Steps:
@@ -99,7 +100,8 @@ class _Steps:
     self.accum, self.mesh = config.grad_accum_steps, mesh
     kwargs = dict(label_smoothing=config.label_smoothing, seed=config.seed,
                   debug_nonfinite_steps=tuple(config.debug_nonfinite_steps),
-                  shard_optimizer_state=config.shard_optimizer_state)
+                  shard_optimizer_state=config.shard_optimizer_state,
+                  aux_loss_weight=config.aux_loss_weight)
     if self.accum == 1:
       self.step = parallel.make_train_step(net, optimizer, mesh, **kwargs)
     else:
@@ -247,12 +249,13 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
   split_check.check_splits(config, ['train_split', 'final_eval_split']
                        + (['eval_split'] if config.eval_every_steps else []))
   net = variant.from_config(config)  # a --config.model that cannot be used: before any work
+  optimizer = optim.make(config)  # likewise a --config.optimizer factory
   is_chief = jax.process_index() == 0
   workdir = layout.of(workdir_lib.check_writable(workdir) if is_chief else workdir)
   lock = workdir_lib.WorkdirLock(workdir).acquire() if is_chief else None
   try:
     with preemption.PreemptionHandler() as handler:
-      return _Run(config, workdir, net).loop(handler)
+      return _Run(config, workdir, net, optimizer).loop(handler)
   finally:
     if lock is not None:
       lock.release()
@@ -262,8 +265,9 @@ class _Run:
   """One training run: what it is built from (`__init__`) and what each step does after it."""
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str,
-               net: Optional[model.Transformer] = None):
-    """`net`: the model of `config` (`variant.from_config`), None: built here."""
+               net: Optional[model.Transformer] = None, optimizer=None):
+    """`net`: the model of `config` (`variant.from_config`), `optimizer`: its (optimizer,
+    schedule) (`optim.make`); None: built here."""
     self.config, self.workdir = config, workdir
     self.is_chief = jax.process_index() == 0
     self.start_time = time.monotonic()
@@ -283,7 +287,7 @@ class _Run:
     self.checkpointer.vocabulary = vocab_record.of_tokenizer(self.data.tokenizer)
     net = variant.from_config(config) if net is None else net
     self.checkpointer.model_source = variant.source_record(config.model)
-    optimizer = optim.make_optimizer(config)
+    optimizer, schedule = optim.make(config) if optimizer is None else optimizer
     # Restored into the layout of this run (`abstract_like` keeps the shardings), whether
     # the checkpoint was written with the optimizer state sharded or replicated.
     self.state = self._restore(parallel.create_train_state(
@@ -298,8 +302,7 @@ class _Run:
                       if self.data.eval_batches is not None else None)
     self.steps = _Steps(net, optimizer, self.mesh, config)
     self.watch = _NonfiniteWatch(config.max_consecutive_nonfinite)
-    self.window = _LogWindow(config.num_train_steps, optim.learning_rate_schedule(
-        config.d_model, config.warmup_steps, config.learning_rate_scale), self.start_time)
+    self.window = _LogWindow(config.num_train_steps, schedule, self.start_time)
     self.last: Dict[str, float] = {}
 
   def _restore(self, state):

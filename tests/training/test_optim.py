@@ -109,3 +109,124 @@ def test_make_optimizer_reads_config():
   for g, want in zip(grads, expected):
     updates, state = tx.update(jnp.asarray(g, jnp.float32), state, params)
     np.testing.assert_allclose(np.asarray(updates), want, rtol=1e-4)
+
+
+# --- config.optimizer (issue 44) ------------------------------------------------------------
+
+def _tiny_config(**overrides):
+  c = default.get_config()
+  c.d_model, c.warmup_steps = 32, 10
+  for key, value in overrides.items():
+    c[key] = value
+  return c
+
+
+PARAMS = {'kernel': jnp.arange(1.0, 7.0).reshape(2, 3), 'bias': jnp.array([1.0, -2.0, 3.0])}
+
+
+def _updates(tx, steps=3):
+  """The parameters after `steps` updates of `tx` with fixed gradients."""
+  params, state = PARAMS, tx.init(PARAMS)
+  for i in range(steps):
+    grads = jax.tree_util.tree_map(lambda p, i=i: jnp.sin(p * (i + 1)), params)
+    updates, state = tx.update(grads, state, params)
+    params = optax.apply_updates(params, updates)
+  return params
+
+
+def test_default_optimizer_is_the_papers_adam_bitwise():
+  c = _tiny_config()
+  assert c.optimizer == 'adam'
+  paper = optax.adam(optim.learning_rate_schedule(32, 10), b1=0.9, b2=0.98, eps=1e-9)
+  got, want = _updates(optim.make_optimizer(c)), _updates(paper)
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_array_equal(a, b), got, want)
+  tx, schedule = optim.make(c)
+  assert float(schedule(9)) == float(optim.learning_rate_schedule(32, 10)(9))
+
+
+def test_adamw_decays_matrices_only():
+  c = _tiny_config(optimizer='adamw', weight_decay=0.5)
+  tx = optim.make_optimizer(c)
+  state = tx.init(PARAMS)
+  zeros = jax.tree_util.tree_map(jnp.zeros_like, PARAMS)
+  updates, _ = tx.update(zeros, state, PARAMS)
+  rate = float(optim.learning_rate_schedule(32, 10)(0))
+  np.testing.assert_allclose(updates['kernel'], -rate * 0.5 * PARAMS['kernel'], rtol=1e-6)
+  np.testing.assert_array_equal(updates['bias'], 0.0)  # biases, LayerNorm scales: no decay
+
+
+def test_adafactor_factors_every_matrix():
+  tx = optim.make_optimizer(_tiny_config(optimizer='adafactor'))
+  state = tx.init({'w': jnp.ones((4, 6)), 'b': jnp.ones(6)})
+  factored = state[0]  # scale_by_factored_rms: row and column statistics of a matrix
+  assert factored.v_row['w'].shape == (4,) and factored.v_col['w'].shape == (6,)
+  assert factored.v['b'].shape == (6,)  # a vector keeps its full second moment
+  moved = _updates(optim.make_optimizer(_tiny_config(optimizer='adafactor')), 1)
+  assert not np.allclose(moved['kernel'], PARAMS['kernel'])
+
+
+FACTORY = '''
+import optax
+seen = {}
+
+def sgd(config, schedule):
+  seen['args'] = (config.d_model, float(schedule(9)))
+  return optax.sgd(schedule)
+
+def constant(config, schedule):
+  return optax.sgd(0.5), optax.constant_schedule(0.5)
+
+def wrong(config, schedule):
+  return 3
+
+def raises(config, schedule):
+  raise ValueError('no such setting')
+'''
+
+
+def test_optimizer_factory_from_a_file(tmp_path):
+  path = tmp_path / 'my_opt.py'
+  path.write_text(FACTORY)
+  tx, schedule = optim.make(_tiny_config(optimizer=f'{path}:sgd'))
+  assert float(schedule(9)) == float(optim.learning_rate_schedule(32, 10)(9))  # the paper's
+  moved = _updates(tx, 1)
+  np.testing.assert_allclose(moved['bias'], PARAMS['bias'] - float(schedule(0)) * np.sin(
+      PARAMS['bias']), rtol=1e-6)
+  _, own = optim.make(_tiny_config(optimizer=f'{path}:constant'))
+  assert float(own(123)) == 0.5  # a factory's own schedule is the one logged
+  assert 'sgd (factory(config, schedule))' in optim.describe(
+      _tiny_config(optimizer=f'{path}:sgd'))
+
+
+@pytest.mark.parametrize('attr, message', [
+    ('nope', "cannot import name 'nope' from"),
+    ('wrong', 'the factory returned a int; expected an optax.GradientTransformation'),
+    ('raises', 'the factory raised ValueError: no such setting ('),
+])
+def test_optimizer_factory_errors_name_the_key(tmp_path, attr, message):
+  path = tmp_path / 'my_opt.py'
+  path.write_text(FACTORY)
+  with pytest.raises(optim.variant.VariantError) as e:
+    optim.make(_tiny_config(optimizer=f'{path}:{attr}'))
+  assert str(e.value).startswith(f'--config.optimizer={path}:{attr} cannot be used (')
+  assert message in str(e.value) and '\n' not in str(e.value)
+
+
+def test_optimizer_key_is_validated():
+  from t2t_jax import config as config_lib  # pylint: disable=import-outside-toplevel
+  for ok in ('adam', 'adamw', 'adafactor', 'my_opts:lion', 'dir/opt.py:f'):
+    config_lib.validate(_tiny_config(optimizer=ok))
+  with pytest.raises(config_lib.ConfigError, match="config key 'optimizer': expected one of"):
+    config_lib.validate(_tiny_config(optimizer='sgd'))
+  with pytest.raises(config_lib.ConfigError, match="'weight_decay': expected a value >= 0"):
+    config_lib.validate(_tiny_config(weight_decay=-1.0))
+
+
+def test_resume_with_another_optimizer_is_refused():
+  from t2t_jax.runtime import checkpoint  # pylint: disable=import-outside-toplevel
+  config = _tiny_config(optimizer='adafactor')
+  saved = checkpoint.config_to_json(_tiny_config())
+  assert checkpoint.incompatible_keys(saved, config) == [('optimizer', 'adam', 'adafactor')]
+  del saved['optimizer']  # a checkpoint of before the key: Adam, the paper's
+  assert checkpoint.incompatible_keys(saved, config) == [('optimizer', 'adam', 'adafactor')]
+  assert checkpoint.incompatible_keys(saved, _tiny_config(weight_decay=0.1)) == []
