@@ -51,11 +51,12 @@ class TransformerConfig:
       to h * d_v before W^O; None (the default): d_model // num_heads, as d_k.
     num_layers: N, the identical layers of the encoder and, as many, of the decoder (§3.1; 6);
       the shorthand for both stacks.
-    num_encoder_layers, num_decoder_layers: the layers of one stack apart from the other
-      (fairseq's --encoder-layers / --decoder-layers, e.g. a deep encoder and a shallow
-      decoder); None (the default): num_layers. Stored as None when equal to num_layers, so
-      the paper's config is unchanged and `.replace(num_layers=...)` moves both; read
-      `encoder_layers` and `decoder_layers` for the numbers.
+    num_encoder_layers: the encoder's layers apart from the decoder's (fairseq's
+      --encoder-layers, e.g. a deep encoder and a shallow decoder); None (the default):
+      num_layers. Stored as None when equal to num_layers, so the paper's config is unchanged
+      and `.replace(num_layers=...)` moves both; read `encoder_layers` for the number.
+    num_decoder_layers: the decoder's layers, as num_encoder_layers (fairseq's
+      --decoder-layers); read `decoder_layers` for the number.
     share_embeddings: one matrix for the source and target embeddings and the pre-softmax
       projection (§3.4, the default); False: the pre-softmax projection is a matrix of its
       own (`shared_embedding/projection`, `[vocab, d_model]`), untied from the embeddings
