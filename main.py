@@ -26,7 +26,7 @@ from t2t_jax import errors  # noqa: E402
 from t2t_jax.export import formats as export_formats  # noqa: E402
 from t2t_jax.inference import modes as inference_modes  # noqa: E402
 from t2t_jax.inspect import attention_mode  # noqa: E402
-from t2t_jax.model import info  # noqa: E402
+from t2t_jax.model import info as model_info  # noqa: E402
 from t2t_jax.plan import mode as plan_mode  # noqa: E402
 from t2t_jax.storage import workdir as workdir_lib  # noqa: E402
 from t2t_jax.training import optim, plots, summary  # noqa: E402
@@ -54,7 +54,8 @@ flags.DEFINE_string('workdir', None, 'Directory for the vocabulary, checkpoints 
 flags.DEFINE_enum('mode', 'train', MODES,
                   'train; eval (loss and BLEU, for a treebank F1, on --split); decode '
                   '(--input -> --output); average (the last config.average_last checkpoints); '
-                  'info (sizes, no data); plot (learning curves from metrics.jsonl into '
+                  'info (sizes, no data; with --workdir, of the run\'s recorded model); '
+                  'plot (learning curves from metrics.jsonl into '
                   '<workdir>/plots); attention (attention maps of the --input sentences into '
                   '--output); export (a CTranslate2 model or a StableHLO artifact into --output); '
                   'plan (compile the steps for a TPU --topology on this machine: memory, FLOPs, '
@@ -122,6 +123,11 @@ def _plan(config) -> None:
 
 # Each mode, as a function of the validated --config (None for the bare modes below); the work
 # lives in the packages, this table only hands them the flags they read.
+def _info() -> None:
+  config, header = inference_modes.info_config(FLAGS.workdir, _overrides())
+  print(header + model_info.describe(config) + '\n' + optim.describe(config))
+
+
 MODE_FUNCTIONS = {
     'train': lambda config: summary.train_and_finish(config, FLAGS.workdir),
     'eval': lambda config: inference_modes.evaluate_split(
@@ -129,7 +135,7 @@ MODE_FUNCTIONS = {
     'decode': lambda config: inference_modes.decode(
         FLAGS.workdir, _overrides(), FLAGS.checkpoint, FLAGS.input, FLAGS.output),
     'average': lambda config: inference_modes.average(FLAGS.workdir, _overrides()),
-    'info': lambda config: print(info.describe(config) + '\n' + optim.describe(config)),
+    'info': lambda config: _info(),
     'plot': lambda config: plots.print_learning_curves(FLAGS.workdir),
     'attention': lambda config: attention_mode.run(
         FLAGS.workdir, _overrides(), FLAGS.checkpoint, FLAGS.input, FLAGS.targets, FLAGS.output,

@@ -19,7 +19,11 @@ def get_config() -> ml_collections.ConfigDict:
   c.num_kv_heads = 0              # key/value heads; 0 means num_heads (the paper); fewer: grouped-query attention, 1: multi-query (each kv head serves num_heads // num_kv_heads query heads)
   c.d_k = 0                       # per-head query/key width; 0 means d_model // num_heads (Table 3 rows A, B)
   c.d_v = 0                       # per-head value width; 0 means d_model // num_heads (Table 3 row A)
-  c.num_layers = 6                # N, identical layers in both the encoder and the decoder stack (§3.1)
+  c.num_layers = 6                # N, identical layers in both the encoder and the decoder stack (§3.1); the shorthand for both
+  c.num_encoder_layers = 0        # encoder layers apart from the decoder's; 0 means num_layers (the paper)
+  c.num_decoder_layers = 0        # decoder layers apart from the encoder's; 0 means num_layers (the paper)
+  c.share_embeddings = True       # one matrix for source/target embeddings and the pre-softmax projection (§3.4); False: the projection is its own matrix
+  c.scale_embeddings = True       # multiply the embeddings by sqrt(d_model) (§3.4); False: unscaled (fairseq's --no-scale-embedding)
   c.dropout_rate = 0.1            # P_drop on embeddings+positions and every sub-layer output (§5.4)
   c.attention_dropout_rate = 0.0  # dropout on attention weights; 0 in the paper, an option
   c.label_smoothing = 0.1         # epsilon_ls (§5.4)

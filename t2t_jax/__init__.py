@@ -112,6 +112,7 @@ _EXPORTS = {
         'DecodeContext', 'check_incremental', 'decode_context', 'decode_step', 'grow_cache',
         'incremental_logits', 'init_cache'),
     't2t_jax.model.search': ('beam_search', 'greedy_search', 'length_penalty'),
+    't2t_jax.model.beam_decode': ('beam_decode',),
     't2t_jax.model.scoring': ('token_log_probs',),
     't2t_jax.model.nnx_bridge': ('linen_params', 'to_nnx'),
     't2t_jax.model.variant': ('VariantError', 'load_factory'),

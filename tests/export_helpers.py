@@ -25,11 +25,12 @@ class PieceTokenizer:
 
 @functools.lru_cache(maxsize=None)
 def random_params(cfg: model.TransformerConfig, sharpen: float = 4.0):
-  """Initial parameters with the embedding scaled by `sharpen`: sharper output distributions
+  """Initial parameters with the embedding (and an untied projection) scaled by `sharpen`: sharper output distributions
   (as tests/inference/test_translate.py), so argmaxes and beams are clear-cut. Cached: read only."""
   params = jax.jit(model.init_params, static_argnums=0)(cfg, jax.random.PRNGKey(0))
-  table = params['shared_embedding']['embedding'] * sharpen
-  return dict(params, shared_embedding={'embedding': table})
+  # Every table of the embedding part: the untied pre-softmax projection too.
+  return dict(params, shared_embedding={name: table * sharpen
+                                        for name, table in params['shared_embedding'].items()})
 
 
 def sentences(count: int = 6, seed: int = 1) -> List[str]:

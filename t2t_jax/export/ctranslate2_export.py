@@ -35,7 +35,8 @@ from t2t_jax.storage import paths
 from t2t_jax.storage import workdir as workdir_lib
 from t2t_jax.export import ctranslate2_decoding, self_check
 from t2t_jax.export.ctranslate2_params import (  # noqa: F401  (check_expressible, Layout: API)
-    Layout, ReadTracker, check_embedding_scale, check_expressible, refuse_unread)
+    Layout, ReadTracker, check_embedding_scale, check_expressible, embedding_tables,
+    refuse_unread)
 from t2t_jax.export.common import (ExportError, ExportSource, check_output, load_source,
                                    new_directory)
 
@@ -175,17 +176,19 @@ def build_spec(cfg: model.TransformerConfig, params, pieces: Sequence[str]):
                                                     **options)
   decoder = transformer_spec.TransformerDecoderSpec(shape.decoder_layers, shape.num_heads,
                                                     **options)
-  embedding = np.array(tree['shared_embedding']['embedding'], np.float32)
+  # Through the model's embedding part, tied or not (`share_embeddings`).
+  embedding, projection = embedding_tables(cfg, params, read)
   for side, spec in (('encoder', encoder), ('decoder', decoder)):
     embeddings = spec.embeddings[0] if side == 'encoder' else spec.embeddings
     embeddings.weight = embedding
-    spec.scale_embeddings = True  # x sqrt(d_model), as SharedEmbedding
+    spec.scale_embeddings = cfg.scale_embeddings  # x sqrt(d_model) or not, as the model
     spec.position_encodings.encodings = position_table(cfg, tree, side)
     if pre_norm:
       _set_norm(spec.layer_norm, tree[side]['final_norm'])
   _set_layers(encoder, decoder, tree)
   refuse_unread(params, read)
-  decoder.projection.weight = embedding  # §3.4; saved once (CTranslate2 aliases equal arrays)
+  # §3.4: the embedding itself when tied, saved once (CTranslate2 aliases equal arrays).
+  decoder.projection.weight = embedding if cfg.share_embeddings else projection
   bias = np.zeros(cfg.vocab_size, np.float32)
   bias[model.PAD_ID] = PAD_LOGIT_BIAS
   decoder.projection.bias = bias

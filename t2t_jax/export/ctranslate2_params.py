@@ -3,7 +3,9 @@ CTranslate2 needs it, and the refusals of what CTranslate2 cannot express: `layo
 layer counts of each stack, the query and key/value heads and the head width from the tree
 (never from `cfg` alone: a subclass may build its stacks otherwise, grouped-query attention
 projects keys and values to fewer heads); `ReadTracker` lets `build_spec` refuse what it did
-not place; `check_embedding_scale` probes a model's embedding for the sqrt(d_model) scale.
+not place; `embedding_tables` reads the embedding and pre-softmax matrices through the
+model's embedding part; `check_embedding_scale` probes it for the sqrt(d_model) scale its
+config says.
 """
 
 import dataclasses
@@ -84,24 +86,45 @@ def check_expressible(cfg: model.TransformerConfig, params) -> Layout:
   return shape
 
 
+def embedding_tables(cfg: model.TransformerConfig, params, read: set):
+  """(input embedding, pre-softmax projection), each `[vocab, d_model]` float32, read through
+  the model's embedding part (`Transformer.embedding_tables`), never by parameter name; the
+  leaves they came from are added to `read` (a `ReadTracker`'s record). One array twice when
+  tied (`share_embeddings`)."""
+  net = model.as_model(cfg, deterministic=True, decode=False)
+  tables = net.apply({'params': params}, method=model.Transformer.embedding_tables)
+  source, target = (np.asarray(t, np.float32) for t in tables)
+  part = params.get('shared_embedding') if isinstance(params, Mapping) else None
+  for name, leaf in (part.items() if isinstance(part, Mapping) else ()):
+    leaf = np.asarray(leaf) if not isinstance(leaf, Mapping) else None
+    if leaf is not None and any(leaf.shape == t.shape and np.array_equal(leaf, t)
+                                for t in (source, target)):
+      read.add(f'shared_embedding/{name}')
+  return source, target
+
+
 def check_embedding_scale(transformer: model.Transformer, params) -> None:
   """Raises ExportError when the model's `shared_embedding` does not multiply by
-  sqrt(d_model) (CTranslate2's `scale_embeddings`, §3.4): a subclass may have replaced it. A
-  model without one passes here; the export's self-check still translates with it."""
+  sqrt(d_model) when `cfg.scale_embeddings` says it does, or does when it says not
+  (CTranslate2's `scale_embeddings`, §3.4): a subclass may have replaced it. A model without
+  one passes here; the export's self-check still translates with it."""
   cfg = transformer.cfg
   ids = np.arange(min(cfg.vocab_size, 8), dtype=np.int32)[None]
   # float32 activations: a bfloat16 model's rounding is no missing scale.
   net = transformer.clone(cfg=cfg.replace(deterministic=True, decode=False, dtype='float32'))
   try:
     got = net.apply({'params': params}, ids, method=lambda m, x: m.shared_embedding(x))
+    table, _ = net.apply({'params': params}, method=lambda m: m.shared_embedding.tables())
   except AttributeError:  # no `shared_embedding`: nothing to read here
     return
-  table = np.asarray(params['shared_embedding']['embedding'], np.float32)[ids]
-  if not np.allclose(np.asarray(got, np.float32), table * np.sqrt(cfg.d_model), rtol=1e-4,
-                     atol=1e-6):
-    raise ExportError('the model\'s shared_embedding does not multiply the embeddings by '
-                      f'sqrt(d_model={cfg.d_model}) as the paper (§3.4) and CTranslate2 do: '
-                      'export it with --format=stablehlo, which runs the model\'s own code')
+  scale = np.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+  table = np.asarray(table, np.float32)[ids]
+  if not np.allclose(np.asarray(got, np.float32), table * scale, rtol=1e-4, atol=1e-6):
+    said = (f'multiply the embeddings by sqrt(d_model={cfg.d_model})' if cfg.scale_embeddings
+            else 'leave the embeddings unscaled')
+    raise ExportError(f'the model\'s shared_embedding does not {said} as its config '
+                      '(scale_embeddings) and the CTranslate2 model would: export it with '
+                      '--format=stablehlo, which runs the model\'s own code')
 
 
 class ReadTracker(Mapping):

@@ -14,7 +14,7 @@ from etils import epath
 from t2t_jax import config as config_lib
 from t2t_jax.data import corpora, fingerprint, tasks, tokenizer
 from t2t_jax.inference import averaging, checkpoint_choice, evaluate, translate
-from t2t_jax.model import variant
+from t2t_jax.model import info as model_info, variant
 from t2t_jax.runtime import multihost
 from t2t_jax.storage import layout, outputs, textio
 from t2t_jax.storage import workdir as workdir_lib
@@ -80,6 +80,32 @@ def check_model(workdir: str, config: ml_collections.ConfigDict) -> None:
     raise config_lib.ConfigError(
         f'{workdir} was trained with --config.model={e.spec}, which cannot be imported here '
         f'({e.reason}): run from the folder that has it, or put it on PYTHONPATH') from None
+
+
+def info_config(workdir: Optional[str], overrides: Overrides) -> Tuple[Any, str]:
+  """`--mode=info`'s run config and the line naming where it came from: the `--config`'s
+  (no `workdir`), else the run's own: the config recorded with its newest training checkpoint
+  (else with the checkpoint eval and decode read, e.g. an averaged one), command-line
+  overrides applied (model keys refused, as every mode that reads a run), its `model`
+  variant checked."""
+  if not workdir:
+    return overrides.config, ''
+  try:
+    saved = checkpoint_choice.latest_training_config(workdir)
+    source = f'the latest training checkpoint in {layout.of(workdir).checkpoints}'
+  except checkpoint_choice.CheckpointError:
+    inference = checkpoint_choice.load_inference_params(workdir, None)
+    saved, source = inference.config_json, checkpoint_choice.checkpoint_name(inference.path)
+  config = config_lib.apply_overrides(config_lib.from_json(saved, source), overrides.config,
+                                      overrides.keys)
+  check_model(workdir, config)
+  return config, f'{workdir}: the model recorded in {source}\n'
+
+
+def info(workdir: Optional[str], overrides: Overrides) -> str:
+  """`--mode=info`'s model part: the sizes of `info_config`'s model."""
+  config, header = info_config(workdir, overrides)
+  return header + model_info.describe(config)
 
 
 def average(workdir: str, overrides: Overrides) -> None:

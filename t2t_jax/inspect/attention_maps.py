@@ -94,8 +94,9 @@ def _capture(model: model_lib.Transformer, params, inputs: Array, targets: Array
 
   def stack(stack_name: str, module: str) -> Array:
     # sow keeps a tuple per call; each attention module runs once per forward pass.
+    n = model.cfg.encoder_layers if stack_name == 'encoder' else model.cfg.decoder_layers
     layers = [sown[stack_name][f'layer_{i}'][module]['attention_weights'][0]
-              for i in range(model.cfg.num_layers)]
+              for i in range(n)]
     return jnp.stack(layers).astype(jnp.float32)
 
   return {kind: stack(*_SOURCES[kind]) for kind in KINDS}

@@ -119,12 +119,13 @@ def encode_checked(tokenizer, lines: Sequence[str], where: str, limit: int,
 
 
 def check_layer(layer: Optional[int], num_layers: int) -> int:
-  """The 1-based layer of the line view: `layer`, or num_layers - 1 (at least 1) if None."""
+  """The 1-based layer of the line view: `layer`, or num_layers - 1 (at least 1) if None;
+  `num_layers`: the encoder's (its self-attention is the line view's)."""
   if layer is None:
     return max(1, num_layers - 1)
   if not 1 <= layer <= num_layers:
     raise AttentionInputError(f'--attention_layer={layer}: the model has {num_layers} '
-                              f'layers; expected 1..{num_layers}')
+                              f'encoder layers; expected 1..{num_layers}')
   return layer
 
 
@@ -235,7 +236,7 @@ def run(workdir: str, overrides: modes.Overrides, checkpoint: Optional[str],
   check_output(output)
   sources, targets = read_sentences(input_path, targets_path)
   config, inference = modes.load(workdir, checkpoint, overrides)
-  layer = check_layer(attention_layer, config.num_layers)
+  layer = check_layer(attention_layer, config.num_encoder_layers or config.num_layers)
   tok = tokenizer_lib.load(tokenizer_lib.vocab_path(workdir), config.vocab_size)
   sentences = prepare(config, inference.params, tok, sources, targets, input_path,
                       targets_path)

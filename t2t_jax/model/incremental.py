@@ -70,7 +70,7 @@ def cross_key_values(model: ModelLike, params, encoded: Array):
   return tuple(
       layer.apply({'params': params['decoder'][f'layer_{i}']['cross_attention']}, None,
                   encoded, key_positions=positions)
-      for i in range(net.cfg.num_layers))
+      for i in range(net.cfg.decoder_layers))
 
 
 class DecodeContext(NamedTuple):
@@ -81,8 +81,8 @@ class DecodeContext(NamedTuple):
   """
   inputs: Array      # [batch, src_len] int32 source ids, for the encoder-decoder padding mask.
   cross_kv: Tuple    # per decoder layer: keys [batch, kv_heads, src_len, d_k], values [.., d_v].
-  vocab_t: Array     # [d_model, vocab]: the shared embedding, transposed once for §3.4's
-                     # pre-softmax projection.
+  vocab_t: Array     # [d_model, vocab]: the pre-softmax matrix (the tied embedding, or the
+                     # untied projection), transposed once (`Transformer.vocab_transposed`).
 
 
 def decode_context(model: ModelLike, params, inputs: Array,
@@ -92,8 +92,8 @@ def decode_context(model: ModelLike, params, inputs: Array,
   if encoded is None:
     encoded = as_model(model, deterministic=True, decode=False).apply(
         {'params': params}, inputs, method=Transformer.encode)
-  return DecodeContext(inputs, cross_key_values(model, params, encoded),
-                       params['shared_embedding']['embedding'].T)
+  vocab_t = as_model(model).apply({'params': params}, method=Transformer.vocab_transposed)
+  return DecodeContext(inputs, cross_key_values(model, params, encoded), vocab_t)
 
 
 def decode_step(model: ModelLike, params, cache, tokens: Array, context: DecodeContext):

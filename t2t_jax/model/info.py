@@ -13,9 +13,14 @@ def describe(config) -> str:
   shapes = model.param_shapes(net)
   lines = [
       f'd_model={cfg.d_model} d_ff={cfg.d_ff} num_heads={cfg.num_heads} d_k={cfg.d_k} '
-      f'd_v={cfg.d_v} num_layers={cfg.num_layers} vocab_size={cfg.vocab_size} '
+      f'd_v={cfg.d_v} num_layers={cfg.num_layers}'
+      + (f' encoder_layers={cfg.encoder_layers} decoder_layers={cfg.decoder_layers}'
+         if cfg.encoder_layers != cfg.decoder_layers else '')
+      + f' vocab_size={cfg.vocab_size} '
       f'positional={cfg.positional} norm_position={cfg.norm_position} dtype={cfg.dtype.name}'
       + (f' num_kv_heads={cfg.num_kv_heads}' if cfg.num_kv_heads is not None else '')
+      + ('' if cfg.share_embeddings else ' share_embeddings=False')
+      + ('' if cfg.scale_embeddings else ' scale_embeddings=False')
       + (f' model={config.model}' if getattr(config, 'model', '') else ''),
   ]
   paper = ('shared_embedding', 'encoder', 'decoder')

@@ -4,7 +4,7 @@ Activations use the module's `dtype` (float32 or bfloat16); parameters are alway
 """
 
 import functools
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
 import flax.linen as nn
 import jax
@@ -38,36 +38,64 @@ def sinusoidal_positions(length: int, d_model: int) -> np.ndarray:
 class SharedEmbedding(nn.Module):
   """One matrix for source embedding, target embedding and pre-softmax projection (§3.4).
 
+  The model's `embedding` part (`parts.embedding`); `tie` and `scale` give fairseq's options
+  apart from the paper's.
+
   Attributes:
     vocab_size: shared vocabulary size.
     d_model: model width.
     dtype: activation dtype.
+    tie: the pre-softmax projection is the embedding (the paper); False: a matrix of its own,
+      parameter `projection` `[vocab, d_model]` (initialised as the embedding).
+    scale: multiply the embeddings by sqrt(d_model) (the paper); False: the rows as they are.
   """
   vocab_size: int
   d_model: int
   dtype: Dtype = jnp.float32
+  tie: bool = True
+  scale: bool = True
 
   def setup(self):
     # Normal(0, d_model^-0.5): after the sqrt(d_model) scale the embeddings have unit variance,
     # comparable to the sinusoids they are added to (tensor2tensor's choice).
-    self.embedding = self.param('embedding', nn.initializers.normal(stddev=self.d_model ** -0.5),
-                                (self.vocab_size, self.d_model), jnp.float32)
+    init = nn.initializers.normal(stddev=self.d_model ** -0.5)
+    shape = (self.vocab_size, self.d_model)
+    self.embedding = self.param('embedding', init, shape, jnp.float32)
+    if not self.tie:
+      self.projection = self.param('projection', init, shape, jnp.float32)
 
   def __call__(self, ids: Array) -> Array:
-    """`[batch, length]` int32 -> `[batch, length, d_model]`, multiplied by sqrt(d_model)."""
+    """`[batch, length]` int32 -> `[batch, length, d_model]`, multiplied by sqrt(d_model)
+    (unless `scale` is off)."""
     table = jnp.asarray(self.embedding, self.dtype)
-    return jnp.take(table, ids, axis=0) * jnp.asarray(np.sqrt(self.d_model), self.dtype)
+    x = jnp.take(table, ids, axis=0)
+    return x * jnp.asarray(np.sqrt(self.d_model), self.dtype) if self.scale else x
+
+  def output_table(self) -> Array:
+    """The pre-softmax projection's matrix `[vocab, d_model]` float32: the embedding itself
+    when tied."""
+    return self.embedding if self.tie else self.projection
+
+  def tables(self) -> Tuple[Array, Array]:
+    """(input embedding, pre-softmax projection), each `[vocab, d_model]` float32, as stored
+    (unscaled): what an exporter writes. One array twice when tied."""
+    return self.embedding, self.output_table()
+
+  def transposed(self) -> Array:
+    """The pre-softmax matrix as `[d_model, vocab]`, for `attend(x, transposed)`: computed
+    once per batch by a caller that projects many times (every step of a decode loop)."""
+    return self.output_table().T
 
   def attend(self, x: Array, transposed: Optional[Array] = None) -> Array:
     """Pre-softmax linear transformation: `[..., d_model]` -> `[..., vocab]` float32 logits.
 
-    `transposed`, if given, is this table as `[d_model, vocab]` (`embedding.T`), computed
-    once by a caller that projects many times, e.g. every step of a decode loop.
+    `transposed`, if given, is `self.transposed()` (`[d_model, vocab]`), computed once by a
+    caller that projects many times, e.g. every step of a decode loop.
     """
     if transposed is not None:
       return jnp.einsum('...d,dv->...v', x, jnp.asarray(transposed, self.dtype),
                         preferred_element_type=jnp.float32)
-    return jnp.einsum('...d,vd->...v', x, jnp.asarray(self.embedding, self.dtype),
+    return jnp.einsum('...d,vd->...v', x, jnp.asarray(self.output_table(), self.dtype),
                       preferred_element_type=jnp.float32)
 
 

@@ -24,6 +24,14 @@ config and a module name; the name fixes where its parameters live in the tree.
   qk_transform: `multi_head_attention.QKTransform`, `(x, positions, *, kind, role) -> x` on
     every attention's projected queries and keys (role 'query' or 'key'), before Eq. 1 and
     before a key is cached: a key is transformed once (rotary positions); None: nothing.
+  embedding(cfg, name=) -> module with `__call__(ids [batch, length] int32) -> [batch,
+    length, d_model]` (the source and target embeddings, §3.4), `attend(x [..., d_model],
+    transposed=None) -> [..., vocab]` float32 (the pre-softmax projection), `transposed()
+    -> [d_model, vocab]` (what `attend` takes, precomputed once per decoded batch) and
+    `tables() -> (input [vocab, d_model], output [vocab, d_model])` as stored (what the
+    CTranslate2 export writes). Built once, at the top of the model, as `shared_embedding`;
+    default `layers.SharedEmbedding`, tied and scaled as `cfg.share_embeddings` and
+    `cfg.scale_embeddings` say.
   shared(cfg, name=) -> module `(query_positions, key_positions, *, kind) -> anything`: state
     every layer shares, e.g. T5's one relative-position bias table. Built once, at the top of
     the model (its parameters under 'shared'); every attention layer calls it with its
@@ -32,6 +40,7 @@ config and a module name; the name fixes where its parameters live in the tree.
     (`scan_layers` is ignored).
 
 Where parameters live: a part built by a factory under the name it is given (`ffn`,
+`shared_embedding`,
 `attention_block/norm`, `positions`, ...); `attention_fn` and `qk_transform` are called inside
 each layer's `MultiHeadAttention`, so a linen module they build there is that layer's own
 (`.../layer_3/self_attention/<ModuleName>_0`); `shared`'s are the model's, once.
@@ -60,6 +69,13 @@ def positions(cfg, *, name: str) -> nn.Module:
   return layers.AddPositions(cfg.max_len, cfg.positional, name=name)
 
 
+def embedding(cfg, *, name: str) -> nn.Module:
+  """The shared embedding (§3.4), tied to the pre-softmax projection and scaled by
+  sqrt(d_model) unless `cfg.share_embeddings` / `cfg.scale_embeddings` say otherwise."""
+  return layers.SharedEmbedding(cfg.vocab_size, cfg.d_model, cfg.dtype,
+                                tie=cfg.share_embeddings, scale=cfg.scale_embeddings, name=name)
+
+
 def layer_norm(cfg, *, name: str) -> nn.Module:
   """`layers.layer_norm` (epsilon 1e-6, float32 parameters) in the config's dtype."""
   return layers.layer_norm(cfg.dtype, name=name)
@@ -81,6 +97,7 @@ class Parts:
   residual: Callable[..., nn.Module] = residual
   qk_transform: Optional[QKTransform] = None
   shared: Optional[Factory] = None
+  embedding: Factory = embedding
 
 
 def norm_position(parts: Parts, cfg) -> str:

@@ -84,10 +84,12 @@ def _body_remat(cfg: Any) -> Optional[Callable[[Callable], Callable]]:
   return functools.partial(jax.checkpoint, policy=REMAT_POLICIES[cfg.remat_policy])
 
 
-def scannable(module: nn.Module, cfg: Any) -> bool:
-  """Whether `module`'s stack of `cfg.num_layers` layers may run as one scan now (see the
-  module docstring for what stays unrolled)."""
-  return (cfg.scan_layers and cfg.num_layers > 1 and not cfg.decode and
+def scannable(module: nn.Module, cfg: Any, num_layers: Optional[int] = None) -> bool:
+  """Whether `module`'s stack of `num_layers` layers (None: `cfg.num_layers`; the encoder's
+  and decoder's may differ) may run as one scan now (see the module docstring for what stays
+  unrolled)."""
+  n = cfg.num_layers if num_layers is None else num_layers
+  return (cfg.scan_layers and n > 1 and not cfg.decode and
           not cfg.capture_attention and not module.is_initializing() and
           not _capturing_intermediates())
 
@@ -141,7 +143,7 @@ class _LayerKeys:
 
 
 def scan_layers(stack: nn.Module, layer_cls: type, cfg: Any, parts: Any, x: Array,
-                *args) -> Array:
+                *args, num_layers: Optional[int] = None) -> Array:
   """`x` through `layer_cls(cfg, parts, name=f'layer_{i}')(x, *args)` for i = 0 .. N-1,
   scanned.
 
@@ -149,16 +151,18 @@ def scan_layers(stack: nn.Module, layer_cls: type, cfg: Any, parts: Any, x: Arra
     stack: the Encoder or Decoder module calling this (its params hold `layer_i`).
     layer_cls: EncoderLayer or DecoderLayer, unwrapped (the body is rematerialised under
       `cfg.remat_policy` as `layer_class` would).
-    cfg: the model config (`num_layers`, `deterministic`, `remat_policy`).
+    cfg: the model config (`deterministic`, `remat_policy`).
     parts: the model's extension points (`parts.Parts`).
     x: `[batch, length, d_model]`, the first layer's input.
     *args: the same for every layer (masks, the encoder output).
+    num_layers: the stack's layers (None: `cfg.num_layers`; `cfg.encoder_layers` and
+      `cfg.decoder_layers` may differ).
 
   Returns:
     `[batch, length, d_model]`, the last layer's output: the unrolled stack's, to float
     rounding.
   """
-  n = cfg.num_layers
+  n = cfg.num_layers if num_layers is None else num_layers
   params = stack.variables['params']
   stacked = jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves),
                                    *[params[f'layer_{i}'] for i in range(n)])

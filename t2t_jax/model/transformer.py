@@ -23,7 +23,6 @@ from t2t_jax.model import attention, parts as parts_lib, stack
 from t2t_jax.model.parts import Parts
 from t2t_jax.model.transformer_config import EOS_ID, PAD_ID, TransformerConfig
 from t2t_jax.model.stack import REMAT_POLICIES, layer_class  # noqa: F401  (model.REMAT_POLICIES)
-from t2t_jax.model.layers import SharedEmbedding
 from t2t_jax.model.multi_head_attention import MultiHeadAttention, QKTransform
 
 Array = jax.Array
@@ -149,12 +148,13 @@ def _final_norm(module: nn.Module, x: Array) -> Array:
 
 
 class Encoder(nn.Module):
-  """Embeds `[batch, src_len]` ids and runs N encoder layers -> `[batch, src_len, d_model]`.
+  """Embeds `[batch, src_len]` ids and runs `cfg.encoder_layers` layers -> `[batch, src_len,
+  d_model]`.
 
   Packed rows: `segmentation` and `positions` `[batch, src_len]` (see the module docstring).
   """
   cfg: TransformerConfig
-  embed: SharedEmbedding
+  embed: nn.Module  # the model's embedding part (`parts.embedding`)
   parts: Parts = parts_lib.PAPER
   shared: Optional[nn.Module] = None
 
@@ -169,29 +169,32 @@ class Encoder(nn.Module):
     x = _embed_positions(self, self.embed(inputs), positions)
     if positions is None:
       positions = _positions(inputs.shape[1])
-    if stack.scannable(self, cfg) and self.shared is None:
-      x = stack.scan_layers(self, EncoderLayer, cfg, self.parts, x, mask, positions)
+    n = cfg.encoder_layers
+    if stack.scannable(self, cfg, n) and self.shared is None:
+      x = stack.scan_layers(self, EncoderLayer, cfg, self.parts, x, mask, positions,
+                            num_layers=n)
     else:
-      for i in range(cfg.num_layers):
+      for i in range(n):
         x = layer_class(cfg, EncoderLayer)(cfg, self.parts, self.shared, name=f'layer_{i}')(
             x, mask, positions)
     return _final_norm(self, x)
 
 
 class Decoder(nn.Module):
-  """N decoder layers over shifted targets, then the shared pre-softmax projection (§3.4).
+  """`cfg.decoder_layers` layers over shifted targets, then the pre-softmax projection (§3.4).
 
   Teacher forcing: `[batch, tgt_len]` decoder inputs -> `[batch, tgt_len, vocab]` float32 logits.
   Decode mode: `[rows, 1]` -> `[rows, 1, vocab]`, past positions read from the cache, the step
   counted in the cache's 'position'.
   `cross_kv` (from `cross_key_values`) replaces `encoded` with its per-layer projections; it
   and `inputs` may hold one row per sentence while the decoder inputs hold `rows = sentences *
-  beam` (sentence-major). `vocab_t`: the embedding transposed, `[d_model, vocab]`.
+  beam` (sentence-major). `vocab_t`: the pre-softmax matrix transposed, `[d_model, vocab]`
+  (`Transformer.vocab_transposed`).
   Packed rows (teacher forcing only): `segmentation` and `positions` `[batch, tgt_len]` of the
   decoder inputs, `inputs_segmentation` `[batch, src_len]` of the source.
   """
   cfg: TransformerConfig
-  embed: SharedEmbedding
+  embed: nn.Module  # the model's embedding part (`parts.embedding`)
   parts: Parts = parts_lib.PAPER
   shared: Optional[nn.Module] = None
 
@@ -221,11 +224,12 @@ class Decoder(nn.Module):
     if positions is None:
       positions = _positions(decoder_inputs.shape[1])
     source_positions = _positions(inputs.shape[1])
-    if stack.scannable(self, cfg) and cross_kv is None and self.shared is None:
+    n = cfg.decoder_layers
+    if stack.scannable(self, cfg, n) and cross_kv is None and self.shared is None:
       y = stack.scan_layers(self, DecoderLayer, cfg, self.parts, y, encoded, self_mask,
-                            cross_mask, None, positions, source_positions)
+                            cross_mask, None, positions, source_positions, num_layers=n)
     else:
-      for i in range(cfg.num_layers):
+      for i in range(n):
         y = layer_class(cfg, DecoderLayer)(cfg, self.parts, self.shared, name=f'layer_{i}')(
             y, encoded, self_mask, cross_mask, None if cross_kv is None else cross_kv[i],
             positions, source_positions)
@@ -260,8 +264,8 @@ class Transformer(nn.Module):
 
   Attributes:
     cfg: the hyperparameters.
-    attention_fn, feed_forward, positions, norm, residual, qk_transform, shared: the
-      extension points (`parts`), the paper's by default; a variant sets some, e.g.
+    attention_fn, feed_forward, positions, norm, residual, qk_transform, shared, embedding:
+      the extension points (`parts`), the paper's by default; a variant sets some, e.g.
       `Transformer(cfg, feed_forward=SwiGLU)`.
   """
   cfg: TransformerConfig
@@ -272,6 +276,7 @@ class Transformer(nn.Module):
   residual: Callable[..., nn.Module] = parts_lib.PAPER.residual
   qk_transform: Optional[QKTransform] = parts_lib.PAPER.qk_transform
   shared: Optional[parts_lib.Factory] = parts_lib.PAPER.shared
+  embedding: parts_lib.Factory = parts_lib.PAPER.embedding
 
   @property
   def parts(self) -> Parts:
@@ -280,7 +285,7 @@ class Transformer(nn.Module):
 
   def setup(self):
     cfg = self.cfg
-    self.shared_embedding = SharedEmbedding(cfg.vocab_size, cfg.d_model, cfg.dtype)
+    self.shared_embedding = self.embedding(cfg, name='shared_embedding')
     shared = None if self.shared is None else self.shared(cfg, name='shared')
     self.encoder = Encoder(cfg, self.shared_embedding, self.parts, shared)
     self.decoder = Decoder(cfg, self.shared_embedding, self.parts, shared)
@@ -288,6 +293,16 @@ class Transformer(nn.Module):
   def encode(self, inputs: Array, segmentation: Optional[Array] = None,
              positions: Optional[Array] = None) -> Array:
     return self.encoder(inputs, segmentation, positions)
+
+  def vocab_transposed(self) -> Array:
+    """The pre-softmax matrix as `[d_model, vocab]` (the embedding part's `transposed()`),
+    what `decode(..., vocab_t=)` takes: computed once per decoded batch."""
+    return self.shared_embedding.transposed()
+
+  def embedding_tables(self) -> Tuple[Array, Array]:
+    """(input embedding, pre-softmax projection), each `[vocab, d_model]` as stored
+    (the embedding part's `tables()`): one array twice when tied."""
+    return self.shared_embedding.tables()
 
   def decode(self, decoder_inputs: Array, encoded: Optional[Array], inputs: Array,
              cross_kv=None, vocab_t: Optional[Array] = None, **packing) -> Array:

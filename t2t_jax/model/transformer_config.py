@@ -16,7 +16,8 @@ from t2t_jax.choices import (AttentionImpl, ConfigError, DTypeName, NormPosition
                              RematPolicy)
 
 _POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'd_k', 'd_v', 'num_layers',
-             'max_len', 'num_kv_heads')
+             'max_len', 'num_kv_heads', 'num_encoder_layers', 'num_decoder_layers')
+_OPTIONAL = ('num_kv_heads', 'num_encoder_layers', 'num_decoder_layers')  # None: follows
 _HEAD_WIDTHS = ('d_k', 'd_v')  # None: d_model // num_heads
 
 # Token ids the model reserves (transformer.py re-exports them): padding 0; on the decoder side
@@ -48,7 +49,20 @@ class TransformerConfig:
       d_k=None to derive it again).
     d_v: per-head value width (§3.2.2; 64 in the base model), the heads' outputs concatenate
       to h * d_v before W^O; None (the default): d_model // num_heads, as d_k.
-    num_layers: N, the identical layers of the encoder and, as many, of the decoder (§3.1; 6).
+    num_layers: N, the identical layers of the encoder and, as many, of the decoder (§3.1; 6);
+      the shorthand for both stacks.
+    num_encoder_layers: the encoder's layers apart from the decoder's (fairseq's
+      --encoder-layers, e.g. a deep encoder and a shallow decoder); None (the default):
+      num_layers. Stored as None when equal to num_layers, so the paper's config is unchanged
+      and `.replace(num_layers=...)` moves both; read `encoder_layers` for the number.
+    num_decoder_layers: the decoder's layers, as num_encoder_layers (fairseq's
+      --decoder-layers); read `decoder_layers` for the number.
+    share_embeddings: one matrix for the source and target embeddings and the pre-softmax
+      projection (§3.4, the default); False: the pre-softmax projection is a matrix of its
+      own (`shared_embedding/projection`, `[vocab, d_model]`), untied from the embeddings
+      (which source and target still share: one vocabulary).
+    scale_embeddings: multiply the embeddings by sqrt(d_model) (§3.4, the default); False:
+      the table's rows as they are (fairseq's --no-scale-embedding).
     dropout_rate: P_drop on each sub-layer's output and on embeddings + positions, in [0, 1)
       (§5.4; 0.1 base, 0.3 big).
     attention_dropout_rate: dropout on the attention weights, in [0, 1) (not in the paper; 0).
@@ -101,6 +115,10 @@ class TransformerConfig:
   remat_policy: RematPolicy = 'none'
   scan_layers: bool = False
   num_kv_heads: Optional[int] = None
+  num_encoder_layers: Optional[int] = None
+  num_decoder_layers: Optional[int] = None
+  share_embeddings: bool = True
+  scale_embeddings: bool = True
 
   def __post_init__(self):
     for field in dataclasses.fields(self):
@@ -119,7 +137,7 @@ class TransformerConfig:
         object.__setattr__(self, name, width)
     for name in _POSITIVE:
       value = getattr(self, name)
-      if value is None and name == 'num_kv_heads':
+      if value is None and name in _OPTIONAL:
         continue
       if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
         _fail(name, value, 'an integer > 0')
@@ -129,6 +147,9 @@ class TransformerConfig:
             '(None means num_heads)')
     if self.num_kv_heads == self.num_heads:  # the paper's: None, which follows num_heads
       object.__setattr__(self, 'num_kv_heads', None)
+    for name in ('num_encoder_layers', 'num_decoder_layers'):
+      if getattr(self, name) == self.num_layers:  # None follows num_layers: the paper's value
+        object.__setattr__(self, name, None)
     if self.vocab_size < MIN_VOCAB_SIZE:
       _fail('vocab_size', self.vocab_size,
             f'an integer >= {MIN_VOCAB_SIZE} (ids {PAD_ID} = padding and {EOS_ID} = EOS/BOS '
@@ -158,6 +179,10 @@ class TransformerConfig:
         vocab_size=config.vocab_size, d_model=config.d_model, d_ff=config.d_ff,
         num_heads=heads, d_k=config.d_k or None, d_v=config.d_v or None,
         num_layers=config.num_layers,
+        num_encoder_layers=config.num_encoder_layers or None,
+        num_decoder_layers=config.num_decoder_layers or None,
+        share_embeddings=bool(config.share_embeddings),
+        scale_embeddings=bool(config.scale_embeddings),
         dropout_rate=config.dropout_rate, attention_dropout_rate=config.attention_dropout_rate,
         positional=config.positional, norm_position=config.norm_position,
         max_len=config.max_len, dtype=jnp.dtype(config.dtype),
@@ -169,6 +194,16 @@ class TransformerConfig:
   def kv_heads(self) -> int:
     """The key/value heads: `num_kv_heads`, or num_heads when it is None."""
     return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+  @property
+  def encoder_layers(self) -> int:
+    """The encoder's layers: `num_encoder_layers`, or num_layers when it is None."""
+    return self.num_layers if self.num_encoder_layers is None else self.num_encoder_layers
+
+  @property
+  def decoder_layers(self) -> int:
+    """The decoder's layers: `num_decoder_layers`, or num_layers when it is None."""
+    return self.num_layers if self.num_decoder_layers is None else self.num_decoder_layers
 
   def replace(self, **changes) -> 'TransformerConfig':
     """A copy with `changes`, checked as a new config is."""

@@ -23,7 +23,8 @@ def forward_flops_by_part(cfg: model.TransformerConfig, rows: int, src_len: int,
   full score matrix: masking does not skip it; every query head scores, grouped key/value
   heads or not), FFNs, the pre-softmax projection, and total.
   """
-  d, h, n = cfg.d_model, cfg.num_heads, cfg.num_layers
+  d, h = cfg.d_model, cfg.num_heads
+  n_enc, n_dec = cfg.encoder_layers, cfg.decoder_layers  # the paper: N each
   src, tgt = rows * src_len, rows * tgt_len  # token counts, padding included
 
   def projections(q_tokens, kv_tokens):  # Q and O over the queries, K and V (kv_heads heads:
@@ -36,12 +37,12 @@ def forward_flops_by_part(cfg: model.TransformerConfig, rows: int, src_len: int,
 
   ffn = lambda tokens: 4 * tokens * d * cfg.d_ff  # noqa: E731  (two matmuls)
   parts = {
-      'encoder_projections': n * projections(src, src),
-      'encoder_attention': n * scores(src_len, src_len),
-      'encoder_ffn': n * ffn(src),
-      'decoder_projections': n * (projections(tgt, tgt) + projections(tgt, src)),
-      'decoder_attention': n * (scores(tgt_len, tgt_len) + scores(tgt_len, src_len)),
-      'decoder_ffn': n * ffn(tgt),
+      'encoder_projections': n_enc * projections(src, src),
+      'encoder_attention': n_enc * scores(src_len, src_len),
+      'encoder_ffn': n_enc * ffn(src),
+      'decoder_projections': n_dec * (projections(tgt, tgt) + projections(tgt, src)),
+      'decoder_attention': n_dec * (scores(tgt_len, tgt_len) + scores(tgt_len, src_len)),
+      'decoder_ffn': n_dec * ffn(tgt),
       'pre_softmax': 2 * tgt * d * cfg.vocab_size,
   }
   parts['total'] = sum(parts.values())

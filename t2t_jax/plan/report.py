@@ -168,10 +168,12 @@ def loop_scale(cfg: Any, rows: int, length: int) -> float:
   Bytes accessed are left as XLA counts them, one layer per stack (35% below the unrolled
   count there; the logits and the optimizer dominate them, so this ratio would overshoot
   by 63%): the roofline's HBM time is then a lower bound. 1.0 for an unrolled stack."""
-  if not cfg.scan_layers or cfg.num_layers == 1:
+  if not cfg.scan_layers or (cfg.encoder_layers, cfg.decoder_layers) == (1, 1):
     return 1.0
+  # XLA counts one layer of each scanned stack; a stack of one layer is not scanned.
+  one = cfg.replace(num_layers=1, num_encoder_layers=None, num_decoder_layers=None)
   return (analytic.train_flops(cfg, rows, length, length) /
-          analytic.train_flops(cfg.replace(num_layers=1), rows, length, length))
+          analytic.train_flops(one, rows, length, length))
 
 
 def _fitted(config: ml_collections.ConfigDict, run: 'compile_lib.Run', train: List[Any],

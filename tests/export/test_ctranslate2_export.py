@@ -1,6 +1,6 @@
 """CTranslate2 export: the same log-probabilities and greedy translations as our model, for
 each mapped option (post-/pre-LN, sinusoidal/learned positions, a head width other than
-d_model / heads); the config, vocabulary and position table it writes; and refusals."""
+d_model / heads, encoder and decoder depths apart, untied and unscaled embeddings); the config, vocabulary and position table it writes; and refusals."""
 
 import json
 import os
@@ -32,6 +32,10 @@ VARIANTS = {
     'post-sinusoidal': (CFG, 4.0),
     'pre-learned': (CFG.replace(norm_position='pre', positional='learned'), 1.0),
     'head-width-16': (CFG.replace(d_k=16, d_v=16), 4.0),
+    # The layer counts come from the parameter tree; untied and unscaled embeddings map to
+    # CTranslate2's own decoder projection and scale_embeddings=False.
+    'encoder-3-decoder-1': (CFG.replace(num_encoder_layers=3, num_decoder_layers=1), 4.0),
+    'untied-unscaled': (CFG.replace(share_embeddings=False, scale_embeddings=False), 4.0),
 }
 
 

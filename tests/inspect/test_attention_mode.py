@@ -126,7 +126,7 @@ def test_teacher_forced_targets_and_layer_choice(workdir, tmp_path):
   for kind in attention_maps.KINDS:  # padded, batched maps equal the unpadded sentence's
     np.testing.assert_allclose(sentences[1].maps[kind], alone[kind][:, 0], atol=1e-6)
   with pytest.raises(attention_mode.AttentionInputError,
-                     match=r'^--attention_layer=2: the model has 1 layers; expected 1..1$'):
+                     match=r'^--attention_layer=2: the model has 1 encoder layers; expected 1..1$'):
     attention_mode.check_layer(2, config.num_layers)
   assert attention_mode.check_layer(None, 6) == 5 and attention_mode.check_layer(None, 1) == 1
 

@@ -1,0 +1,188 @@
+"""Encoder and decoder depths apart (`num_encoder_layers`, `num_decoder_layers`), untied and
+unscaled embeddings (`share_embeddings`, `scale_embeddings`), the embedding as a part, and the
+paper's model bit for bit as before these options (values recorded from commit 7fb3de1)."""
+
+import hashlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import t2t_jax
+from t2t_jax import config as config_lib
+from t2t_jax.configs import default
+from t2t_jax.model import incremental, info, layers, losses, parts, transformer as model
+from t2t_jax.plan import analytic
+
+TINY = model.TransformerConfig(vocab_size=32, d_model=16, d_ff=32, num_heads=2, num_layers=2,
+                               max_len=32)
+INPUTS = np.array([[5, 6, 7, 8, 1, 0], [9, 10, 11, 1, 0, 0]], np.int32)
+TARGETS = np.array([[12, 13, 14, 1, 0], [15, 16, 1, 0, 0]], np.int32)
+
+
+def _digest(tree) -> str:
+  h = hashlib.sha256()
+  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    h.update(jax.tree_util.keystr(path).encode())
+    a = np.asarray(leaf)
+    h.update(str(a.dtype).encode())
+    h.update(str(a.shape).encode())
+    h.update(a.tobytes())
+  return h.hexdigest()
+
+
+# Recorded from 7fb3de1 (before these options), float32 on CPU, by this very computation
+# (/tmp script run in a `git worktree` of 7fb3de1; the same numbers come from this tree).
+PAPER_SHAPES = 'ca73e4e02d9a711af0cbccf2f218515cddd81da32955e918ff8060529a6add49'
+PAPER_PARAMS = 'bb0dea65395e7e8d1712b3e7e0f79cab82f3099cc89db5a0b513dad544b24a0a'
+PAPER_LOSS = '0x1.a54ac80000000p+4'
+PAPER_GRADS = 'f6d3fac106549ef18375ba68ba87035865e22afe59c081439c7284bb23c23c5c'
+PAPER_SEQS = [[[26] * 7 + [1], [26] * 6 + [21, 1], [26] * 6 + [7, 1], [21] + [26] * 6 + [1]],
+              [[26] * 7 + [1], [26] * 5 + [18, 18, 1], [26] * 6 + [18, 1], [26] * 6 + [30, 1]]]
+PAPER_SCORES = [['-0x1.2e0af80000000p+3', '-0x1.41c8540000000p+3', '-0x1.43e9d60000000p+3',
+                 '-0x1.44e9a20000000p+3'],
+                ['-0x1.27466e0000000p+3', '-0x1.3420b40000000p+3', '-0x1.342cc60000000p+3',
+                 '-0x1.3ecd160000000p+3']]
+
+
+def test_the_paper_model_is_bitwise_what_it_was():
+  """Same parameter names, shapes and values, loss, gradients and beams as before the options
+  (the defaults: num_layers for both stacks, tied and scaled embeddings)."""
+  params = model.init_params(TINY, jax.random.PRNGKey(0))
+  net = model.Transformer(TINY)
+
+  def loss_fn(p):
+    logits = net.apply({'params': p}, INPUTS, TARGETS, rngs={'dropout': jax.random.PRNGKey(1)})
+    return losses.label_smoothed_cross_entropy(logits, TARGETS,
+                                               losses.padding_weights(TARGETS), 0.1)[0]
+
+  loss, grads = jax.value_and_grad(loss_fn)(params)
+  seqs, scores = t2t_jax.beam_decode(TINY, 4, 0.6, params, jnp.asarray(INPUTS),
+                                     jnp.array([8, 8], jnp.int32), 8)
+  assert _digest(jax.tree_util.tree_map(lambda x: np.zeros(x.shape, np.int8), params)) == \
+      PAPER_SHAPES
+  assert _digest(params) == PAPER_PARAMS
+  assert float(loss).hex() == PAPER_LOSS
+  assert _digest(grads) == PAPER_GRADS
+  assert np.asarray(seqs).tolist() == PAPER_SEQS
+  assert [[float(s).hex() for s in row] for row in np.asarray(scores)] == PAPER_SCORES
+
+
+def test_layer_counts_follow_num_layers_unless_set():
+  assert (TINY.encoder_layers, TINY.decoder_layers) == (2, 2)
+  cfg = TINY.replace(num_encoder_layers=3, num_decoder_layers=1)
+  assert (cfg.encoder_layers, cfg.decoder_layers) == (3, 1)
+  # Equal to num_layers is stored as None: the paper's config and hash are unchanged.
+  assert TINY.replace(num_encoder_layers=2, num_decoder_layers=2) == TINY
+  assert hash(TINY.replace(num_encoder_layers=2)) == hash(TINY)
+  moved = TINY.replace(num_decoder_layers=1).replace(num_layers=4)
+  assert (moved.encoder_layers, moved.decoder_layers) == (4, 1)
+  for bad in (0, -1, 1.5, True):
+    with pytest.raises(ValueError, match='num_encoder_layers'):
+      TINY.replace(num_encoder_layers=bad)
+  for key in ('share_embeddings', 'scale_embeddings'):
+    with pytest.raises(ValueError, match=key):
+      TINY.replace(**{key: 1})
+
+
+def test_run_config_keys_map_to_the_model_and_are_model_keys():
+  c = default.get_config()
+  assert (c.num_encoder_layers, c.num_decoder_layers) == (0, 0)
+  assert c.share_embeddings and c.scale_embeddings
+  base = model.TransformerConfig.from_config(c)
+  assert base == model.TransformerConfig()  # defaults: the paper's
+  c.num_encoder_layers, c.num_decoder_layers = 3, 1
+  c.share_embeddings, c.scale_embeddings = False, False
+  cfg = model.TransformerConfig.from_config(c)
+  assert (cfg.encoder_layers, cfg.decoder_layers) == (3, 1)
+  assert not cfg.share_embeddings and not cfg.scale_embeddings
+  for key in ('num_encoder_layers', 'num_decoder_layers', 'share_embeddings',
+              'scale_embeddings'):
+    assert key in config_lib.MODEL_KEYS  # a checkpoint fixes them; resume compares them
+  c.num_decoder_layers = -1
+  with pytest.raises(config_lib.ConfigError, match='num_decoder_layers'):
+    config_lib.validate(c)
+
+
+@pytest.mark.parametrize('scan', [False, True])
+def test_3_encoder_1_decoder_layers_train_and_decode_as_they_teacher_force(scan):
+  cfg = TINY.replace(num_encoder_layers=3, num_decoder_layers=1, scan_layers=scan)
+  params = model.init_params(cfg, jax.random.PRNGKey(0))
+  assert sorted(params['encoder']) == ['layer_0', 'layer_1', 'layer_2']
+  assert sorted(params['decoder']) == ['layer_0']
+  assert incremental.check_incremental(cfg, params, INPUTS, TARGETS, max_decode_len=8) < 1e-4
+  assert len(incremental.decode_context(cfg, params, INPUTS).cross_kv) == 1
+  cache = incremental.init_cache(cfg, 2, 4)
+  assert sorted(cache['decoder']) == ['layer_0', 'position']
+  if scan:  # the scanned stacks compute the unrolled ones
+    forced = model.Transformer(cfg.replace(deterministic=True)).apply(
+        {'params': params}, INPUTS, TARGETS)
+    unrolled = model.Transformer(cfg.replace(scan_layers=False, deterministic=True)).apply(
+        {'params': params}, INPUTS, TARGETS)
+    np.testing.assert_allclose(forced, unrolled, atol=1e-5)
+
+
+def test_untied_unscaled_embeddings():
+  cfg = TINY.replace(share_embeddings=False, scale_embeddings=False)
+  params = model.init_params(cfg, jax.random.PRNGKey(0))
+  emb = params['shared_embedding']
+  assert sorted(emb) == ['embedding', 'projection']
+  assert emb['projection'].shape == emb['embedding'].shape == (32, 16)
+  # The embedding is the table's rows, unscaled; the projection is its own matrix.
+  ids = jnp.asarray(INPUTS)
+  embedded = model.Transformer(cfg).apply({'params': params}, ids,
+                                          method=lambda m, x: m.shared_embedding(x))
+  np.testing.assert_array_equal(embedded, emb['embedding'][ids])
+  scaled = model.Transformer(cfg.replace(scale_embeddings=True)).apply(
+      {'params': params}, ids, method=lambda m, x: m.shared_embedding(x))
+  np.testing.assert_allclose(scaled, emb['embedding'][ids] * 4.0, rtol=1e-6)
+  context = incremental.decode_context(cfg, params, INPUTS)
+  np.testing.assert_array_equal(context.vocab_t, emb['projection'].T)
+  other = dict(params, shared_embedding=dict(emb, projection=emb['projection'] * 2))
+  net = model.Transformer(cfg.replace(deterministic=True))
+  forced = net.apply({'params': params}, INPUTS, TARGETS)
+  doubled = net.apply({'params': other}, INPUTS, TARGETS)
+  np.testing.assert_allclose(doubled, forced * 2, rtol=1e-5, atol=1e-6)
+  assert incremental.check_incremental(cfg, params, INPUTS, TARGETS, max_decode_len=8) < 1e-4
+  seqs, _ = t2t_jax.beam_decode(cfg, 2, 0.6, params, jnp.asarray(INPUTS),
+                                jnp.array([6, 6], jnp.int32), 6)
+  assert seqs.shape == (2, 2, 6)
+
+
+def test_the_embedding_is_a_part():
+  assert parts.PAPER.embedding is parts.embedding and 'embedding' in parts.NAMES
+
+  class Doubled(layers.SharedEmbedding):
+    def __call__(self, ids):
+      return super().__call__(ids) * 2
+
+  def doubled(cfg, *, name):
+    return Doubled(cfg.vocab_size, cfg.d_model, cfg.dtype, name=name)
+
+  params = model.init_params(TINY, jax.random.PRNGKey(0))
+  net = model.Transformer(TINY, embedding=doubled)
+  assert net.parts.embedding is doubled
+  got = net.apply({'params': params}, jnp.asarray(INPUTS),
+                  method=lambda m, x: m.shared_embedding(x))
+  want = model.Transformer(TINY).apply({'params': params}, jnp.asarray(INPUTS),
+                                       method=lambda m, x: m.shared_embedding(x))
+  np.testing.assert_array_equal(got, want * 2)
+  assert incremental.check_incremental(net, params, INPUTS, TARGETS, max_decode_len=8) < 1e-4
+
+
+def test_analytic_flops_and_info_follow_the_depths():
+  deep = TINY.replace(num_encoder_layers=3, num_decoder_layers=1)
+  by_part = analytic.forward_flops_by_part(deep, 2, 8, 8)
+  paper = analytic.forward_flops_by_part(TINY, 2, 8, 8)
+  assert by_part['encoder_ffn'] == paper['encoder_ffn'] * 3 // 2
+  assert by_part['decoder_ffn'] == paper['decoder_ffn'] // 2
+  c = default.get_config()
+  c.update(vocab_size=32, d_model=16, d_ff=32, num_heads=2, num_layers=2, max_len=256,
+           num_encoder_layers=3, num_decoder_layers=1, share_embeddings=False,
+           scale_embeddings=False)
+  text = info.describe(c)
+  assert 'encoder_layers=3 decoder_layers=1' in text
+  assert 'share_embeddings=False scale_embeddings=False' in text
+  assert 'encoder/layer_2/ffn/wi/kernel' in text and 'decoder/layer_1' not in text
+  assert 'shared_embedding/projection' in text
