@@ -20,7 +20,7 @@ barrier a failed read would miss. Averaging the last N checkpoints lives in `ave
 import contextlib
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Dict, List, Optional, Tuple
 
 import jax
 import ml_collections
@@ -30,6 +30,7 @@ from etils import epath
 
 from t2t_jax import config as config_lib
 from t2t_jax.runtime import damage, save_failures
+from t2t_jax.runtime.readable import CheckpointError, first_readable  # noqa: F401  (as before)
 from t2t_jax.runtime.save_failures import quiet_failed_save_reports  # noqa: F401  (as before)
 from t2t_jax.storage import layout, paths
 from t2t_jax.storage import workdir as workdir_lib
@@ -51,58 +52,6 @@ RESUME_KEYS = config_lib.MODEL_KEYS + (
     'optimizer', 'dataset', 'source_lang', 'target_lang', 'local_corpus_dir', 'treebank_dir', 'train_split',
     'max_length', 'tokens_per_batch', 'bucket_lengths', 'shuffle_seed', 'pack_examples',
     'grad_accum_steps')
-
-
-class CheckpointError(RuntimeError):
-  """A checkpoint is missing, unreadable or incompatible with the run's config."""
-
-
-T = TypeVar('T')
-C = TypeVar('C')
-
-
-def first_readable(candidates: Sequence[C], read: Callable[[C], T], name: Callable[[C], str],
-                   warn: bool = True) -> Tuple[Optional[T], Optional[C], List[Tuple[C, str]]]:
-  """The first of `candidates` (newest first) that `read` reads on every process.
-
-  A candidate whose files are damaged on any process (`damage.is_damage`) is skipped, with a
-  one-line warning if `warn`. Every process must call this with the same candidates (one
-  collective per candidate tried).
-
-  Returns:
-    (value, candidate, skipped): `skipped` lists (candidate, reason) of the damaged ones tried
-    first; value and candidate are None when no candidate reads.
-
-  Raises:
-    CheckpointError: a read failed for another reason (I/O error, memory, ...) on some
-      process; nothing is skipped, the caller moves nothing.
-  """
-  damage.quiet_closed_loop_reports()  # a failing read reports as it fails: filter before
-  skipped = []
-  for candidate in candidates:
-    value, error, code = None, None, damage.OK
-    try:
-      value = read(candidate)
-    except Exception as e:  # noqa: BLE001  classified below; orbax/tensorstore raise many
-      error, code = e, damage.outcome(e)
-    combined, codes = damage.agree(code)
-    if combined == damage.OK:
-      return value, candidate, skipped
-    others = [i for i, c in enumerate(codes) if c == combined and i != jax.process_index()]
-    reason = '; '.join(([damage.short_error(error)] if error is not None else []) + (
-        [f'on process(es) {", ".join(map(str, others))}'] if others else []))
-    if combined == damage.FAILED:
-      raise CheckpointError(
-          f'{name(candidate)} could not be read ({reason}), and that does not look like damaged '
-          'files (an I/O error, a full disk, too little memory?), so nothing was skipped or '
-          'moved. Fix the cause and rerun; if its files really are damaged, move it away.'
-      ) from error
-    if warn:  # a checkpoint deleted while it was read is not damaged: its reason says so
-      gone = isinstance(error, damage.VanishedCheckpointError)
-      logging.warning('%s %s; skipping it', name(candidate),
-                      error if gone else f'is damaged ({reason})')
-    skipped.append((candidate, reason))
-  return None, None, skipped
 
 
 def read_json_item(item_dir: str) -> Any:

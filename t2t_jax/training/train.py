@@ -4,7 +4,7 @@
 latest checkpoint of the workdir if there is one (same config required), then runs
 `parallel.train_step` until `config.num_train_steps`. After every step, in this order:
 
-1. `_LogWindow`: every `log_every_steps` (and at the end or a stop), one metrics line;
+1. `log_window.LogWindow`: every `log_every_steps` (and at the end or a stop), one metrics line;
 2. `dev_eval.DevEvaluator`: every `eval_every_steps`, dev loss (and dev BLEU);
 3. `save_policy.SavePolicy`: a checkpoint every N steps / T minutes, at the end and on a stop,
    decided identically on every process;
@@ -24,12 +24,11 @@ from absl import logging
 from t2t_jax import config as config_lib
 from t2t_jax.data import (corpora, fingerprint, pipeline, split_check, tasks, tokenizer,
                           vocab_record)
-from t2t_jax.inference.evaluate import summarize
 from t2t_jax.model import transformer as model, variant
 from t2t_jax.runtime import checkpoint, first_fit, parallel
 from t2t_jax.storage import layout
 from t2t_jax.storage import workdir as workdir_lib
-from t2t_jax.training import dev_eval, metrics, optim, preemption, save_policy
+from t2t_jax.training import dev_eval, log_window, metrics, optim, preemption, save_policy
 
 
 class TrainError(RuntimeError):
@@ -82,15 +81,6 @@ def vocabulary_symbols(config: ml_collections.ConfigDict, train_source):
   every_text = lambda: tokenizer.sample_sentences(train_source, len(train_source))  # noqa: E731
   # Source and target of each pair in turn: the targets are every second text.
   return lambda: task.vocabulary_symbols(itertools.islice(every_text(), 1, None, 2))
-
-
-def _format(step: int, total: int, m: Dict[str, float]) -> str:
-  eta = m.get('eta_s', 0.0)
-  return (f'step {step}/{total} loss {m["loss"]:.4f} nll {m["nll"]:.4f} '
-          f'acc {m["accuracy"]:.3f} lr {m["learning_rate"]:.3e} '
-          f'{m["tokens_per_s"]:,.0f} tok/s ETA {int(eta // 3600)}h{int(eta % 3600 // 60):02d}m'
-          f'{int(eta % 60):02d}s' + ''.join(f' {k} {m[k]:.4f}' for k in sorted(m)
-                                            if k.startswith('aux_')))
 
 
 class _Steps:
@@ -177,32 +167,6 @@ class _NonfiniteWatch:
                        'loss or gradients, so training stopped (config.max_consecutive_'
                        'nonfinite). The checkpoints already written are intact; lower the '
                        'learning rate or check the data.')
-
-
-class _LogWindow:
-  """Metric sums and timing since the last metrics line."""
-
-  def __init__(self, total: int, schedule, run_start: float):
-    self.total, self.schedule, self.run_start = total, schedule, run_start
-    self.sums, self.start, self.steps = None, time.monotonic(), 0
-
-  def add(self, step_sums) -> None:
-    self.sums = parallel.add_metrics(self.sums, step_sums)
-    self.steps += 1
-
-  def close(self, step: int, padded_tokens: int) -> Dict[str, float]:
-    """The window's metrics (reads the device sums: the loop's one regular sync); resets."""
-    m = summarize(self.sums)
-    elapsed = time.monotonic() - self.start
-    m.update(learning_rate=float(self.schedule(step - 1)),
-             tokens_per_s=m['tokens'] / max(elapsed, 1e-9),
-             padding_efficiency=m['tokens'] / max(padded_tokens, 1),
-             steps_per_s=self.steps / max(elapsed, 1e-9),
-             eta_s=(self.total - step) * elapsed / self.steps,
-             elapsed_s=time.monotonic() - self.run_start,
-             nonfinite_steps=float(jax.device_get(self.sums['nonfinite'])))
-    self.sums, self.start, self.steps = None, time.monotonic(), 0
-    return m
 
 
 def saved_vocabulary(checkpointer: checkpoint.Checkpointer) -> Optional[Dict[str, Any]]:
@@ -302,7 +266,7 @@ class _Run:
                       if self.data.eval_batches is not None else None)
     self.steps = _Steps(net, optimizer, self.mesh, config)
     self.watch = _NonfiniteWatch(config.max_consecutive_nonfinite)
-    self.window = _LogWindow(config.num_train_steps, schedule, self.start_time)
+    self.window = log_window.LogWindow(config.num_train_steps, schedule, self.start_time)
     self.last: Dict[str, float] = {}
 
   def _restore(self, state):
@@ -393,7 +357,7 @@ class _Run:
     m = self.window.close(self.step, self.steps.padded_tokens)
     self.steps.padded_tokens = 0
     if self.is_chief:
-      logging.info(_format(self.step, self.config.num_train_steps, m))
+      logging.info(log_window.format_line(self.step, self.config.num_train_steps, m))
     self.writer.write(self.step, m)
     self.last.update(m)
 

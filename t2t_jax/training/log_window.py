@@ -1,0 +1,46 @@
+"""The training loop's metrics window: sums and timing since the last metrics line, and the
+line itself (`train._Run._log`)."""
+
+import time
+from typing import Dict
+
+import jax
+
+from t2t_jax.inference.evaluate import summarize
+from t2t_jax.runtime import parallel
+
+
+class LogWindow:
+  """Metric sums and timing since the last metrics line."""
+
+  def __init__(self, total: int, schedule, run_start: float):
+    self.total, self.schedule, self.run_start = total, schedule, run_start
+    self.sums, self.start, self.steps = None, time.monotonic(), 0
+
+  def add(self, step_sums) -> None:
+    self.sums = parallel.add_metrics(self.sums, step_sums)
+    self.steps += 1
+
+  def close(self, step: int, padded_tokens: int) -> Dict[str, float]:
+    """The window's metrics (reads the device sums: the loop's one regular sync); resets."""
+    m = summarize(self.sums)
+    elapsed = time.monotonic() - self.start
+    m.update(learning_rate=float(self.schedule(step - 1)),
+             tokens_per_s=m['tokens'] / max(elapsed, 1e-9),
+             padding_efficiency=m['tokens'] / max(padded_tokens, 1),
+             steps_per_s=self.steps / max(elapsed, 1e-9),
+             eta_s=(self.total - step) * elapsed / self.steps,
+             elapsed_s=time.monotonic() - self.run_start,
+             nonfinite_steps=float(jax.device_get(self.sums['nonfinite'])))
+    self.sums, self.start, self.steps = None, time.monotonic(), 0
+    return m
+
+
+def format_line(step: int, total: int, m: Dict[str, float]) -> str:
+  """The console line of a window's metrics (`LogWindow.close`), sown losses included."""
+  eta = m.get('eta_s', 0.0)
+  return (f'step {step}/{total} loss {m["loss"]:.4f} nll {m["nll"]:.4f} '
+          f'acc {m["accuracy"]:.3f} lr {m["learning_rate"]:.3e} '
+          f'{m["tokens_per_s"]:,.0f} tok/s ETA {int(eta // 3600)}h{int(eta % 3600 // 60):02d}m'
+          f'{int(eta % 60):02d}s' + ''.join(f' {k} {m[k]:.4f}' for k in sorted(m)
+                                            if k.startswith('aux_')))
