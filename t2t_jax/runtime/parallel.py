@@ -66,6 +66,10 @@ def initialize_distributed(coordinator_address: Optional[str] = None,
   With no arguments JAX detects the cluster (TPU pods, SLURM, Open MPI, ...). On CPU the
   collectives go through gloo, so several processes on one machine form one mesh.
   """
+  if (num_processes is not None and process_id is not None
+      and not 0 <= process_id < num_processes):
+    raise ValueError(f'initialize_distributed: process_id={process_id} is outside '
+                     f'[0, num_processes={num_processes})')
   jax.config.update('jax_cpu_collectives_implementation', 'gloo')
   if coordinator_address and process_id:
     _wait_for_coordinator(coordinator_address, timeout_s)
@@ -77,6 +81,9 @@ def initialize_distributed(coordinator_address: Optional[str] = None,
 def make_mesh(devices=None) -> Mesh:
   """A 1-D mesh named 'data' over `devices` (default: all devices of all processes)."""
   devices = jax.devices() if devices is None else devices
+  if not len(devices):  # pylint: disable=g-explicit-length-test  (a list or an array)
+    raise ValueError('make_mesh: devices is empty; expected one device or more '
+                     '(None: all devices)')
   return Mesh(np.asarray(devices), (DATA,))
 
 
