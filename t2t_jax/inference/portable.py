@@ -193,6 +193,31 @@ def skip_absent_tpu() -> bool:
   return True
 
 
+def read_manifest(path: str) -> Dict[str, Any]:
+  """The manifest of the artifact directory `path`.
+
+  Raises:
+    FileNotFoundError: `path` does not exist.
+    ValueError: `path` is a file, or a folder without a readable manifest.json (not an
+      artifact).
+  """
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'path={path}: no such artifact directory')
+  if not os.path.isdir(path):
+    raise ValueError(f'path={path} is a file; expected the artifact directory (holding '
+                     f'{MANIFEST}, {PARAMS} and {VOCAB})')
+  try:
+    with open(os.path.join(path, MANIFEST), encoding='utf-8') as f:
+      manifest = json.load(f)
+  except FileNotFoundError:
+    raise ValueError(f'path={path} has no {MANIFEST}: not a StableHLO artifact') from None
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise ValueError(f'path={path}: {MANIFEST} is not JSON ({e})') from None
+  if not isinstance(manifest, dict):
+    raise ValueError(f'path={path}: {MANIFEST} is not a JSON object')
+  return manifest
+
+
 class ExportedTranslator:
   """Translates with a StableHLO artifact: `jax.export`ed beam search per source length
   bucket, its parameters and its SentencePiece model.
@@ -211,8 +236,7 @@ class ExportedTranslator:
     import jax
     self.path = path
     self.threads = threads or default_threads()
-    with open(os.path.join(path, MANIFEST), encoding='utf-8') as f:
-      self.manifest = json.load(f)
+    self.manifest = read_manifest(path)
     found = (self.manifest.get('format'), self.manifest.get('version'))
     if found != (ARTIFACT_FORMAT, ARTIFACT_VERSION):
       raise ValueError(f'{path}: a {found} artifact; this runtime reads '
@@ -269,7 +293,11 @@ def main(argv: Sequence[str]) -> int:
   """`serve.py [ARTIFACT]`: translates stdin to stdout, one sentence a line (ARTIFACT
   defaults to this file's directory)."""
   path = argv[1] if len(argv) > 1 else os.path.dirname(os.path.abspath(__file__))
-  translator = ExportedTranslator(path)
+  try:
+    translator = ExportedTranslator(path)
+  except (OSError, ValueError) as e:  # no artifact there: one line, no traceback
+    print(f'error: {e}', file=sys.stderr)
+    return 1
   lines = sys.stdin.buffer.read().decode('utf-8').split('\n')  # '\n' only, as main.py
   if lines and lines[-1] == '':
     lines.pop()

@@ -105,6 +105,8 @@ class Translator:
     self.model = model_lib.as_model(model, deterministic=True, decode=False)
     self.cfg = self.model.cfg
     _check_tokenizer(tokenizer, self.cfg.vocab_size)
+    if beam_size < 1:
+      raise ValueError(f'Translator: beam_size={beam_size}; expected 1 or more')
     self.params = params
     self.tokenizer = tokenizer
     self.beam_size, self.alpha = beam_size, alpha
@@ -345,6 +347,9 @@ def print_progress(done: int, total: int, elapsed: float, stream=sys.stderr) -> 
 def _check_tokenizer(tokenizer, vocab_size: int) -> None:
   """One line for a tokenizer a Translator cannot use: none, no encode (`translate_ids`
   needs no decode), or more ids than the model has embeddings."""
+  if isinstance(tokenizer, (str, bytes)):  # str.encode exists, but is not a tokenizer's
+    raise ValueError(f'Translator: tokenizer is the path {tokenizer!r}; expected a tokenizer '
+                    'object with encode(str) -> ids, e.g. t2t_jax.data.tokenizer.load(path)')
   if not callable(getattr(tokenizer, 'encode', None)):
     what = 'None' if tokenizer is None else f'{type(tokenizer).__name__} without encode'
     raise ValueError(f'Translator: tokenizer is {what}; it needs encode(str) -> ids (and '

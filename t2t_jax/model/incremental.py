@@ -89,6 +89,7 @@ def decode_context(model: ModelLike, params, inputs: Array,
                    encoded: Optional[Array] = None) -> DecodeContext:
   """Encodes `[batch, src_len]` source ids (unless `encoded` is given) and precomputes what
   the decode steps share: the encoder-decoder keys/values and the transposed vocabulary."""
+  check_ids('decode_context', 'inputs', inputs, as_model(model).cfg.vocab_size)
   if encoded is None:
     encoded = as_model(model, deterministic=True, decode=False).apply(
         {'params': params}, inputs, method=Transformer.encode)
@@ -133,6 +134,9 @@ def incremental_logits(model: ModelLike, params, inputs: Array, targets: Array,
   Returns:
     `[batch, tgt_len, vocab]` float32, what `Transformer.__call__(inputs, targets)` gives.
   """
+  vocab_size = as_model(model).cfg.vocab_size
+  for name, ids in (('inputs', inputs), ('targets', targets)):
+    check_ids('incremental_logits', name, ids, vocab_size)
   inputs, targets = jnp.asarray(inputs, jnp.int32), jnp.asarray(targets, jnp.int32)
   if max_decode_len is None:
     max_decode_len = targets.shape[1]

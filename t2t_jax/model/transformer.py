@@ -334,7 +334,8 @@ def as_model(model: ModelLike, **cfg_changes) -> 'Transformer':
   if isinstance(model, TransformerConfig):
     model = Transformer(model)
   elif not isinstance(model, Transformer):
-    raise TypeError(f'expected a Transformer or a TransformerConfig, got {type(model).__name__}')
+    raise TypeError(f'model is a {type(model).__name__}; expected a Transformer or a '
+                    'TransformerConfig')
   return model.clone(cfg=model.cfg.replace(**cfg_changes)) if cfg_changes else model
 
 

@@ -102,6 +102,8 @@ class Checkpointer:
 
   def __init__(self, workdir: str, keep: int = 20,
                data_fingerprint: Optional[Dict[str, Any]] = None):
+    if keep < 1:
+      raise ValueError(f'Checkpointer: keep={keep}; expected 1 or more checkpoints to keep')
     self.directory = layout.of(workdir).checkpoints
     self.data_fingerprint = data_fingerprint
     self.vocabulary: Optional[Dict[str, Any]] = None  # saved with every step once set

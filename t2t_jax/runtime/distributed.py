@@ -42,6 +42,10 @@ def initialize_distributed(coordinator_address: Optional[str] = None,
   With no arguments JAX detects the cluster (TPU pods, SLURM, Open MPI, ...). On CPU the
   collectives go through gloo, so several processes on one machine form one mesh.
   """
+  if (num_processes is not None and process_id is not None
+      and not 0 <= process_id < num_processes):
+    raise ValueError(f'initialize_distributed: process_id={process_id} is outside '
+                     f'[0, num_processes={num_processes})')
   jax.config.update('jax_cpu_collectives_implementation', 'gloo')
   if coordinator_address and process_id:
     _wait_for_coordinator(coordinator_address, timeout_s)

@@ -46,6 +46,9 @@ DATA = 'data'
 def make_mesh(devices=None) -> Mesh:
   """A 1-D mesh named 'data' over `devices` (default: all devices of all processes)."""
   devices = jax.devices() if devices is None else devices
+  if not len(devices):  # pylint: disable=g-explicit-length-test  (a list or an array)
+    raise ValueError('make_mesh: devices is empty; expected one device or more '
+                     '(None: all devices)')
   return Mesh(np.asarray(devices), (DATA,))
 
 
