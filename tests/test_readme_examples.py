@@ -1,5 +1,6 @@
-"""The README's worked examples run as they stand: a section's python blocks, top to bottom,
-as one script in a fresh process, from a folder outside the repository."""
+"""The documentation's worked examples run as they stand (docs/library.md, which the README
+links for the library and changing the model): a section's python blocks, top to bottom, as one
+script in a fresh process, from a folder outside the repository."""
 
 import os
 import re
@@ -9,19 +10,20 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LIBRARY = os.path.join('docs', 'library.md')  # the page with the library's examples
 
 
-def python_blocks(heading: str) -> str:
-  """The ```python blocks of README.md's section `heading` (up to the next heading of the
-  same or a higher level), joined into one script."""
-  with open(os.path.join(ROOT, 'README.md'), encoding='utf-8') as f:
+def python_blocks(heading: str, page: str = LIBRARY) -> str:
+  """The ```python blocks of `page`'s section `heading` (up to the next heading of the same or
+  a higher level), joined into one script."""
+  with open(os.path.join(ROOT, page), encoding='utf-8') as f:
     text = f.read()
   level = heading.split(' ')[0]
   start = text.index(f'\n{heading}\n')
   following = re.compile(rf'\n#{{1,{len(level)}}} ', re.M).search(text, start + 1)
   section = text[start:following.start() if following else len(text)]
   blocks = re.findall(r'```python\n(.*?)```', section, re.S)
-  assert blocks, f'README.md section {heading!r} has no python block'
+  assert blocks, f'{page} section {heading!r} has no python block'
   return '\n'.join(blocks)
 
 
@@ -37,15 +39,16 @@ def run_script(script: str, folder: str) -> subprocess.CompletedProcess:
 def test_python_blocks_are_found_per_section():
   script = python_blocks('## Changing the model')
   assert 'class SwiGLU' in script and 'def rotate' in script
-  assert '## Performance' not in script
+  assert '## Conventions' not in script and 'class RelativeBias' in script
 
 
-def test_the_readme_variants_are_examples_variants_as_written():
+def test_the_documented_variants_are_examples_variants_as_written():
   """Every python block of "Changing the model" but the last is in examples/variants.py
   verbatim (what `--config.model=examples/variants.py:NAME` trains), and each variant is at
   most 30 lines of code (blank lines and comments not counted)."""
-  text = open(os.path.join(ROOT, 'README.md')).read()
-  section = text[text.index('\n## Changing the model\n'):text.index('\n## Performance\n')]
+  text = open(os.path.join(ROOT, LIBRARY), encoding='utf-8').read()
+  start = text.index('\n## Changing the model\n')
+  section = text[start:text.index('\n## ', start + 1)]
   blocks = re.findall(r'```python\n(.*?)```', section, re.S)
   source = open(os.path.join(ROOT, 'examples', 'variants.py')).read()
   assert len(blocks) == 7
@@ -74,7 +77,7 @@ def test_changing_the_model_examples_run(tmp_path):
 @pytest.mark.slow
 def test_nnx_example_runs(tmp_path):
   """The NNX snippet trains through the bridge and beam-decodes with its Linen parameters."""
-  script = python_blocks('### NNX') + '\nprint(best.shape)\n'
+  script = python_blocks('## NNX') + '\nprint(best.shape)\n'
   result = run_script(script, str(tmp_path))
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stdout.strip().splitlines()[-1] == '(1, 9)', result.stdout

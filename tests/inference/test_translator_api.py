@@ -156,14 +156,14 @@ def test_from_workdir_of_a_folder_that_is_not_a_run_says_so(tmp_path, tiny_workd
 
 
 @pytest.mark.slow
-def test_the_readme_library_decoding_blocks_run_as_written(tiny_workdir, tmp_path):
-  """README '## Library': the model, scoring and beam search blocks as they stand, then the
+def test_the_documented_library_decoding_blocks_run_as_written(tiny_workdir, tmp_path):
+  """docs/library.md '## The model from Python' (the README links it): the model, scoring and beam search blocks as they stand, then the
   from_workdir / n-best block on a trained run (its 'runs/base'), in a fresh process from
   another folder."""
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  with open(os.path.join(root, 'README.md'), encoding='utf-8') as f:
+  with open(os.path.join(root, 'docs', 'library.md'), encoding='utf-8') as f:
     text = f.read()
-  section = text[text.index('\n## Library\n'):text.index('Learning curves of any workdir')]
+  section = text[text.index('\n## The model from Python\n'):text.index('Learning curves of any workdir')]
   blocks = re.findall(r'```python\n(.*?)```', section, re.S)
   assert 'from_workdir' in blocks[2] and 'init_cache' in blocks[1]
   script = '\n'.join(blocks[:3]).replace("'runs/base'", repr(tiny_workdir)) + (
