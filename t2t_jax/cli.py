@@ -24,7 +24,7 @@ from absl import flags
 from etils import epath
 
 from t2t_jax import config as config_lib
-from t2t_jax.runtime import backends, interruptible
+from t2t_jax.runtime import backends
 from t2t_jax.runtime.backends import native_stderr_to_debug_log
 from t2t_jax.storage import textio
 from t2t_jax.storage import workdir as workdir_lib
@@ -263,13 +263,4 @@ def exit_interrupted(interrupt: KeyboardInterrupt) -> NoReturn:
   name = str(interrupt) or 'SIGINT (Ctrl-C)'
   sys.stderr.write(f'error: interrupted by {name}; what this command had not finished is not '
                    'kept: run the same command again\n')
-  if interruptible.abandoned():
-    # A compile still runs in a worker thread: a normal exit would run jax's exit handlers
-    # beside it (and wait for it); its writes are already shut (`interruptible.writing`).
-    for stream in (sys.stdout, sys.stderr):
-      try:
-        stream.flush()
-      except OSError:
-        pass
-    os._exit(130)  # pylint: disable=protected-access
   sys.exit(130)

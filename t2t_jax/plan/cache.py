@@ -20,11 +20,10 @@ from typing import Any, Dict, Optional, Sequence
 
 import jax
 
-from t2t_jax.runtime import interruptible
 from t2t_jax.storage import paths
 
 # The jax options that change what the compiler builds (jax._src.config), beside XLA_FLAGS.
-_COMPILER_OPTIONS = ('jax_exec_time_optimization_effort', 'jax_memory_fitting_effort',
+COMPILER_OPTIONS = ('jax_exec_time_optimization_effort', 'jax_memory_fitting_effort',
                      'jax_optimization_level', 'jax_memory_fitting_level')
 _FORMAT = 1  # bumped when a record's fields change
 
@@ -86,7 +85,7 @@ class PlanCache:
 
   def key(self, module_text: str, args: Sequence[Any]) -> str:
     """sha256 of everything the compiled program depends on."""
-    options = {name: str(getattr(jax.config, name, None)) for name in _COMPILER_OPTIONS}
+    options = {name: str(getattr(jax.config, name, None)) for name in COMPILER_OPTIONS}
     context = json.dumps([_FORMAT, jax.__version__, _version('jaxlib'), _version('libtpu'),
                           os.environ.get('XLA_FLAGS', ''),
                           os.environ.get('LIBTPU_INIT_ARGS', ''), options, _devices(args)])
@@ -111,14 +110,11 @@ class PlanCache:
     return record
 
   def put(self, key: str, record: Dict[str, Any]) -> None:
-    # A plan stopped by Ctrl-C leaves its compile running (`interruptible`): what that
-    # compile reports after is not written, and the exit waits for a write under way.
-    with interruptible.writing() as allowed:
-      if not allowed:
-        return
-      try:
-        os.makedirs(self.directory, exist_ok=True)
-        paths.write_atomic(self._path(key), json.dumps(record, sort_keys=True).encode(),
-                           overwrite=True)
-      except OSError:
-        pass  # a read-only or full cache directory: the next plan compiles again
+    # Atomic: a plan stopped by Ctrl-C kills its child process (`interruptible`), maybe
+    # mid-write; a record is then whole or absent.
+    try:
+      os.makedirs(self.directory, exist_ok=True)
+      paths.write_atomic(self._path(key), json.dumps(record, sort_keys=True).encode(),
+                         overwrite=True)
+    except OSError:
+      pass  # a read-only or full cache directory: the next plan compiles again

@@ -5,12 +5,26 @@ import os
 import sys
 from typing import Optional
 
+import jax
 import ml_collections
 from etils import epath
 
 from t2t_jax.runtime import compile_cache, interruptible
 from t2t_jax.storage import outputs, paths, workdir
-from t2t_jax.plan import report, topology
+from t2t_jax.plan import cache, report, topology
+
+
+# What the caller may have set in `jax.config` that the plan depends on: the child process
+# of `interruptible.call` starts with jax's defaults (and this process's environment).
+_JAX_OPTIONS = ('jax_platforms', 'jax_enable_x64') + cache.COMPILER_OPTIONS
+
+
+def _make_plan(make_plan, options: dict, *args, **kwargs) -> dict:
+  """`make_plan(*args, **kwargs)` (`report.make_plan`) with this process's jax `options`:
+  what the child process of `interruptible.call` runs."""
+  for name, value in options.items():
+    jax.config.update(name, value)
+  return make_plan(*args, **kwargs)
 
 
 def cache_dir(compilation_cache: Optional[str]) -> Optional[str]:
@@ -46,10 +60,12 @@ def run(config: ml_collections.ConfigDict, topology_name: Optional[str],
   if output:
     outputs.check_writable(output)  # in a file, read-only or full: one line, before compiling
   topology.check_compiler()
-  # In a worker thread: Ctrl-C or SIGTERM during a compile of minutes stops the plan at once,
-  # not when XLA returns (`interruptible`).
-  plan = interruptible.call(report.make_plan, config, topology_name, search_batch=search_batch,
-                            all_shapes=all_shapes, cache_dir=cache_dir(compilation_cache))
+  # In a child process: Ctrl-C or SIGTERM during a compile of minutes stops the plan at once,
+  # not when XLA returns, whatever XLA does with the GIL (`interruptible`).
+  options = {name: getattr(jax.config, name) for name in _JAX_OPTIONS}
+  plan = interruptible.call(_make_plan, report.make_plan, options, config, topology_name,
+                            search_batch=search_batch, all_shapes=all_shapes,
+                            cache_dir=cache_dir(compilation_cache))
   stream.write(report.format_plan(plan, config_name) + '\n')
   if output:
     with workdir.writing(output):  # a disk full by now: one line naming the file
