@@ -123,17 +123,20 @@ def _rows():
   empty_ids = np.zeros((1, 0), np.int32)
   far_ids = np.array([[3, VOCAB + 5]], np.int32)
 
-  def ids_rows(name, fn, arg='inputs'):
-    """The four rows of a function of (model, params, inputs, targets)."""
+  def ids_rows(name, fn, arg='inputs', word=None):
+    """The four rows of a function of (model, params, inputs, targets); `word`: the name the
+    function gives the bad argument, where it is not `arg`."""
+    word = word or arg
+
     def call(bad):
       def run(c):
         ids = {'inputs': c.ids, 'targets': c.ids, arg: bad}
         return fn(c, ids['inputs'], ids['targets'])
       return run
-    return [Row(name, TYPE, call(float_ids), TypeError, (arg,)),
-            Row(name, RANK, call(ids3), ValueError, (arg,)),
-            Row(name, EMPTY, call(empty_ids), ValueError, (arg,)),
-            Row(name, RANGE, call(far_ids), ValueError, (arg, str(VOCAB + 5)))]
+    return [Row(name, TYPE, call(float_ids), TypeError, (word,)),
+            Row(name, RANK, call(ids3), ValueError, (word,)),
+            Row(name, EMPTY, call(empty_ids), ValueError, (word,)),
+            Row(name, RANGE, call(far_ids), ValueError, (word, str(VOCAB + 5)))]
 
   rows = [
       # attention
@@ -153,8 +156,10 @@ def _rows():
       Row('padding_mask', TYPE, lambda c: t.padding_mask(float_ids), TypeError, ('kv_tokens',)),
       Row('segment_mask', RANK, lambda c: t.segment_mask(ids3, ids3), ValueError,
           ('q_segments',)),
-      Row('sinusoidal_positions', RANGE, lambda c: t.sinusoidal_positions(8, 7), ValueError,
-          ('d_model', '7')),
+      # Not d_model=7: an odd width is supported (tests/model/test_layers.py
+      # test_sinusoidal_odd_width), so the out-of-range width is one below 1.
+      Row('sinusoidal_positions', RANGE, lambda c: t.sinusoidal_positions(8, 0), ValueError,
+          ('d_model', '0')),
       Row('sinusoidal_positions', TYPE, lambda c: t.sinusoidal_positions('8', 16), TypeError,
           ('length',)),
       # losses
@@ -203,9 +208,10 @@ def _rows():
       *ids_rows('incremental_logits',
                 lambda c, i, o: t.incremental_logits(c.cfg, c.params, i, o), 'targets'),
       *ids_rows('decode_context', lambda c, i, o: t.decode_context(c.cfg, c.params, i)),
+      # decode_step's ids argument is `tokens` (the previous output token per row).
       *ids_rows('decode_step', lambda c, i, o: t.decode_step(
           c.cfg, c.params, t.init_cache(c.cfg, 1, 4), o,
-          t.decode_context(c.cfg, c.params, c.ids)), 'targets'),
+          t.decode_context(c.cfg, c.params, c.ids)), 'targets', word='tokens'),
       Row('init_cache', RANGE, lambda c: t.init_cache(c.cfg, 0, 4), ValueError, ('batch',)),
       Row('init_cache', RANGE, lambda c: t.init_cache(c.cfg, 1, 99), ValueError,
           ('max_decode_len', '99')),
