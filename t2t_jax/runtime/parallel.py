@@ -92,8 +92,7 @@ def shard_batch(batch: Batch, mesh: Mesh) -> Dict[str, Array]:
   Each process passes only its own shard; rows must divide evenly over its local devices.
   """
   if not hasattr(batch, 'items'):
-    raise TypeError(f'shard_batch: batch is a {type(batch).__name__}; expected a dict of '
-                    "arrays ({'inputs': ..., 'targets': ...})")
+    raise TypeError(f'shard_batch: batch is a {type(batch).__name__}; expected a dict')
   check_mesh('shard_batch', mesh)
   sharding = data_sharded(mesh)
   return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
@@ -139,7 +138,7 @@ def train_state_shardings(state: TrainState, mesh: Mesh, *,
   `shard_optimizer_state` split over 'data' leaf by leaf (`zero_spec`)."""
   if not isinstance(state, TrainState):
     raise TypeError(f'train_state_shardings: state is a {type(state).__name__}; expected a '
-                    'TrainState (or its jax.eval_shape)')
+                    'TrainState')
   check_mesh('train_state_shardings', mesh)
   return TrainState(replicated(mesh), _leaf_shardings(state.params, mesh, False),
                     _leaf_shardings(state.opt_state, mesh, shard_optimizer_state))
