@@ -448,7 +448,4 @@ KNOWN_GAPS = frozenset({
     ('Checkpointer', 'output cannot be written'),
     ('Translator', 'not a model file'),
     ('export_ctranslate2', 'out of range'),
-    ('load_factory', 'missing file'),
-    ('load_factory', 'not a model file'),
-    ('load_factory', 'wrong type'),
 })
