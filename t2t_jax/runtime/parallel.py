@@ -79,8 +79,7 @@ def check_optimizer(where: str, optimizer) -> None:
                     'GradientTransformation (make_optimizer(config), optax.adam(...))')
 
 
-def check_mesh(where: str, mesh) -> None:
-  """TypeError unless `mesh` is a `jax.sharding.Mesh` (`make_mesh()`)."""
+def check_mesh(where: str, mesh) -> None:  # TypeError unless a jax.sharding.Mesh
   if not isinstance(mesh, Mesh):
     raise TypeError(f'{where}: mesh is a {type(mesh).__name__}; expected a '
                     'jax.sharding.Mesh (make_mesh())')
@@ -268,6 +267,7 @@ def apply_gradients(state: TrainState, optimizer: optax.GradientTransformation, 
   are what `make_grad_fn` returns (summed over micro-batches, if any); `state` is a
   `TrainState` of `optimizer`.
   """
+  check_optimizer('apply_gradients', optimizer)
   grads = jax.tree_util.tree_map(lambda g: g / jnp.maximum(metrics['weight'], 1.0), grad_sums)
   finite = jnp.isfinite(metrics['loss']) & jnp.all(jnp.stack(
       [jnp.all(jnp.isfinite(g)) for g in jax.tree_util.tree_leaves(grads)]))
