@@ -136,8 +136,18 @@ def _check_buckets(buckets: Sequence[int], max_length: int) -> None:
     _fail('bucket_lengths', f'a largest bucket >= max_length={max_length}', buckets)
 
 
+def check_config_dict(where: str, config: Any) -> None:
+  """TypeError unless `config` is a run config (an `ml_collections.ConfigDict`), for the
+  public functions that take one (`validate`, `make_optimizer`, `make_plan`)."""
+  if not isinstance(config, ml_collections.ConfigDict):
+    raise TypeError(f'{where}: config is a {type(config).__name__}; expected an '
+                    'ml_collections.ConfigDict (configs/default.py get_config(), or a preset)')
+
+
 def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """Checks every key and value of `config`; returns it unchanged or raises ConfigError."""
+  """Checks every key and value of `config`; returns it unchanged or raises ConfigError
+  (TypeError for what is no ConfigDict at all)."""
+  check_config_dict('validate', config)
   unknown_keys(config.keys())
   reference = default_config.get_config()
   for key in config.keys():

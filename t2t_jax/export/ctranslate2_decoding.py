@@ -46,7 +46,18 @@ def gnmt_rerank(hypotheses: Sequence[Sequence[str]], scores: Sequence[float], al
   Returns:
     (GNMT score, tokens without `eos`) pairs, best first; the score is
     log P / ((5 + |Y|) / 6) ** alpha with |Y| = tokens + 1 (EOS), as `search.length_penalty`.
+
+  Raises:
+    TypeError: `hypotheses` not a list of token lists (a string, or a list of strings).
+    ValueError: no hypotheses, or not one score per hypothesis.
   """
+  if isinstance(hypotheses, str) or any(isinstance(h, str) for h in hypotheses):
+    raise TypeError('gnmt_rerank: hypotheses must be a list of token lists (each '
+                    "hypothesis's tokens, e.g. [['▁a', '</s>']]), not strings")
+  hypotheses, scores = list(hypotheses), list(scores)
+  if not hypotheses or len(hypotheses) != len(scores):
+    raise ValueError(f'gnmt_rerank: {len(hypotheses)} hypotheses and {len(scores)} scores; '
+                     'expected one score per hypothesis, at least one')
   ranked = []
   for tokens, score in zip(hypotheses, scores):
     log_prob = score * len(tokens) ** ct2_length_penalty

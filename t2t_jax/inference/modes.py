@@ -75,7 +75,7 @@ def check_model(workdir: str, config: ml_collections.ConfigDict) -> None:
   if not config.model:
     return
   try:
-    variant.load_factory(config.model)
+    variant.load_factory(config.model, key='model')
   except variant.VariantError as e:
     raise config_lib.ConfigError(
         f'{workdir} was trained with --config.model={e.spec}, which cannot be imported here '

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from t2t_jax.model import transformer as model_lib
+from t2t_jax.model.id_arrays import check_ids, check_same_batch
 
 Array = jax.Array
 
@@ -77,12 +78,12 @@ def attention_weights(model: model_lib.ModelLike, params, inputs, targets) -> At
   Returns:
     AttentionWeights with `[layers, batch, heads, q_len, k_len]` float32 arrays.
   """
-  inputs, targets = np.asarray(inputs), np.asarray(targets)
-  if inputs.ndim != 2 or targets.ndim != 2 or inputs.shape[0] != targets.shape[0]:
-    raise ValueError(f'inputs and targets must be [batch, length] with the same batch; got '
-                     f'shapes {inputs.shape} and {targets.shape}')
-  captured = _capture(model_lib.as_model(model, deterministic=True, decode=False,
-                                          capture_attention=True), params, jnp.asarray(inputs, jnp.int32), jnp.asarray(targets, jnp.int32))
+  net = model_lib.as_model(model, deterministic=True, decode=False, capture_attention=True)
+  for name, ids in (('inputs', inputs), ('targets', targets)):
+    check_ids('attention_weights', name, ids, net.cfg.vocab_size)
+  check_same_batch('attention_weights', inputs, targets)
+  captured = _capture(net, params, jnp.asarray(inputs, jnp.int32),
+                      jnp.asarray(targets, jnp.int32))
   return AttentionWeights(**{kind: np.asarray(w) for kind, w in captured.items()})
 
 

@@ -34,6 +34,9 @@ def _crop(weights, query_labels: Sequence[str], key_labels: Sequence[str]) -> np
   if weights.ndim != 3:
     raise ValueError(f'expected weights [heads, q_len, k_len], got shape {weights.shape}')
   nq, nk = len(query_labels), len(key_labels)
+  for name, n in (('query_labels', nq), ('key_labels', nk)):
+    if not n:
+      raise ValueError(f'{name} is empty; expected one label per position to show')
   if weights.shape[1] < nq or weights.shape[2] < nk:
     raise ValueError(f'{nq} query and {nk} key labels for weights of shape {weights.shape}')
   return weights[:, :nq, :nk]

@@ -19,6 +19,8 @@ from typing import Callable, Optional, Protocol, Tuple, Union
 import jax
 import jax.numpy as jnp
 
+from t2t_jax.model.array_checks import check_array, check_int
+
 Array = jax.Array
 
 # A large finite negative number rather than -inf: a row whose keys are all masked (a batch row
@@ -29,11 +31,14 @@ _MASK_VALUE = float(jnp.finfo(jnp.float32).min)
 
 def padding_mask(kv_tokens: Array, pad_id: int = 0) -> Array:
   """Mask of real (non-padding) keys: `[batch, kv_length]` ids -> `[batch, 1, 1, kv_length]` bool."""
+  check_array('padding_mask', 'kv_tokens', kv_tokens, kind='int', rank=2,
+              layout='[batch, kv_length]')
   return (kv_tokens != pad_id)[:, None, None, :]
 
 
 def causal_mask(length: int) -> Array:
   """Position i may attend to positions <= i (§3.2.3): `[1, 1, length, length]` bool."""
+  length = check_int('causal_mask', 'length', length, minimum=0)
   return jnp.tril(jnp.ones((length, length), dtype=jnp.bool_))[None, None]
 
 
@@ -45,12 +50,18 @@ def segment_mask(q_segments: Array, kv_segments: Array) -> Array:
   Padding queries (id 0) see only padding keys; combine with `padding_mask` (and, for the
   decoder's self-attention, `causal_mask`).
   """
+  check_array('segment_mask', 'q_segments', q_segments, kind='int', rank=2,
+              layout='[batch, q_length]')
+  check_array('segment_mask', 'kv_segments', kv_segments, kind='int', rank=2,
+              layout='[batch, kv_length]')
   return (q_segments[:, :, None] == kv_segments[:, None, :])[:, None]
 
 
 def combine_masks(*masks: Optional[Array]) -> Optional[Array]:
   """Logical AND of the given masks (None entries ignored); None if all are None."""
   present = [m for m in masks if m is not None]
+  for m in present:
+    check_array('combine_masks', 'masks', m, kind='mask')
   if not present:
     return None
   combined = present[0]
@@ -61,15 +72,17 @@ def combine_masks(*masks: Optional[Array]) -> Optional[Array]:
 
 def split_heads(x: Array, num_heads: int) -> Array:
   """`[batch, length, heads * d]` -> `[batch, length, heads, d]` (§3.2.2)."""
-  batch, length, width = x.shape
-  if width % num_heads:
-    raise ValueError(f'width {width} is not divisible by num_heads={num_heads}')
+  batch, length, width = check_array('split_heads', 'x', x, rank=3,
+                                     layout='[batch, length, heads * d]')
+  if width % check_int('split_heads', 'num_heads', num_heads, minimum=1):
+    raise ValueError(f'split_heads: width {width} is not divisible by num_heads={num_heads}')
   return x.reshape(batch, length, num_heads, width // num_heads)
 
 
 def merge_heads(x: Array) -> Array:
   """`[batch, length, heads, d]` -> `[batch, length, heads * d]`, the Concat of §3.2.2."""
-  batch, length, heads, d = x.shape
+  batch, length, heads, d = check_array('merge_heads', 'x', x, rank=4,
+                                        layout='[batch, length, heads, d]')
   return x.reshape(batch, length, heads * d)
 
 
@@ -113,6 +126,14 @@ def _unfold_weights(weights: Array, heads: int) -> Array:
       b, heads, qr // r, kv)
 
 
+def check_qkv(where: str, query: Array, key: Array, value: Optional[Array] = None) -> None:
+  """Refuses a query, key or value that is not a 4-D float array (static: shapes and dtypes
+  only, at trace time under `jit`)."""
+  for name, x in (('query', query), ('key', key), ('value', value)):
+    if x is not None:
+      check_array(where, name, x, kind='float', rank=4, layout='[batch, length, heads, d]')
+
+
 def accepts_grouped_heads(key_heads_axis: int, result: str = 'output'
                           ) -> Callable[[Callable], Callable]:
   """Makes a form of Eq. 1 written for kv_heads == heads take grouped heads too: it then runs
@@ -127,6 +148,7 @@ def accepts_grouped_heads(key_heads_axis: int, result: str = 'output'
 
     @functools.wraps(form)
     def grouped(query, key, *args, **kwargs):
+      check_qkv(form.__name__, query, key)
       heads, kv_heads = query.shape[2], key.shape[key_heads_axis]
       if kv_heads == heads:
         return form(query, key, *args, **kwargs)
@@ -317,6 +339,7 @@ def dot_product_attention_reference(query: Array, key: Array, value: Array,
     `[batch, heads, q_length, kv_length]` float32 weights: masked keys get exactly 0, each row
     sums to 1.
   """
+  check_qkv('dot_product_attention_reference', query, key, value)
   weights = attention_weights(query, key, mask, bias=bias, scale=scale)
   applied = weights
   if dropout_rate > 0.0:
@@ -352,6 +375,7 @@ def dot_product_attention(query: Array, key: Array, value: Array,
   it; `query_positions`, `key_positions` and `kind` do not enter Eq. 1.
   """
   del query_positions, key_positions, kind
+  check_qkv('dot_product_attention', query, key, value)
   if return_weights or dropout_rate > 0.0 or value.shape[-1] != key.shape[-1]:
     return dot_product_attention_reference(query, key, value, mask, bias=bias, scale=scale,
                                            dropout_rate=dropout_rate, dropout_rng=dropout_rng,

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t2t_jax.model.array_checks import check_int
 from t2t_jax.model.id_arrays import check_ids, check_same_batch
 from t2t_jax.model.transformer import (PAD_ID, ModelLike, Transformer, as_model, param_shapes,
                                        attention_layer, shift_right)
@@ -30,8 +31,17 @@ def init_cache(model: ModelLike, batch: int, max_decode_len: int):
   Leaves: per-layer `cached_key` `[batch, kv_heads, max_decode_len, d_k]`, `cached_value`
   `[batch, kv_heads, max_decode_len, d_v]` (heads-first, see `attention.cached_attention`), and
   0-d int32 indices (`cache_index`, `position`).
+
+  Raises:
+    TypeError / ValueError: `batch` < 1, or `max_decode_len` outside [1, the config's
+      max_len] (a decoding step's position is below max_len).
   """
   net = as_model(model, deterministic=True, decode=True)
+  batch = check_int('init_cache', 'batch', batch, minimum=1)
+  max_decode_len = check_int('init_cache', 'max_decode_len', max_decode_len, minimum=1)
+  if max_decode_len > net.cfg.max_len:
+    raise ValueError(f'init_cache: max_decode_len={max_decode_len} exceeds the model\'s '
+                     f'max_len={net.cfg.max_len}; expected 1 <= max_decode_len <= max_len')
   src = jnp.ones((batch, 1), jnp.int32)
   tgt = jnp.ones((batch, max_decode_len), jnp.int32)
   shapes = jax.eval_shape(lambda: net.init(jax.random.PRNGKey(0), src, tgt)['cache'])
@@ -41,11 +51,17 @@ def init_cache(model: ModelLike, batch: int, max_decode_len: int):
 def grow_cache(cache, length: int):
   """`cache` (from `init_cache`) with room for `length` positions, as `search.beam_search`'s
   `grow_cache`: keys/values zero-padded at the end, beyond the fill index that masks them."""
+  if not hasattr(cache, 'keys'):
+    raise TypeError(f'grow_cache: cache is a {type(cache).__name__}; expected a decode cache '
+                    '(the nested dict init_cache returns)')
+  length = check_int('grow_cache', 'length', length, minimum=1)
+
   def grow(path, x):
     if getattr(path[-1], 'key', None) not in ('cached_key', 'cached_value'):
       return x
     if length < x.shape[2]:
-      raise ValueError(f'grow_cache: cannot shrink a cache of {x.shape[2]} positions to {length}')
+      raise ValueError(f'grow_cache: length={length} is shorter than the cache\'s '
+                       f'{x.shape[2]} positions; a cache grows, it cannot shrink')
     return jnp.pad(x, ((0, 0), (0, 0), (0, length - x.shape[2]), (0, 0)))
   return jax.tree_util.tree_map_with_path(grow, cache)
 
@@ -113,6 +129,10 @@ def decode_step(model: ModelLike, params, cache, tokens: Array, context: DecodeC
     (`[rows, vocab]` float32 logits for the next position, the updated cache).
   """
   net = as_model(model, deterministic=True, decode=True)
+  check_ids('decode_step', 'tokens', tokens, net.cfg.vocab_size)
+  if np.shape(tokens)[1] != 1:
+    raise ValueError(f'decode_step: tokens has shape {np.shape(tokens)}; expected [rows, 1], '
+                     'one previous token per row')
   logits, updated = net.apply({'params': params, 'cache': cache}, tokens, None, context.inputs,
                                 context.cross_kv, context.vocab_t, method=Transformer.decode,
                                 mutable=['cache'])

@@ -11,6 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t2t_jax.model.array_checks import check_int
+
 # Moved to a module of their own; re-exported here, where callers have always found them.
 from t2t_jax.model.multi_head_attention import (MultiHeadAttention,  # noqa: F401
                                                 head_projection)
@@ -25,7 +27,14 @@ def sinusoidal_positions(length: int, d_model: int) -> np.ndarray:
   PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)),
   interleaved exactly as the paper writes it (tensor2tensor concatenates instead), pos from 0.
   Computed in float64 with numpy, so it is a compile-time constant.
+
+  Raises:
+    TypeError: `length` or `d_model` not an integer.
+    ValueError: `length` < 0 or `d_model` < 1 (an odd d_model is fine: its last column is
+      a sine).
   """
+  length = check_int('sinusoidal_positions', 'length', length, minimum=0)
+  d_model = check_int('sinusoidal_positions', 'd_model', d_model, minimum=1)
   position = np.arange(length, dtype=np.float64)[:, None]
   two_i = np.arange(0, d_model, 2, dtype=np.float64)[None, :]
   angle = position / np.power(10000.0, two_i / d_model)

@@ -18,6 +18,8 @@ from typing import Dict, NamedTuple, Union
 import jax
 import jax.numpy as jnp
 
+from t2t_jax.model.array_checks import check_array, check_number
+
 Array = jax.Array
 ArrayLike = Union[jax.Array, float]
 
@@ -32,6 +34,7 @@ def padding_weights(targets: Array, pad_id: int = 0) -> Array:
   Returns:
     `[batch, length]` float32: 1.0 where `targets != pad_id`, else 0.0.
   """
+  check_array('padding_weights', 'targets', targets, kind='int')
   return (targets != pad_id).astype(jnp.float32)
 
 
@@ -47,6 +50,19 @@ class _Logits(NamedTuple):
   total: Array      # sum_k z_k over the vocabulary, float32.
   top: Array        # max_k z_k, float32 (the same reduction log-sum-exp starts with).
   vocab: int
+
+
+def _check(where: str, logits: Array, targets: Array, weights: Array) -> None:
+  """The arguments every loss here takes, checked statically (shapes and dtypes, at trace
+  time): `[batch, length, vocab]` float logits, `[batch, length]` integer targets and
+  `[batch, length]` numeric weights."""
+  shape = check_array(where, 'logits', logits, kind='float', rank=3,
+                      layout='[batch, length, vocab]')
+  for name, x, kind in (('targets', targets, 'int'), ('weights', weights, 'number')):
+    got = check_array(where, name, x, kind=kind, rank=2, layout='[batch, length]')
+    if got != shape[:2]:
+      raise ValueError(f'{where}: {name} has shape {got} but logits {shape}; expected '
+                       f'{name} of shape [batch, length] = {shape[:2]}')
 
 
 def _reduce_logits(logits: Array, targets: Array) -> _Logits:
@@ -117,6 +133,7 @@ def label_smoothed_cross_entropy(logits: Array, targets: Array, weights: Array,
     `(loss_sum, weight_sum)`, two float32 scalars. The loss is NOT normalised:
     divide by the global `weight_sum` after summing over devices.
   """
+  _check('label_smoothed_cross_entropy', logits, targets, weights)
   per_token = _smoothed_xent_per_token(_reduce_logits(logits, targets), label_smoothing)
   return _masked_sum(per_token, weights), jnp.sum(weights.astype(jnp.float32))
 
@@ -132,6 +149,7 @@ def negative_log_likelihood(logits: Array, targets: Array, weights: Array) -> Ar
   Returns:
     float32 scalar: `-sum_t w_t log p(y_t)`.
   """
+  _check('negative_log_likelihood', logits, targets, weights)
   z = _reduce_logits(logits, targets)
   return _masked_sum(z.lse - z.target, weights)
 
@@ -158,6 +176,7 @@ def token_accuracy(logits: Array, targets: Array, weights: Array) -> Array:
     float32 scalar: weighted count of correct predictions (divide by the
     weight sum for the accuracy).
   """
+  _check('token_accuracy', logits, targets, weights)
   return _masked_sum(_correct(_reduce_logits(logits, targets)), weights)
 
 
@@ -172,6 +191,8 @@ def perplexity(nll_sum: ArrayLike, weight_sum: ArrayLike) -> Array:
   Returns:
     float32 array of the same shape as the inputs.
   """
+  check_number('perplexity', 'nll_sum', nll_sum)
+  check_number('perplexity', 'weight_sum', weight_sum)
   return jnp.exp(jnp.asarray(nll_sum, jnp.float32) / jnp.asarray(weight_sum, jnp.float32))
 
 
@@ -193,6 +214,7 @@ def compute_metrics(logits: Array, targets: Array, weights: Array,
     'loss' (label-smoothed cross entropy), 'nll' (unsmoothed negative
     log-likelihood), 'correct' (arg-max hits) and 'weight' (token count).
   """
+  _check('compute_metrics', logits, targets, weights)
   z = _reduce_logits(logits, targets)
   return {
       'loss': _masked_sum(_smoothed_xent_per_token(z, label_smoothing), weights),

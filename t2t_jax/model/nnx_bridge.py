@@ -151,6 +151,9 @@ def linen_params(module: 'nnx.Module') -> dict:
   changing the dict does not change the module; call `linen_params` again for the new values.
   """
   from flax import nnx
+  if not isinstance(module, nnx.Module):
+    raise TypeError(f'linen_params: module is a {type(module).__name__}; expected an nnx '
+                    'module (what to_nnx returns)')
   return nnx.to_pure_dict(nnx.state(module, nnx.Param))
 
 

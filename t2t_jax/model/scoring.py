@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2t_jax.model import transformer
+from t2t_jax.model import id_arrays, transformer
 
 # The logit decoding gives padding (translate.decode_batch): never an output token.
 PAD_LOGIT = -1e9
@@ -58,10 +58,13 @@ def token_log_probs(model: transformer.ModelLike, params: Any, inputs: Any, targ
     where targets[b, t] is padding (0).
 
   Raises:
-    ValueError: an id of `inputs` or `targets` outside [0, vocab_size), named with its
-      position (checked on concrete arrays only: under `jax.jit` nothing is checked).
+    TypeError: `inputs` or `targets` not integer ids.
+    ValueError: not `[batch, length]` with batch, length >= 1; an id of `inputs` or
+      `targets` outside [0, vocab_size), named with its position (checked on concrete arrays only: under `jax.jit` nothing is checked).
   """
   net = transformer.as_model(model, deterministic=True, decode=False)
+  for name, ids in (('inputs', inputs), ('targets', targets)):
+    id_arrays.check_ids('token_log_probs', name, ids)  # dtype, rank, empty; values below
   check_ids(inputs, net.cfg.vocab_size, 'inputs')
   check_ids(targets, net.cfg.vocab_size, 'targets')
   return _token_log_probs(net, exclude_pad, params, jnp.asarray(inputs, jnp.int32),

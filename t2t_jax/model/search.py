@@ -36,6 +36,8 @@ from typing import Any, Callable, NamedTuple, Optional, Union
 import jax
 import jax.numpy as jnp
 
+from t2t_jax.model.array_checks import check_number
+
 # Stands in for log(0): finite, so sums, divisions and comparisons never make
 # NaNs. Impossible states hold exactly this value (assigned, never summed).
 NEG_INF = -1.0e9
@@ -75,6 +77,8 @@ def length_penalty(length: ArrayLike, alpha: ArrayLike) -> jax.Array:
   Returns:
     float32 array shaped like `length`.
   """
+  check_number('length_penalty', 'length', length)
+  check_number('length_penalty', 'alpha', alpha)
   return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
 
 

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from t2t_jax.model import attention, parts as parts_lib, stack
+from t2t_jax.model.array_checks import check_array, check_int
 from t2t_jax.model.parts import Parts
 from t2t_jax.model.transformer_config import EOS_ID, PAD_ID, TransformerConfig
 from t2t_jax.model.stack import REMAT_POLICIES, layer_class  # noqa: F401  (model.REMAT_POLICIES)
@@ -36,6 +37,10 @@ def shift_right(targets: Array, bos_id: int = BOS_ID,
   With `segmentation` (packed rows, `[batch, length]` segment ids) the shift is per pair:
   the first position of every pair gets bos, not the previous pair's last token.
   """
+  check_array('shift_right', 'targets', targets, kind='int', rank=2, layout='[batch, length]')
+  if segmentation is not None:
+    check_array('shift_right', 'segmentation', segmentation, kind='int', rank=2,
+                layout='[batch, length]')
   start = jnp.full_like(targets[:, :1], bos_id)
   shifted = jnp.concatenate([start, targets[:, :-1]], axis=1)
   if segmentation is None:
@@ -278,6 +283,13 @@ class Transformer(nn.Module):
   shared: Optional[parts_lib.Factory] = parts_lib.PAPER.shared
   embedding: parts_lib.Factory = parts_lib.PAPER.embedding
 
+  def __post_init__(self):
+    if not isinstance(self.cfg, TransformerConfig):
+      raise TypeError(f'Transformer: cfg is a {type(self.cfg).__name__}; expected a '
+                      'TransformerConfig (TransformerConfig.from_config(config) for a run '
+                      'config)')
+    super().__post_init__()
+
   @property
   def parts(self) -> Parts:
     """This model's extension points, as one value."""
@@ -340,10 +352,26 @@ def as_model(model: ModelLike, **cfg_changes) -> 'Transformer':
 
 
 def init_params(model: ModelLike, rng: Array, batch: int = 1, length: int = 8):
-  """Initial parameters (a nested dict of float32 arrays) of `model` (or `Transformer(cfg)`)."""
+  """Initial parameters (a nested dict of float32 arrays) of `model` (or `Transformer(cfg)`).
+
+  `rng` is a PRNG key (`jax.random.PRNGKey(seed)` or `jax.random.key(seed)`); `batch` and
+  `length` (>= 1) the shape of the dummy batch it traces."""
+  _check_rng('init_params', rng)
+  batch = check_int('init_params', 'batch', batch, minimum=1)
+  length = check_int('init_params', 'length', length, minimum=1)
   net = as_model(model, deterministic=True, decode=False)
   dummy = jnp.ones((batch, length), jnp.int32)
   return net.init(rng, dummy, dummy)['params']
+
+
+def _check_rng(where: str, rng) -> None:
+  """Refuses what is no PRNG key: a new-style key array, or an old-style uint32 one."""
+  dtype = getattr(rng, 'dtype', None)
+  if dtype is None or not (jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+                           or dtype == jnp.uint32):
+    raise TypeError(f'{where}: rng is a {type(rng).__name__}'
+                    f'{"" if dtype is None else f" of dtype {dtype}"}; expected a PRNG key, '
+                    'e.g. jax.random.PRNGKey(0)')
 
 
 def param_shapes(model: ModelLike):
@@ -353,4 +381,9 @@ def param_shapes(model: ModelLike):
 
 def count_params(tree) -> int:
   """Total number of scalars in a parameter (or shape) tree."""
+  leaves = jax.tree_util.tree_leaves(tree)
+  bad = next((x for x in leaves if not hasattr(x, 'shape')), None)
+  if bad is not None or isinstance(tree, (str, bytes)):
+    raise TypeError(f'count_params: tree holds a {type(bad).__name__}; expected a tree of '
+                    'arrays (a params tree, or param_shapes(...))')
   return sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(tree))

@@ -18,7 +18,7 @@ from t2t_jax.choices import (AttentionImpl, ConfigError, DTypeName, NormPosition
 _POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'd_k', 'd_v', 'num_layers',
              'max_len', 'num_kv_heads', 'num_encoder_layers', 'num_decoder_layers')
 _OPTIONAL = ('num_kv_heads', 'num_encoder_layers', 'num_decoder_layers')  # None: follows
-_HEAD_WIDTHS = ('d_k', 'd_v')  # None: d_model // num_heads
+_HEAD_WIDTHS = ('d_k', 'd_v')  # None: d_model / num_heads (h must divide d_model)
 
 # Token ids the model reserves (transformer.py re-exports them): padding 0; on the decoder side
 # EOS 1, which also serves as the start symbol. A vocabulary must hold them and a real token.
@@ -44,11 +44,11 @@ class TransformerConfig:
     d_ff: inner width of the position-wise feed-forward network (§3.3, Eq. 2; 2048 base).
     num_heads: h, the parallel attention heads (§3.2.2; 8 base, 16 big).
     d_k: per-head query/key width (§3.2.2; 64 in the base model); None (the default): d_model
-      // num_heads, as `from_config` and the paper; set it apart from d_model / h for Table 3
+      / num_heads (h must then divide d_model), as `from_config` and the paper; set it apart from d_model / h for Table 3
       rows A and B. Resolved on construction: `.replace(d_model=...)` keeps the number (pass
       d_k=None to derive it again).
     d_v: per-head value width (§3.2.2; 64 in the base model), the heads' outputs concatenate
-      to h * d_v before W^O; None (the default): d_model // num_heads, as d_k.
+      to h * d_v before W^O; None (the default): d_model / num_heads, as d_k.
     num_layers: N, the identical layers of the encoder and, as many, of the decoder (§3.1; 6);
       the shorthand for both stacks.
     num_encoder_layers: the encoder's layers apart from the decoder's (fairseq's
@@ -130,10 +130,12 @@ class TransformerConfig:
     for name in _HEAD_WIDTHS:
       if getattr(self, name) is None and _positive_int(self.d_model) and _positive_int(
           self.num_heads):
-        width = int(self.d_model) // int(self.num_heads)
-        if width <= 0:
-          _fail(name, None, f'an integer > 0, or d_model={self.d_model} >= num_heads='
-                f'{self.num_heads} (None means d_model // num_heads)')
+        width, rest = divmod(int(self.d_model), int(self.num_heads))
+        if width <= 0 or rest:
+          # As `config.validate` refuses it: a floored width would silently give h * d_v !=
+          # d_model; Table 3 rows A and B set d_k and d_v.
+          _fail('num_heads', self.num_heads, f'a divisor of d_model={self.d_model} while '
+                f'{name} is None (None means d_model / num_heads); or set d_k and d_v')
         object.__setattr__(self, name, width)
     for name in _POSITIVE:
       value = getattr(self, name)

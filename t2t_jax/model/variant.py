@@ -21,7 +21,7 @@ import inspect
 import os
 import sys
 import traceback
-from typing import Callable
+from typing import Callable, Optional
 
 from t2t_jax.choices import ConfigError
 from t2t_jax.model.transformer import Transformer, TransformerConfig, param_shapes
@@ -35,9 +35,13 @@ class VariantError(ConfigError):
   it (without the spec), `missing` whether the module or file was not found (rather than found
   and wrong): a run trained elsewhere then needs the folder that has it."""
 
-  def __init__(self, spec: str, reason: str, missing: bool = False, key: str = 'model'):
+  def __init__(self, spec: str, reason: str, missing: bool = False,
+               key: Optional[str] = 'model'):
     hint = ': run from the folder that has it, or put it on PYTHONPATH' if missing else ''
-    super().__init__(f'--config.{key}={spec} cannot be used ({reason}){hint}')
+    # From a run config (key: its config key), the flag that set it; from a direct
+    # `load_factory(spec)` call (key None), the argument.
+    named = f'--config.{key}={spec}' if key else f'load_factory: spec {spec!r}'
+    super().__init__(f'{named} cannot be used ({reason}){hint}')
     self.spec, self.reason, self.missing, self.key = spec, reason, missing, key
 
 
@@ -106,17 +110,20 @@ def _import_file(spec: str, path: str, key: str = 'model'):
   return module
 
 
-def load_factory(spec: str, key: str = 'model') -> Callable:
+def load_factory(spec: str, key: Optional[str] = None) -> Callable:
   """The callable `spec` names ('module:attr' or 'path/to/file.py:attr'; attr may be dotted).
 
   `key` is the config key the spec came from, named in the error (`--config.optimizer` loads
-  its factory here too, `training/optim.py`).
+  its factory here too, `training/optim.py`); None (a direct call): the error names `spec`.
 
   Raises:
     VariantError (a ConfigError): one line naming `spec` and what is wrong: its form, a
       module or file not found (with the ImportError's message), one that fails while it runs,
       an attribute missing, or one that is not callable.
   """
+  if not isinstance(spec, str):
+    raise TypeError(f'load_factory: spec is a {type(spec).__name__}; expected a string, '
+                    f'{FORM}')
   where, sep, attr = spec.rpartition(':')
   if not sep or not where or not _dotted(attr):
     raise VariantError(spec, f'expected {FORM}', key=key)
@@ -133,7 +140,7 @@ def load_factory(spec: str, key: str = 'model') -> Callable:
       raise VariantError(spec, f'cannot import name {attr!r} from {where}', key=key)
     factory = getattr(factory, part)
   if not callable(factory):
-    what = 'the model config' if key == 'model' else f'what --config.{key} is given'
+    what = 'the model config' if key in ('model', None) else f'what --config.{key} is given'
     raise VariantError(spec, f'{attr} is a {type(factory).__name__}, not a function of {what}',
                        key=key)
   return factory
@@ -149,7 +156,7 @@ def build(spec: str, cfg: TransformerConfig) -> Transformer:
       raises (its error and the line of the user's code it came from) or returns something
       other than a Transformer; each in one line naming `spec`.
   """
-  factory = load_factory(spec)
+  factory = load_factory(spec, key='model')
   try:
     inspect.signature(factory).bind(cfg)
   except TypeError:

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 import jax
 import ml_collections
 
+from t2t_jax.config import check_config_dict
 from t2t_jax.data import pipeline
 from t2t_jax.plan import analytic, batch_search, cache as cache_lib, compile as compile_lib
 from t2t_jax.plan import compiles as compiles_lib, roofline, topology
@@ -121,6 +122,7 @@ def make_plan(config: ml_collections.ConfigDict, topology_name: str, *,
     topology.TopologyError: libtpu is missing or the topology is unknown.
     PlanError: the slice cannot hold the config's batch at all (fewer rows than chips).
   """
+  check_config_dict('make_plan', config)
   topo = topology.parse(topology_name)
   cache = cache_lib.PlanCache(cache_dir) if cache_dir else None
   run = compile_lib.Run(config, topology.devices(topo), cache)

@@ -46,6 +46,11 @@ DATA = 'data'
 def make_mesh(devices=None) -> Mesh:
   """A 1-D mesh named 'data' over `devices` (default: all devices of all processes)."""
   devices = jax.devices() if devices is None else devices
+  bad = next((d for d in np.asarray(devices, dtype=object).flat
+              if not isinstance(d, jax.Device)), None)
+  if bad is not None:
+    raise TypeError(f'make_mesh: devices holds a {type(bad).__name__} ({bad!r}); expected '
+                    'jax devices (jax.devices(), or a slice of it)')
   if not len(devices):  # pylint: disable=g-explicit-length-test  (a list or an array)
     raise ValueError('make_mesh: devices is empty; expected one device or more '
                      '(None: all devices)')
@@ -66,11 +71,28 @@ def replicate(tree, mesh: Mesh):
   return jax.device_put(jax.tree_util.tree_map(np.asarray, tree), replicated(mesh))
 
 
+def check_optimizer(where: str, optimizer) -> None:
+  """TypeError unless `optimizer` is an optax GradientTransformation (has init and update)."""
+  if not (callable(getattr(optimizer, 'init', None))
+          and callable(getattr(optimizer, 'update', None))):
+    raise TypeError(f'{where}: optimizer is a {type(optimizer).__name__}; expected an optax '
+                    'GradientTransformation (make_optimizer(config), optax.adam(...))')
+
+
+def check_mesh(where: str, mesh) -> None:  # TypeError unless a jax.sharding.Mesh
+  if not isinstance(mesh, Mesh):
+    raise TypeError(f'{where}: mesh is a {type(mesh).__name__}; expected a '
+                    'jax.sharding.Mesh (make_mesh())')
+
+
 def shard_batch(batch: Batch, mesh: Mesh) -> Dict[str, Array]:
   """Builds global arrays from this process's rows: `[local_rows, L]` -> `[global_rows, L]`.
 
   Each process passes only its own shard; rows must divide evenly over its local devices.
   """
+  if not hasattr(batch, 'items'):
+    raise TypeError(f'shard_batch: batch is a {type(batch).__name__}; expected a dict')
+  check_mesh('shard_batch', mesh)
   sharding = data_sharded(mesh)
   return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
           for k, v in batch.items()}
@@ -113,6 +135,10 @@ def train_state_shardings(state: TrainState, mesh: Mesh, *,
   """Where each leaf of `state` (arrays or `jax.ShapeDtypeStruct`s) lives: a TrainState of
   NamedShardings. Step and parameters replicated; optimizer state replicated, or with
   `shard_optimizer_state` split over 'data' leaf by leaf (`zero_spec`)."""
+  if not isinstance(state, TrainState):
+    raise TypeError(f'train_state_shardings: state is a {type(state).__name__}; expected a '
+                    'TrainState')
+  check_mesh('train_state_shardings', mesh)
   return TrainState(replicated(mesh), _leaf_shardings(state.params, mesh, False),
                     _leaf_shardings(state.opt_state, mesh, shard_optimizer_state))
 
@@ -135,6 +161,8 @@ def create_train_state(model: model_lib.ModelLike, optimizer: optax.GradientTran
                        seed: int, mesh: Mesh, *, shard_optimizer_state: bool = False) -> TrainState:
   """Initial state, placed by `train_state_shardings`; parameters come from `seed` (same on
   every process)."""
+  check_optimizer('create_train_state', optimizer)
+  check_mesh('create_train_state', mesh)
   init = _init_fn(model, optimizer, seed)
   shardings = train_state_shardings(jax.eval_shape(init), mesh,
                                     shard_optimizer_state=shard_optimizer_state)
@@ -203,6 +231,7 @@ def make_grad_fn(model: model_lib.ModelLike, mesh: Mesh, label_smoothing: float,
   gradients are replicated, or with `shard_gradients` reduce-scattered to the ZeRO sharding
   (`zero_spec`) of each leaf. `metrics` are `metric_sums` summed over devices.
   """
+  check_mesh('make_grad_fn', mesh)
   train_model = model_lib.as_model(model, deterministic=False, decode=False)
   num_devices = mesh.shape[DATA]
 
@@ -238,6 +267,7 @@ def apply_gradients(state: TrainState, optimizer: optax.GradientTransformation, 
   are what `make_grad_fn` returns (summed over micro-batches, if any); `state` is a
   `TrainState` of `optimizer`.
   """
+  check_optimizer('apply_gradients', optimizer)
   grads = jax.tree_util.tree_map(lambda g: g / jnp.maximum(metrics['weight'], 1.0), grad_sums)
   finite = jnp.isfinite(metrics['loss']) & jnp.all(jnp.stack(
       [jnp.all(jnp.isfinite(g)) for g in jax.tree_util.tree_leaves(grads)]))
@@ -288,6 +318,8 @@ def make_train_step(model: model_lib.ModelLike, optimizer: optax.GradientTransfo
   each auxiliary loss the model sows, added to the objective times `aux_loss_weight`) and
   `nonfinite` (1 if the update was skipped, see `apply_gradients`).
   """
+  check_optimizer('make_train_step', optimizer)
+  check_mesh('make_train_step', mesh)
   grad_fn = make_grad_fn(model, mesh, label_smoothing, shard_gradients=shard_optimizer_state,
                          aux_loss_weight=aux_loss_weight)
   state_shardings = train_state_shardings(_abstract_state(model, optimizer), mesh,
@@ -314,6 +346,8 @@ def make_accumulating_steps(model: model_lib.ModelLike, optimizer: optax.Gradien
   big batch (unlike averaging per-micro-batch means). With `shard_optimizer_state` the grad
   sums come (and are summed) in the ZeRO sharding: each device holds 1/devices of them.
   """
+  check_optimizer('make_accumulating_steps', optimizer)
+  check_mesh('make_accumulating_steps', mesh)
   grad_fn = make_grad_fn(model, mesh, label_smoothing, shard_gradients=shard_optimizer_state,
                          aux_loss_weight=aux_loss_weight)
   abstract = _abstract_state(model, optimizer)
@@ -341,6 +375,7 @@ def make_eval_step(model: model_lib.ModelLike, mesh: Mesh, *,
   `label_smoothing`: epsilon_ls of the reported `loss` (`nll` has none); the default is the
   paper's 0.1 (§5.4, `configs/default.py`), the run's value is `config.label_smoothing`.
   """
+  check_mesh('make_eval_step', mesh)
   eval_model = model_lib.as_model(model, deterministic=True, decode=False)
 
   def per_device(params, batch):

@@ -44,7 +44,8 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from t2t_jax.config import OPTIMIZERS
+from t2t_jax.config import OPTIMIZERS, check_config_dict
+from t2t_jax.model.array_checks import check_int, check_number
 from t2t_jax.model import variant
 
 # factory(config, schedule) -> transformation, or (transformation, its own schedule).
@@ -71,10 +72,9 @@ def learning_rate_schedule(d_model: int, warmup_steps: int,
   Returns:
     An optax schedule: `count` (int scalar, 0-based) -> float32 scalar rate.
   """
-  if d_model <= 0:
-    raise ValueError(f'd_model must be positive, got {d_model}')
-  if warmup_steps <= 0:
-    raise ValueError(f'warmup_steps must be positive, got {warmup_steps}')
+  check_int('learning_rate_schedule', 'd_model', d_model, minimum=1)
+  check_int('learning_rate_schedule', 'warmup_steps', warmup_steps, minimum=1)
+  check_number('learning_rate_schedule', 'scale', scale)
   # Python floats, folded into constants at trace time.
   factor = float(scale) * float(d_model) ** -0.5
   warmup_factor = float(warmup_steps) ** -1.5
@@ -184,4 +184,5 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
     An `optax.GradientTransformation`; its updates are to be *added* to the
     parameters (`optax.apply_updates`).
   """
+  check_config_dict('make_optimizer', config)
   return make(config)[0]

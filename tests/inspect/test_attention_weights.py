@@ -133,5 +133,5 @@ def test_sentence_crops_padding_and_unknown_kind_is_named(weights):
   np.testing.assert_array_equal(one['encoder_decoder'], weights.encoder_decoder[:, 1, :, :4, :5])
   with pytest.raises(KeyError, match="unknown attention kind 'cross'"):
     weights['cross']  # pylint: disable=pointless-statement
-  with pytest.raises(ValueError, match='same batch'):
+  with pytest.raises(ValueError, match='expected one target row per input row'):
     t2t_jax.attention_weights(CFG, {}, INPUTS, TARGETS[:1])

@@ -67,7 +67,7 @@ def test_head_widths_default_to_d_model_over_heads():
   cfg = TransformerConfig(d_model=32, num_heads=4)
   assert (cfg.d_k, cfg.d_v) == (8, 8)
   assert (TransformerConfig().d_k, TransformerConfig().d_v) == (64, 64)  # the paper's base
-  assert TransformerConfig(d_model=48, num_heads=5, d_v=7).d_k == 9  # d_model // h
+  assert TransformerConfig(d_model=48, num_heads=6, d_v=7).d_k == 8  # d_model / h
   assert (TransformerConfig(d_model=32, num_heads=4, d_k=16, d_v=4).d_k,
           TransformerConfig(d_model=32, num_heads=4, d_k=16, d_v=4).d_v) == (16, 4)
   run = _load('default').get_config()
@@ -77,8 +77,11 @@ def test_head_widths_default_to_d_model_over_heads():
       dropout_rate=run.dropout_rate)
   # Resolved once: replace keeps the number unless d_k=None asks again.
   assert cfg.replace(d_model=64).d_k == 8 and cfg.replace(d_model=64, d_k=None).d_k == 16
-  _refused("TransformerConfig.d_k=None: expected an integer > 0, or d_model=4 >= num_heads=8 "
-           "(None means d_model // num_heads)", d_model=4, num_heads=8, d_k=None)
+  # h must divide d_model when a width is derived (as config.validate): no floored width.
+  for d_model, heads in ((4, 8), (48, 5)):
+    _refused(f"TransformerConfig.num_heads={heads}: expected a divisor of d_model={d_model} "
+             "while d_k is None (None means d_model / num_heads); or set d_k and d_v",
+             d_model=d_model, num_heads=heads, d_k=None)
 
 
 @pytest.mark.parametrize('vocab_size', [1, 2])

@@ -119,6 +119,12 @@ def _moses_tokenizer(lang: str):
   # tokenizer loads its nonbreaking-prefix list, so each language is built once.
   if lang not in _TOKENIZERS:
     from sacremoses import MosesTokenizer  # pylint: disable=g-import-not-at-top
+    from sacremoses.corpus import NonbreakingPrefixes  # pylint: disable=g-import-not-at-top
+    known = NonbreakingPrefixes().available_langs
+    if not isinstance(lang, str) or lang not in known:
+      # sacremoses would quietly tokenize an unknown code as no language at all.
+      raise ValueError(f'lang={lang!r} is not a Moses language code; expected one of '
+                       + ', '.join(sorted(k for k in known if len(k) <= 3)))
     _TOKENIZERS[lang] = MosesTokenizer(lang=lang)
   return _TOKENIZERS[lang]
 
@@ -166,8 +172,12 @@ def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str],
 
   Returns:
     A `BleuResult`; its signature ends in `|pretok:moses-LANG+atat|sacremoses:VERSION`.
+
+  Raises:
+    ValueError: `lang` is no Moses language code (sacremoses' nonbreaking-prefix lists).
   """
   _check_lengths(hypotheses, references)
+  _moses_tokenizer(lang)  # refuses an unknown lang before any work
   hyp_tok = [tokenize_for_bleu(h, lang) for h in hypotheses]
   ref_tok = [tokenize_for_bleu(r, lang) for r in references]
   metric = BLEU(tokenize='none', force=True, smooth_method='none')
