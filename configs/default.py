@@ -22,6 +22,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.num_layers = 6                # N, identical layers in both the encoder and the decoder stack (§3.1); the shorthand for both
   c.num_encoder_layers = 0        # encoder layers apart from the decoder's; 0 means num_layers (the paper)
   c.num_decoder_layers = 0        # decoder layers apart from the encoder's; 0 means num_layers (the paper)
+  c.decoder_window = 0            # W: the decoder's self-attention looks back at most W positions (a sliding window) and decodes with a ring cache of W slots; 0 means unbounded (the paper)
   c.share_embeddings = True       # one matrix for source/target embeddings and the pre-softmax projection (§3.4); False: the projection is its own matrix
   c.scale_embeddings = True       # multiply the embeddings by sqrt(d_model) (§3.4); False: unscaled (fairseq's --no-scale-embedding)
   c.dropout_rate = 0.1            # P_drop on embeddings+positions and every sub-layer output (§5.4)

@@ -1,4 +1,4 @@
-"""Six model variants researchers try, each a factory `TransformerConfig -> Transformer`.
+"""Seven model variants researchers try, each a factory `TransformerConfig -> Transformer`.
 
 Train one with the whole machinery (token store, checkpoints, dev BLEU, averaging, decode,
 attention maps, export):
@@ -129,5 +129,12 @@ def switch_moe(cfg):
   return t2t_jax.Transformer(cfg, feed_forward=SwitchFeedForward)
 
 
+# --- A sliding-window decoder (local attention, as Longformer's and Mistral's): each target
+# position attends to itself and the 15 before it, so decoding keeps a ring buffer of 16 key/
+# value slots per layer instead of max_decode_len (docs/extension_points.md). ---
+def sliding_window(cfg):
+  return t2t_jax.Transformer(cfg.replace(decoder_window=16))
+
+
 VARIANTS = {'gqa': gqa, 'rotary': rotary, 't5_bias': t5_bias, 'pre_rmsnorm': pre_rmsnorm,
-            'swiglu': swiglu, 'switch_moe': switch_moe}
+            'swiglu': swiglu, 'switch_moe': switch_moe, 'sliding_window': sliding_window}

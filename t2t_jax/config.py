@@ -40,6 +40,7 @@ _POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_layers', 'max_le
              'decode_batch_sentences', 'vocab_sample_sentences', 'learning_rate_scale',
              'adam_eps', 'max_consecutive_nonfinite', 'num_train_steps')
 _NON_NEGATIVE = ('d_k', 'd_v', 'num_kv_heads', 'num_encoder_layers', 'num_decoder_layers',
+                 'decoder_window',
                  'weight_decay', 'aux_loss_weight',
                  'checkpoint_every_steps',
                  'checkpoint_every_minutes', 'eval_every_steps', 'eval_batches',
@@ -192,10 +193,12 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   return config
 
 
-# Keys that fix the parameter shapes: a checkpoint's values win and overrides are refused.
+# Keys that fix the parameter shapes (or what they compute: `model`, `decoder_window`): a
+# checkpoint's values win and overrides are refused.
 MODEL_KEYS = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_kv_heads', 'd_k', 'd_v',
               'num_layers', 'num_encoder_layers', 'num_decoder_layers', 'share_embeddings',
-              'scale_embeddings', 'positional', 'norm_position', 'max_len', 'model')
+              'scale_embeddings', 'positional', 'norm_position', 'max_len', 'decoder_window',
+              'model')
 
 
 # The keys that name a local folder or file a run reads; `absolute_paths` resolves them.

@@ -74,6 +74,11 @@ def check_paper_layers(transformer: model.Transformer) -> None:
   CTranslate2 runs its own implementation of the paper's layers, not the model's code."""
   changed = [name for name in parts.NAMES
              if getattr(transformer.parts, name) is not getattr(parts.PAPER, name)]
+  window = transformer.cfg.decoder_window
+  if window is not None:  # CTranslate2's decoder would attend to every earlier position
+    raise ExportError(f'CTranslate2 runs the paper\'s full self-attention; this model has '
+                      f'decoder_window={window}: export it with --format=stablehlo, which '
+                      'runs the model\'s own code')
   if changed:
     raise ExportError(f'CTranslate2 runs the paper\'s layers; this model replaces its '
                       f'{", ".join(changed)}: export it with --format=stablehlo, which runs '

@@ -42,6 +42,14 @@ def causal_mask(length: int) -> Array:
   return jnp.tril(jnp.ones((length, length), dtype=jnp.bool_))[None, None]
 
 
+def sliding_window_mask(length: int, window: int) -> Array:
+  """Position i may attend to positions i - window + 1 .. i, the last `window` (itself
+  included): `[1, 1, length, length]` bool, the decoder's causal mask of a model with
+  `decoder_window` (combine with `causal_mask`)."""
+  distance = jnp.arange(length)[:, None] - jnp.arange(length)[None, :]
+  return (distance < window)[None, None]
+
+
 def segment_mask(q_segments: Array, kv_segments: Array) -> Array:
   """Packed rows: a query sees only the keys of its own pair.
 

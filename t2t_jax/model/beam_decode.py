@@ -8,10 +8,12 @@ NNX module's `generate` (`nnx_bridge`). Here, in the model layer, so that the NN
 call it without importing inference.
 """
 
+import functools
+
 import jax
 
 from t2t_jax.model import incremental, scoring, search
-from t2t_jax.model.transformer import BOS_ID, EOS_ID, PAD_ID, ModelLike
+from t2t_jax.model.transformer import BOS_ID, EOS_ID, PAD_ID, ModelLike, as_model
 
 
 def beam_decode(model: ModelLike, beam_size: int, alpha: float, params, inputs: jax.Array,
@@ -49,4 +51,6 @@ def beam_decode(model: ModelLike, beam_size: int, alpha: float, params, inputs: 
   return search.beam_search(
       logits_fn, cache, batch_size=inputs.shape[0], beam_size=beam_size, alpha=alpha,
       max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=EOS_ID, bos_id=BOS_ID,
-      grow_cache=incremental.grow_cache if grow_cache else None)
+      grow_cache=functools.partial(incremental.grow_cache,
+                                   window=as_model(model).cfg.decoder_window)
+      if grow_cache else None)

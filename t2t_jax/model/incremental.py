@@ -25,12 +25,21 @@ from t2t_jax.model.transformer import (PAD_ID, ModelLike, Transformer, as_model,
 Array = jax.Array
 
 
+def cache_slots(model: ModelLike, max_decode_len: int) -> int:
+  """The self-attention cache's slots for up to `max_decode_len` target positions:
+  max_decode_len, or at most `decoder_window` W for a model with one (a ring buffer, position
+  p in slot p % W)."""
+  window = as_model(model).cfg.decoder_window
+  return max_decode_len if window is None else min(max_decode_len, window)
+
+
 def init_cache(model: ModelLike, batch: int, max_decode_len: int):
   """A zero decode cache for `batch` rows and up to `max_decode_len` target positions.
 
-  Leaves: per-layer `cached_key` `[batch, kv_heads, max_decode_len, d_k]`, `cached_value`
-  `[batch, kv_heads, max_decode_len, d_v]` (heads-first, see `attention.cached_attention`), and
-  0-d int32 indices (`cache_index`, `position`).
+  Leaves: per-layer `cached_key` `[batch, kv_heads, slots, d_k]`, `cached_value`
+  `[batch, kv_heads, slots, d_v]` (heads-first, see `attention.cached_attention`), and
+  0-d int32 indices (`cache_index`, `position`); slots = `cache_slots(model,
+  max_decode_len)`: max_decode_len, or the model's `decoder_window` when that is fewer.
 
   Raises:
     TypeError / ValueError: `batch` < 1, or `max_decode_len` outside [1, the config's
@@ -43,18 +52,22 @@ def init_cache(model: ModelLike, batch: int, max_decode_len: int):
     raise ValueError(f'init_cache: max_decode_len={max_decode_len} exceeds the model\'s '
                      f'max_len={net.cfg.max_len}; expected 1 <= max_decode_len <= max_len')
   src = jnp.ones((batch, 1), jnp.int32)
-  tgt = jnp.ones((batch, max_decode_len), jnp.int32)
+  tgt = jnp.ones((batch, cache_slots(net, max_decode_len)), jnp.int32)
   shapes = jax.eval_shape(lambda: net.init(jax.random.PRNGKey(0), src, tgt)['cache'])
   return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
-def grow_cache(cache, length: int):
+def grow_cache(cache, length: int, window: Optional[int] = None):
   """`cache` (from `init_cache`) with room for `length` positions, as `search.beam_search`'s
-  `grow_cache`: keys/values zero-padded at the end, beyond the fill index that masks them."""
+  `grow_cache`: keys/values zero-padded at the end, beyond the fill index that masks them.
+  With a `window` (the model's `decoder_window`) a cache grows to at most `window` slots (a
+  ring buffer: grown only before it wraps, as the search's growing segments ensure)."""
   if not hasattr(cache, 'keys'):
     raise TypeError(f'grow_cache: cache is a {type(cache).__name__}; expected a decode cache '
                     '(the nested dict init_cache returns)')
   length = check_int('grow_cache', 'length', length, minimum=1)
+  if window is not None:
+    length = min(length, window)
 
   def grow(path, x):
     if getattr(path[-1], 'key', None) not in ('cached_key', 'cached_value'):
@@ -272,6 +285,13 @@ def _check_alone(net: Transformer, params, inputs: np.ndarray, targets: np.ndarr
   return worst
 
 
+def _self_mask(length: int, window: Optional[int]) -> np.ndarray:
+  """The decoder's teacher-forced self-attention mask `[1, 1, length, length]`: causal, and
+  within the last `window` positions when there is one."""
+  distance = np.arange(length)[:, None] - np.arange(length)[None, :]
+  return ((distance >= 0) & (window is None or distance < window))[None, None]
+
+
 def _check_captured(net: Transformer, params, inputs: np.ndarray, targets: np.ndarray,
                     forced: np.ndarray, real: np.ndarray, atol: float) -> None:
   """The teacher-forced model with `capture_attention`: the same logits, and weights that
@@ -286,7 +306,7 @@ def _check_captured(net: Transformer, params, inputs: np.ndarray, targets: np.nd
   source = inputs != PAD_ID
   tgt_len = targets.shape[1]
   allowed = {'encoder/self_attention': source[:, None, None, :],
-             'decoder/self_attention': np.tril(np.ones((tgt_len, tgt_len), bool))[None, None],
+             'decoder/self_attention': _self_mask(tgt_len, net.cfg.decoder_window),
              'decoder/cross_attention': source[:, None, None, :]}
   for path, leaf in jax.tree_util.tree_leaves_with_path(state['intermediates']):
     keys = [str(getattr(k, 'key', getattr(k, 'idx', k))) for k in path]

@@ -82,6 +82,11 @@ class MultiHeadAttention(nn.Module):
     shared: the model's `shared` part (one module for every layer), called as
       `shared(query_positions, key_positions, kind=kind)`; its result goes to `attention_fn`
       as `shared=`. None: `attention_fn` gets no `shared`.
+    window: W of a sliding-window self-attention (`TransformerConfig.decoder_window`): in
+      decode mode the cache is a ring buffer, position p written to slot p % slots, and a
+      step sees the filled slots within the last W positions, handed to `attention_fn` and
+      `shared` at their real positions. The teacher-forced mask is the caller's (the
+      decoder's). None: every earlier position, the cache's slot p holds position p.
   """
   num_heads: int
   d_k: int
@@ -97,6 +102,7 @@ class MultiHeadAttention(nn.Module):
   num_kv_heads: Optional[int] = None
   qk_transform: Optional[QKTransform] = None
   shared: Optional[nn.Module] = None
+  window: Optional[int] = None
 
   @nn.compact
   def __call__(self, inputs_q: Optional[Array], inputs_kv: Optional[Array],
@@ -140,8 +146,7 @@ class MultiHeadAttention(nn.Module):
     if caching:
       if mask is not None:  # it would be ignored: the cache index is the causal mask
         raise ValueError('decode mode masks by the cache index; pass mask=None')
-      key, value, mask = self._cached_step(key, value)
-      key_positions = None  # the cache's slots
+      key, value, mask, key_positions = self._cached_step(key, value)  # None: the slots
     elif self.decode:  # cache creation (a shape-only call): allocate, then attend as usual
       self._cache_variables(key, value)
     if key_positions is None:
@@ -228,24 +233,36 @@ class MultiHeadAttention(nn.Module):
     cache_index = self.variable('cache', 'cache_index', lambda: jnp.zeros((), jnp.int32))
     return cached_key, cached_value, cache_index
 
-  def _cached_step(self, key: Array, value: Array) -> Tuple[Array, Array, Array]:
-    """Writes this step's key/value at the cache index; returns the whole cache's keys and
-    values `[batch, max_len, kv_heads, d]` and the mask of its filled positions 0..index (the
-    causal mask of §3.2.3, one row) `[1, 1, 1, max_len]`."""
+  def _cached_step(self, key: Array, value: Array
+                   ) -> Tuple[Array, Array, Array, Optional[Array]]:
+    """Writes this step's key/value at the cache index (its slot, `index % slots` for a
+    `window`); returns the whole cache's keys and values `[batch, slots, kv_heads, d]`, the
+    mask of the slots this step sees `[1, 1, 1, slots]` (the causal mask of §3.2.3, one row:
+    the filled slots 0..index; with a window, those of the last W positions) and the slots'
+    positions `[1, slots]` int32 (None without a window: slot s holds position s)."""
     cached_key, cached_value, cache_index = self._cache_variables(key, value)
     if key.shape[1] != 1:
       raise ValueError(f'decode mode takes one position per call, got length {key.shape[1]}')
     index = cache_index.value
+    slots = cached_key.value.shape[2]
     zero = jnp.zeros((), jnp.int32)
-    at = (zero, zero, index, zero)
+    at = (zero, zero, index if self.window is None else index % slots, zero)
     cached_key.value = jax.lax.dynamic_update_slice(cached_key.value,
                                                     key.transpose(0, 2, 1, 3), at)
     cached_value.value = jax.lax.dynamic_update_slice(cached_value.value,
                                                       value.transpose(0, 2, 1, 3), at)
     cache_index.value = index + 1
-    filled = (jnp.arange(cached_key.value.shape[2]) <= index)[None, None, None]
+    filled = (jnp.arange(slots) <= index)[None, None, None]
+    positions = None
+    if self.window is not None:
+      # Slot s holds the latest position p = s (mod slots) with p <= index; an unfilled
+      # slot (s > index) is given position s, as without a window.
+      slot = jnp.arange(slots, dtype=jnp.int32)
+      positions = slot + slots * jnp.maximum((index - slot) // slots, 0)
+      filled = filled & (index - positions < self.window)[None, None, None]
+      positions = positions[None]
     return (cached_key.value.transpose(0, 2, 1, 3), cached_value.value.transpose(0, 2, 1, 3),
-            filled)
+            filled, positions)
 
 
 def _arange(n: int) -> Array:

@@ -68,7 +68,9 @@ def attention_layer(cfg: TransformerConfig, parts: Parts, name: str, kind: str,
                             capture_weights=cfg.capture_attention,
                             attention_fn=parts.attention_fn, kind=kind,
                             num_kv_heads=cfg.num_kv_heads, qk_transform=parts.qk_transform,
-                            shared=shared, name=name)
+                            shared=shared,
+                            window=cfg.decoder_window if kind == 'decoder' else None,
+                            name=name)
 
 
 def _positions(n: int) -> Array:
@@ -218,6 +220,9 @@ class Decoder(nn.Module):
     cross_mask = attention.padding_mask(inputs, PAD_ID)
     # In decode mode the causal mask comes from the cache index instead.
     self_mask = None if cfg.decode else attention.causal_mask(decoder_inputs.shape[1])
+    if self_mask is not None and cfg.decoder_window is not None:  # a sliding window
+      self_mask = attention.combine_masks(self_mask, attention.sliding_window_mask(
+          decoder_inputs.shape[1], cfg.decoder_window))
     if segmentation is not None:
       cross_mask = attention.combine_masks(
           cross_mask, attention.segment_mask(segmentation, inputs_segmentation))

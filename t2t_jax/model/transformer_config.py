@@ -16,8 +16,10 @@ from t2t_jax.choices import (AttentionImpl, ConfigError, DTypeName, NormPosition
                              RematPolicy)
 
 _POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'd_k', 'd_v', 'num_layers',
-             'max_len', 'num_kv_heads', 'num_encoder_layers', 'num_decoder_layers')
-_OPTIONAL = ('num_kv_heads', 'num_encoder_layers', 'num_decoder_layers')  # None: follows
+             'max_len', 'num_kv_heads', 'num_encoder_layers', 'num_decoder_layers',
+             'decoder_window')
+_OPTIONAL = ('num_kv_heads', 'num_encoder_layers', 'num_decoder_layers',
+             'decoder_window')  # None: follows (the window: unbounded)
 _HEAD_WIDTHS = ('d_k', 'd_v')  # None: d_model / num_heads (h must divide d_model)
 
 # Token ids the model reserves (transformer.py re-exports them): padding 0; on the decoder side
@@ -94,6 +96,12 @@ class TransformerConfig:
       serves num_heads // num_kv_heads query heads (`attention` module docstring). Stored as
       None when equal to num_heads, so `.replace(num_heads=...)` of the paper's model keeps
       one key/value head per query head; read `kv_heads` for the number.
+    decoder_window: W, how far back the decoder's self-attention looks: position i attends
+      to positions i - W + 1 .. i (a sliding window, as Longformer's and Mistral's local
+      attention); None (the default) or 0: every earlier position, the paper. Training
+      masks the band (`attention.sliding_window_mask`), and decoding keeps a ring buffer of
+      W key/value slots per layer (slot = position % W) instead of max_decode_len
+      (`incremental.cache_slots`). Stored as None when 0.
   """
   vocab_size: int = 37000
   d_model: int = 512
@@ -119,8 +127,12 @@ class TransformerConfig:
   num_decoder_layers: Optional[int] = None
   share_embeddings: bool = True
   scale_embeddings: bool = True
+  decoder_window: Optional[int] = None
 
   def __post_init__(self):
+    if isinstance(self.decoder_window, numbers.Integral) and not isinstance(
+        self.decoder_window, bool) and self.decoder_window == 0:
+      object.__setattr__(self, 'decoder_window', None)  # 0 is unbounded: the paper's
     for field in dataclasses.fields(self):
       value, allowed = getattr(self, field.name), _allowed(field.type)
       if allowed is not None and not (isinstance(value, (str, type(None))) and value in allowed):
@@ -190,7 +202,7 @@ class TransformerConfig:
         max_len=config.max_len, dtype=jnp.dtype(config.dtype),
         attention_impl=config.attention_impl or None, remat_policy=config.remat_policy,
         scan_layers=bool(config.scan_layers), num_kv_heads=config.num_kv_heads or None,
-        **overrides)
+        decoder_window=config.decoder_window or None, **overrides)
 
   @property
   def kv_heads(self) -> int:

@@ -124,3 +124,20 @@ def test_a_variant_trains_decodes_evaluates_and_exports(folder, corpus):
                   f'--output={folder / "refused.txt"}')
   _one_line_error(refused, REFUSAL.format(workdir=workdir))
   assert not (folder / 'refused.txt').exists()
+
+
+@pytest.mark.slow
+def test_the_sliding_window_variant_trains_decodes_and_exports_with_a_window_cache(folder,
+                                                                                  corpus):
+  """examples/variants.py:sliding_window (decoder_window=16) through main.py by its file path:
+  trains, decodes and exports, the artifact translating as the decode did; its model decodes
+  with a cache of 16 slots, not max_decode_len."""
+  spec = f'{os.path.join(ROOT, "examples", "variants.py")}:sliding_window'
+  _train_decode_export(folder, corpus, spec)
+  from t2t_jax.model import incremental, variant  # pylint: disable=import-outside-toplevel
+  config = default.get_config()
+  config.model = spec
+  net = variant.from_config(config)
+  assert net.cfg.decoder_window == 16
+  cache = incremental.init_cache(net, 1, 64)
+  assert cache['decoder']['layer_0']['self_attention']['cached_key'].shape[2] == 16
