@@ -79,3 +79,16 @@ def check_number(where: str, name: str, value: Any) -> None:
   """Refuses `value` unless it is a number or an array of numbers (a scalar of a sum, a
   float rate): a string or None is a TypeError naming `name`."""
   check_array(where, name, value, kind='number')
+
+
+def check_search_arguments(where: str, logits_fn: Any, batch_size: int, beam_size: int,
+                            max_decode_len: int) -> None:
+  """Refuses, before tracing, what no search can run with: a `logits_fn` that is not
+  callable, or a batch_size, beam_size or max_decode_len below 1 (static Python ints)."""
+  if not callable(logits_fn):
+    raise TypeError(f'{where}: logits_fn is a {type(logits_fn).__name__}; expected a function '
+                    '(tokens, cache) -> (logits, cache)')
+  for name, value in (('batch_size', batch_size), ('beam_size', beam_size),
+                      ('max_decode_len', max_decode_len)):
+    if isinstance(value, int) and value < 1:
+      raise ValueError(f'{where}: {name}={value}; expected 1 or more')

@@ -36,7 +36,7 @@ from typing import Any, Callable, NamedTuple, Optional, Union
 import jax
 import jax.numpy as jnp
 
-from t2t_jax.model.array_checks import check_number
+from t2t_jax.model.array_checks import check_number, check_search_arguments
 
 # Stands in for log(0): finite, so sums, divisions and comparisons never make
 # NaNs. Impossible states hold exactly this value (assigned, never summed).
@@ -344,25 +344,12 @@ def beam_search(
     scores: [B, K] float32, descending: log p(sequence) / length_penalty(its length with
       EOS, alpha), what the search ranks by (NEG_INF for an empty slot).
   """
-  _check_search_arguments('beam_search', logits_fn, batch_size, beam_size, max_decode_len)
+  check_search_arguments('beam_search', logits_fn, batch_size, beam_size, max_decode_len)
   sequences, scores, _ = _search(
       logits_fn, cache, batch_size=batch_size, beam_size=beam_size,
       alpha=alpha, max_decode_len=max_decode_len, max_lengths=max_lengths,
       eos_id=eos_id, bos_id=bos_id, grow_cache=grow_cache)
   return sequences, scores
-
-
-def _check_search_arguments(where: str, logits_fn: Any, batch_size: int, beam_size: int,
-                            max_decode_len: int) -> None:
-  """Refuses, before tracing, what no search can run with: a `logits_fn` that is not
-  callable, or a batch_size, beam_size or max_decode_len below 1 (static Python ints)."""
-  if not callable(logits_fn):
-    raise TypeError(f'{where}: logits_fn is a {type(logits_fn).__name__}; expected a function '
-                    '(tokens, cache) -> (logits, cache)')
-  for name, value in (('batch_size', batch_size), ('beam_size', beam_size),
-                      ('max_decode_len', max_decode_len)):
-    if isinstance(value, int) and value < 1:
-      raise ValueError(f'{where}: {name}={value}; expected 1 or more')
 
 
 def output_lengths(sequences: jax.Array, eos_id: int = 1) -> jax.Array:
@@ -402,7 +389,7 @@ def greedy_search(
   Arguments as in `beam_search`. Returns sequences [B, L] int32 (EOS then 0s)
   and scores [B] float32, the sum of the chosen tokens' log probs.
   """
-  _check_search_arguments('greedy_search', logits_fn, batch_size, 1, max_decode_len)
+  check_search_arguments('greedy_search', logits_fn, batch_size, 1, max_decode_len)
   sequences, scores = beam_search(
       logits_fn, cache, batch_size=batch_size, beam_size=1, alpha=0.0,
       max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=eos_id,
