@@ -109,7 +109,7 @@ def to_nnx(model: transformer.ModelLike, rngs: 'nnx.Rngs', *, params: Optional[A
   try:
     net = transformer.as_model(model, decode=False)
   except TypeError as e:
-    raise TypeError(f'to_nnx: model: {e}') from None
+    raise TypeError(f'to_nnx: {e}') from None
   if params is None:
     params = transformer.init_params(net, rngs.params(), batch, length)
   dummy = jnp.ones((batch, length), jnp.int32)

@@ -71,9 +71,10 @@ def _case(row, fault, tiny_workdir, tmp_path):
     shutil.copytree(tiny_workdir, target)
     return target, [f'--workdir={target}', '--config.average_last=1'], (
         f'error: workdir {target} is not writable: {_REASON[fault]}')
-  target.mkdir()
-  if row.target == layout.NO_TARGET:
+  if row.target == layout.NO_TARGET:  # reads the run (info --workdir), writes nothing
+    shutil.copytree(tiny_workdir, target)
     return target, [f'--workdir={target}'], None
+  target.mkdir()
   sentences = tmp_path / 'in.txt'
   sentences.write_text('In the beginning\nAmen.\n')
   output = target / 'out'

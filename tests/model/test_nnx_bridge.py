@@ -235,5 +235,5 @@ def test_to_nnx_refuses_a_bad_model_or_rngs_naming_the_argument():
   """The fourth tour: not an AttributeError on None, nor a message naming neither."""
   with pytest.raises(TypeError, match=r'^to_nnx: rngs is a NoneType; expected an nnx.Rngs'):
     nnx_bridge.to_nnx(TINY, None)
-  with pytest.raises(TypeError, match=r'^to_nnx: model: expected a Transformer'):
+  with pytest.raises(TypeError, match=r'^to_nnx: model is a str; expected a Transformer'):
     nnx_bridge.to_nnx('base', nnx.Rngs(0))
