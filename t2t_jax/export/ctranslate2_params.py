@@ -93,7 +93,10 @@ def embedding_tables(cfg: model.TransformerConfig, params, read: set):
   tied (`share_embeddings`)."""
   net = model.as_model(cfg, deterministic=True, decode=False)
   tables = net.apply({'params': params}, method=model.Transformer.embedding_tables)
-  source, target = (np.asarray(t, np.float32) for t in tables)
+  # Writable copies (CTranslate2's quantizer scales in place; jax's arrays read-only), one
+  # array for both when tied, so that the spec holds it once.
+  source = np.array(tables[0], np.float32)
+  target = source if tables[1] is tables[0] else np.array(tables[1], np.float32)
   part = params.get('shared_embedding') if isinstance(params, Mapping) else None
   for name, leaf in (part.items() if isinstance(part, Mapping) else ()):
     leaf = np.asarray(leaf) if not isinstance(leaf, Mapping) else None
