@@ -99,6 +99,11 @@ STAGES = (
     # measured: the seven forms ~10 s; the model twice in bf16 at base (without autotuning).
     Stage('attention_forms', 'benchmarks.device_numerics:attention_forms', 40, 30, part=2,
           xla_flags=NO_AUTOTUNE),
+    # issue 44: Adam, Adafactor and the switch MoE on the embedded default side by side (the
+    # embedded default alone took ~165 s); dev BLEU as it is written. Before part 3: a
+    # variant's peer is the paper's run in the same call.
+    Stage('embedded_variants', 'benchmarks.device_e2e:embedded_variants', 265, 150, part=4,
+          starts_jax=False),
     # measured: no program finished in 45 s (base's train step alone compiles in 46 s).
     Stage('compile', 'benchmarks.device_train:compile_times', 90, 40, part=3),
     # beam 4, 128 sentences: a base decode program compiled in 11-12 s in main.py; the peer.
@@ -109,7 +114,7 @@ STAGES = (
 )
 PART_BUDGET_S = 270  # one command: under 4.5 minutes on one H100
 SMOKE_BUDGET_S = 300
-PARTS = (1, 2, 3)
+PARTS = (1, 2, 3, 4)
 
 
 @dataclasses.dataclass
@@ -319,7 +324,8 @@ def _parse(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, List[Stage]]:
                                                     'device_check.jsonl'),
                       help='JSON-lines file the records are appended to')
   parser.add_argument('--part', default='1,2', help='comma list of parts: 1 (the headline), '
-                      '2 (the rest), 3 (the bucketed layout); default 1,2')
+                      '2 (the rest), 3 (compiles, decode, the bucketed layout), 4 (issue 44\'s '
+                      'variants on the embedded default); default 1,2')
   parser.add_argument('--smoke', action='store_true', help='tiny sizes, any backend')
   parser.add_argument('--stages', default=None,
                       help='comma list of stage names (default: those of --part)')

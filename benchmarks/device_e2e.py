@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from typing import Any, Callable, Dict, List, Optional
 
 from benchmarks import device_children, harness
@@ -51,10 +52,7 @@ def _main_py(args: List[str], timeout: float, log: str, env: Optional[Dict[str, 
   start = harness.now()
   deadline = start + max(timeout, 1)
   with open(log, 'w', encoding='utf-8') as out:
-    command = device_children.launcher([sys.executable, os.path.join(ROOT, 'main.py'), *args])
-    child = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                             env=device_children.launcher_env(
-                                 dict(os.environ, JAX_LOG_COMPILES='1', **(env or {}))))
+    child = _start_main_py(args, out, env)
     code: Any = None
     while code is None:
       try:
@@ -67,6 +65,15 @@ def _main_py(args: List[str], timeout: float, log: str, env: Optional[Dict[str, 
       if poll is not None:
         poll()
   return {'exit_code': code, 'seconds': harness.now() - start, 'compiles': _compiles(log)}
+
+
+def _start_main_py(args: List[str], out: Any, env: Optional[Dict[str, str]] = None
+                   ) -> subprocess.Popen:
+  """`python main.py ARGS` started (dies with this process), its output into the file `out`."""
+  command = device_children.launcher([sys.executable, os.path.join(ROOT, 'main.py'), *args])
+  return subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                          env=device_children.launcher_env(
+                              dict(os.environ, JAX_LOG_COMPILES='1', **(env or {}))))
 
 
 _COMPILED = re.compile(r'Finished XLA compilation of (\S+) in ([0-9.eE+-]+) sec')
@@ -194,4 +201,82 @@ def embedded_decode(ctx: Context) -> Dict[str, Any]:
   record['summary'] = {'differing': differing, 'bleu_device': bleu['device'],
                        'bleu_cpu': bleu['cpu'],
                        'sent_per_s_device': record['sentences_per_s']['device']}
+  return record
+
+
+# Issue 44's measurements on the embedded default: the paper's Adam, Adafactor and the switch
+# MoE of examples/variants.py, trained side by side on one device (each takes a quarter of its
+# memory; the steps of a 2M-parameter model leave most of a GPU idle, and their compiles use
+# separate CPU cores), so that each variant has its Adam peer in the same run.
+VARIANT_RUNS = (('adam', ()),
+                ('adafactor', ('--config.optimizer=adafactor',)),
+                ('switch_moe', ('--config.model=examples/variants.py:switch_moe',)))
+
+
+def _aux_losses(path: str) -> Dict[str, List[List[float]]]:
+  """{aux_<name>: [[step, value]]} of the train records in metrics.jsonl."""
+  out: Dict[str, List[List[float]]] = {}
+  if os.path.exists(path):
+    with open(path, encoding='utf-8') as f:
+      for line in f:
+        m = json.loads(line)
+        for key, value in m.items():
+          if key.split('/')[-1].startswith('aux_') and not key.startswith('eval'):
+            out.setdefault(key, []).append([m.get('step'), value])
+  return out
+
+
+def embedded_variants(ctx: Context) -> Dict[str, Any]:
+  """Each run's dev BLEU as main.py writes it; then each one's test BLEU, sown losses, seconds."""
+  flags = list(SMOKE_FLAGS) if ctx.smoke else list(ACCELERATOR_FLAGS)
+  env = {'XLA_PYTHON_CLIENT_MEM_FRACTION': '0.25'}
+  runs, seen, logs = {}, {}, {}
+  start = harness.now()
+  for name, extra in VARIANT_RUNS:
+    workdir = os.path.join(ctx.scratch, f'variant_{name}')
+    logs[name] = open(os.path.join(ctx.scratch, f'variant_{name}.log'), 'w', encoding='utf-8')  # pylint: disable=consider-using-with
+    runs[name] = (workdir, _start_main_py([f'--workdir={workdir}', *flags, *extra],
+                                          logs[name], env))
+    seen[name] = 0
+  codes: Dict[str, Any] = {}
+  while len(codes) < len(runs):
+    for name, (workdir, child) in runs.items():
+      if name in codes:
+        continue
+      if child.poll() is not None:
+        codes[name] = (child.returncode, harness.now() - start)
+      elif ctx.left() < 5:
+        child.kill()
+        child.wait()
+        codes[name] = ('timeout', harness.now() - start)
+      bleus = _dev_bleu(os.path.join(workdir, 'metrics.jsonl'))
+      for step, bleu in bleus[seen[name]:]:
+        ctx.emit({'part': f'{name}@{step}', 'status': 'partial', 'variant': name, 'step': step,
+                  'dev_bleu': bleu, 'seconds': harness.now() - start,
+                  'summary': {'variant': name, 'dev_bleu': bleu}})
+      seen[name] = len(bleus)
+    time.sleep(2.0)
+  record: Dict[str, Any] = {'variants': {}, 'flags': flags}
+  for name, (workdir, _) in runs.items():
+    logs[name].close()
+    log = logs[name].name
+    finals = sorted(glob.glob(os.path.join(workdir, 'eval_test_*.json')))
+    test = {}
+    if finals:
+      with open(finals[-1], encoding='utf-8') as f:
+        test = {k: v for k, v in json.load(f).items() if k in ('bleu', 'tokenized_bleu', 'step')}
+    aux = _aux_losses(os.path.join(workdir, 'metrics.jsonl'))
+    record['variants'][name] = {
+        'extra_flags': list(dict(VARIANT_RUNS)[name]), 'exit_code': codes[name][0],
+        'wall_s': codes[name][1], 'dev_bleu': _dev_bleu(os.path.join(workdir, 'metrics.jsonl')),
+        'test': test, 'compiles': _compiles(log),
+        'aux_first_last': {k: [v[0], v[-1]] for k, v in aux.items()},
+        'log_tail': _tail(log, 600) if codes[name][0] != 0 else ''}
+  failed = [n for n, v in record['variants'].items() if v['exit_code'] != 0]
+  record['status'] = 'error' if failed else 'ok'
+  if failed:
+    record['error'] = f'main.py failed for {failed}'
+  record['summary'] = {n: {'dev_bleu': v['dev_bleu'][-1][1] if v['dev_bleu'] else None,
+                           'test_bleu': v['test'].get('bleu'), 'wall_s': round(v['wall_s'], 1)}
+                       for n, v in record['variants'].items()}
   return record
