@@ -145,3 +145,37 @@ def _fresh_write_failure_state(monkeypatch):
   monkeypatch.setattr(workdir, '_reported', [0])
   monkeypatch.setattr(threading, 'excepthook', threading.excepthook)
   monkeypatch.setattr(sys, 'unraisablehook', sys.unraisablehook)
+
+
+def _signal_state():
+  """SIGINT's and SIGTERM's Python handlers, and whether the kernel ignores or blocks them
+  for this process (/proc: a native library can change those without Python knowing, and a
+  child process inherits them)."""
+  import signal
+  state = {s.name: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+  try:
+    with open('/proc/self/status', encoding='ascii') as f:
+      fields = dict(line.split(':', 1) for line in f if ':' in line)
+  except OSError:
+    return state
+  for s in (signal.SIGINT, signal.SIGTERM):
+    for field in ('SigIgn', 'SigBlk'):
+      state[f'{s.name} {field}'] = bool(int(fields[field], 16) >> (s - 1) & 1)
+  return state
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_left_as_found(request):
+  """A test that leaves SIGINT or SIGTERM handled, ignored or blocked otherwise than it found
+  them fails, named: a later test on the same worker that relies on Ctrl-C
+  (tests/runtime/test_interruptible.py, tests/plan/test_plan_interrupt.py) would otherwise
+  fail far from the cause."""
+  import signal
+  before = _signal_state()
+  yield
+  after = _signal_state()
+  for s in (signal.SIGINT, signal.SIGTERM):
+    if after[s.name] != before[s.name]:
+      signal.signal(s, before[s.name])
+  changed = {k: (before[k], after[k]) for k in before if after.get(k) != before[k]}
+  assert not changed, f'{request.node.nodeid} left signals changed (before, after): {changed}'

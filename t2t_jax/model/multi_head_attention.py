@@ -128,6 +128,13 @@ class MultiHeadAttention(nn.Module):
     sentence: `incremental.cross_key_values`).
     """
     if inputs_q is None:
+      if self.qk_transform is not None:
+        # Linen names a module made inside `qk_transform` by call order (`RMSNorm_0`,
+        # `RMSNorm_1`): the full call transforms queries first, so the keys-only call
+        # transforms an empty query first too, and the keys get their own module, not the
+        # queries'. Zero rows: no work.
+        self._transform(jnp.zeros((inputs_kv.shape[0], 0, self.num_heads, self.d_k),
+                                  self.dtype or inputs_kv.dtype), None, 'query')
       return tuple(x.transpose(0, 2, 1, 3) for x in self._key_values(inputs_kv, key_positions))
     query = self._project(self.num_heads, self.d_k, 'query')(inputs_q)
     dropout_rate = 0.0 if deterministic else self.attention_dropout_rate

@@ -23,8 +23,11 @@ import jax
 from t2t_jax.storage import paths
 
 # The jax options that change what the compiler builds (jax._src.config), beside XLA_FLAGS.
-COMPILER_OPTIONS = ('jax_exec_time_optimization_effort', 'jax_memory_fitting_effort',
-                     'jax_optimization_level', 'jax_memory_fitting_level')
+# jax 0.11 keeps only jax_optimization_level of these: those this jax has.
+COMPILER_OPTIONS = tuple(name for name in ('jax_exec_time_optimization_effort',
+                                           'jax_memory_fitting_effort', 'jax_optimization_level',
+                                           'jax_memory_fitting_level')
+                         if hasattr(jax.config, name))
 _FORMAT = 1  # bumped when a record's fields change
 
 

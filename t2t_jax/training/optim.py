@@ -28,7 +28,8 @@ them unless a factory replaces it:
                as t2t; optax's default 128 is mesh-tensorflow's); optax factors a leaf's two
                largest dimensions where t2t factors the last two (the same for matrices).
                Note: t2t paired Adafactor with its rsqrt_decay schedule (peak 0.01 at 10k
-               warmup steps); with the paper's schedule raise `learning_rate_scale`.
+               warmup steps); with the paper's schedule raise `learning_rate_scale`
+               (`advice`: a run below a peak of 5e-3 is warned, with the measured BLEU).
   'module:factory' or 'path/to/file.py:factory'
                `factory(config, schedule)` (loaded as `--config.model` is,
                `variant.load_factory`): the run config and the paper's schedule (an
@@ -37,7 +38,7 @@ them unless a factory replaces it:
                a schedule of its own: that one is then logged as `learning_rate`.
 """
 
-from typing import Callable, Tuple, Union
+from typing import Callable, Optional, Tuple, Union
 
 import jax
 import jax.numpy as jnp
@@ -147,6 +148,29 @@ def make(config: ml_collections.ConfigDict
   return _from_factory(name, config, schedule)
 
 
+# Adafactor's steps are relative to each parameter's RMS (multiply_by_parameter_scale), so
+# it wants a larger rate than Adam: tensor2tensor's peaked at 1e-2. Measured on the embedded
+# default (one H200, jax 0.11.2, benchmarks/results/gpu.jsonl 'adafactor_learning_rate'):
+# test BLEU 12.9 at the paper's peak 2.4e-3, 21.7 at 8e-3, 28.0 at 1.6e-2, 27.7 at 3.2e-2;
+# Adam 30.2 beside them.
+ADAFACTOR_LOW_PEAK = 5e-3
+
+
+def advice(config: ml_collections.ConfigDict) -> Optional[str]:
+  """A line for a run whose optimizer will learn far slower than it could, or None: Adafactor
+  under a peak learning rate below `ADAFACTOR_LOW_PEAK`."""
+  if getattr(config, 'optimizer', 'adam') != 'adafactor':
+    return None
+  peak = float(paper_schedule(config)(config.warmup_steps - 1))
+  if peak >= ADAFACTOR_LOW_PEAK:
+    return None
+  scale = config.learning_rate_scale * 1.6e-2 / peak
+  return (f'optimizer=adafactor at a peak learning rate of {peak:.2g}: its steps are relative '
+          "to each parameter's scale, and it learns slowly at Adam's rates (the embedded "
+          'default: test BLEU 12.9 at peak 2.4e-3 against 28.0 at 1.6e-2; tensor2tensor peaked '
+          f'at 1e-2): consider --config.learning_rate_scale={scale:.3g} (peak 1.6e-2)')
+
+
 def describe(config: ml_collections.ConfigDict) -> str:
   """One line for `--mode=info`: the optimizer, the learning-rate schedule and the weight of
   sown auxiliary losses. A factory is loaded and called, so a bad spec fails here as in
@@ -165,7 +189,8 @@ def describe(config: ml_collections.ConfigDict) -> str:
           f'{config.warmup_steps})')
   if name not in OPTIMIZERS:
     rate += ' unless the factory returns its own'
-  return f'optimizer: {what}; learning rate: {rate}; aux_loss_weight={config.aux_loss_weight:g}'
+  line = f'optimizer: {what}; learning rate: {rate}; aux_loss_weight={config.aux_loss_weight:g}'
+  return line + (f'\nwarning: {advice(config)}' if advice(config) else '')
 
 
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:

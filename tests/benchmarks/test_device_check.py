@@ -33,7 +33,7 @@ def _final(records, stage):
 @pytest.mark.slow
 def test_smoke_runs_every_stage_with_exact_cpu_comparisons(tmp_path, capsys):
   out = tmp_path / 'check.jsonl'
-  assert device_check.main(['--smoke', '--in-process', '--part', '1,2,3', '--out',
+  assert device_check.main(['--smoke', '--in-process', '--part', '1,2,3,4', '--out',
                             str(out)]) == 0
   records = _records(out)
   assert {r['stage'] for r in records} == set(STAGE_NAMES)
@@ -62,6 +62,11 @@ def test_smoke_runs_every_stage_with_exact_cpu_comparisons(tmp_path, capsys):
   assert all(forms[k] < 1e-5 for k in forms if 'bf16' not in k)
   e2e = _final(records, 'embedded_default')
   assert e2e['compiles']['count'] > 0 and e2e['dev_bleu']
+  variants = _final(records, 'embedded_variants')['variants']
+  assert {n: v['exit_code'] for n, v in variants.items()} == {
+      'adam': 0, 'adafactor': 0, 'switch_moe': 0}
+  assert set(variants['switch_moe']['aux_first_last']) == {'aux_load_balancing'}
+  assert not variants['adam']['aux_first_last']  # the paper's model sows no loss
   decode = _final(records, 'embedded_decode')
   assert decode['differing_lines'] == 0 and decode['sentences'] == 16
   assert decode['bleu']['device'] == decode['bleu']['cpu']
@@ -127,7 +132,7 @@ def test_a_stage_runs_in_a_child_process_of_its_own(tmp_path):
     (['--stages', 'numerics,warp_drive'], "--stages: unknown stage(s) ['warp_drive']"),
     (['--stages', ','], "--stages=',' selects no stage"),
     (['--stages', ''], "--stages='' selects no stage"),
-    (['--part', '4'], "--part='4': expected a comma list of [1, 2, 3]"),
+    (['--part', '5'], "--part='5': expected a comma list of [1, 2, 3, 4]"),
     (['--part', 'x'], "--part='x': expected"),
     (['--budget', '-5', '--smoke'], '--budget=-5.0: expected a positive number of seconds'),
     (['--budget', '0'], '--budget=0.0: expected a positive number of seconds'),

@@ -98,17 +98,27 @@ QUICK = ['--config.beam_size=2', '--config.max_decode_extra=4']
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('name', ['gqa', 'rotary', 't5_bias', 'pre_rmsnorm'])
+@pytest.mark.parametrize('name', ['gqa', 'rotary', 't5_bias', 'pre_rmsnorm', 'switch_moe'])
 def test_each_example_variant_trains_decodes_and_exports_as_it_decodes(folder, corpus, name):
   """examples/variants.py through main.py: the artifact is the variant, not the paper."""
   workdir = _train_decode_export(folder, corpus, f'my_variants:{name}')
   manifest = json.loads((workdir / 'hlo' / 'manifest.json').read_text())
   expected = {'gqa': 'decoder/layer_0/self_attention/key/kernel',
               'rotary': 'decoder/layer_0/self_attention/query/kernel',
-              't5_bias': 'shared/decoder', 'pre_rmsnorm': 'decoder/final_norm/scale'}[name]
+              't5_bias': 'shared/decoder', 'pre_rmsnorm': 'decoder/final_norm/scale',
+              'switch_moe': 'decoder/layer_0/ffn/router/kernel'}[name]
   assert expected in manifest['params']
   if name == 'rotary':
     assert not any('positions' in key for key in manifest['params'])
+  if name == 'switch_moe':  # CTranslate2 has no expert layers: one line, nothing written
+    ct2 = workdir / 'ct2'
+    refused = _main(folder, '--mode=export', '--format=ctranslate2', f'--workdir={workdir}',
+                    f'--output={ct2}')
+    assert refused.returncode == 1 and 'Traceback' not in refused.stderr, refused.stderr[-3000:]
+    assert refused.stderr.splitlines()[-1] == (
+        "error: CTranslate2 runs the paper's layers; this model replaces its feed_forward: "
+        "export it with --format=stablehlo, which runs the model's own code")
+    assert not ct2.exists()
 
 
 @pytest.mark.slow

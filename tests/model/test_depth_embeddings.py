@@ -36,14 +36,24 @@ def _digest(tree) -> str:
 # (/tmp script run in a `git worktree` of 7fb3de1; the same numbers come from this tree).
 PAPER_SHAPES = 'ca73e4e02d9a711af0cbccf2f218515cddd81da32955e918ff8060529a6add49'
 PAPER_PARAMS = 'bb0dea65395e7e8d1712b3e7e0f79cab82f3099cc89db5a0b513dad544b24a0a'
-PAPER_LOSS = '0x1.a54ac80000000p+4'
-PAPER_GRADS = 'f6d3fac106549ef18375ba68ba87035865e22afe59c081439c7284bb23c23c5c'
 PAPER_SEQS = [[[26] * 7 + [1], [26] * 6 + [21, 1], [26] * 6 + [7, 1], [21] + [26] * 6 + [1]],
               [[26] * 7 + [1], [26] * 5 + [18, 18, 1], [26] * 6 + [18, 1], [26] * 6 + [30, 1]]]
-PAPER_SCORES = [['-0x1.2e0af80000000p+3', '-0x1.41c8540000000p+3', '-0x1.43e9d60000000p+3',
+# The float results are a property of the XLA build (and of the machine: docs/modes.md, "Reproducibility"),
+# recorded for each pinned jax from the same 7fb3de1 worktree: loss, gradients' digest, scores.
+PAPER_FLOATS = {
+    '0.10.2': ('0x1.a54ac80000000p+4',
+               'f6d3fac106549ef18375ba68ba87035865e22afe59c081439c7284bb23c23c5c',
+               [['-0x1.2e0af80000000p+3', '-0x1.41c8540000000p+3', '-0x1.43e9d60000000p+3',
                  '-0x1.44e9a20000000p+3'],
                 ['-0x1.27466e0000000p+3', '-0x1.3420b40000000p+3', '-0x1.342cc60000000p+3',
-                 '-0x1.3ecd160000000p+3']]
+                 '-0x1.3ecd160000000p+3']]),
+    '0.11.2': ('0x1.a54ac60000000p+4',
+               '836f58b4817b77728aa9cc82617c7f6741596ce1f92cbf504132fc5e9c871b72',
+               [['-0x1.2e0af80000000p+3', '-0x1.41c8540000000p+3', '-0x1.43e9d80000000p+3',
+                 '-0x1.44e9a00000000p+3'],
+                ['-0x1.27466c0000000p+3', '-0x1.3420b20000000p+3', '-0x1.342cc40000000p+3',
+                 '-0x1.3ecd160000000p+3']]),
+}
 
 
 def test_the_paper_model_is_bitwise_what_it_was():
@@ -63,10 +73,18 @@ def test_the_paper_model_is_bitwise_what_it_was():
   assert _digest(jax.tree_util.tree_map(lambda x: np.zeros(x.shape, np.int8), params)) == \
       PAPER_SHAPES
   assert _digest(params) == PAPER_PARAMS
-  assert float(loss).hex() == PAPER_LOSS
-  assert _digest(grads) == PAPER_GRADS
   assert np.asarray(seqs).tolist() == PAPER_SEQS
-  assert [[float(s).hex() for s in row] for row in np.asarray(scores)] == PAPER_SCORES
+  if jax.__version__ not in PAPER_FLOATS:  # another XLA: the same numbers to float32 rounding
+    paper_loss, _, paper_scores = PAPER_FLOATS['0.10.2']
+    np.testing.assert_allclose(float(loss), float.fromhex(paper_loss), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(scores),
+                               [[float.fromhex(x) for x in row] for row in paper_scores],
+                               rtol=1e-6)
+    pytest.skip(f'bitwise records exist for jax {sorted(PAPER_FLOATS)}, not {jax.__version__}')
+  paper_loss, paper_grads, paper_scores = PAPER_FLOATS[jax.__version__]
+  assert float(loss).hex() == paper_loss
+  assert _digest(grads) == paper_grads
+  assert [[float(s).hex() for s in row] for row in np.asarray(scores)] == paper_scores
 
 
 def test_layer_counts_follow_num_layers_unless_set():

@@ -94,7 +94,25 @@ def test_the_key_transform_runs_once_per_key_before_the_cache():
                    ('encoder_decoder', 'query', 1, 1)}
   calls.clear()
   incremental.cross_key_values(model, params, jnp.zeros((2, 6, 32)))
-  assert calls == [('encoder_decoder', 'key', 6, 6)] * CFG.num_layers
+  # (An empty query first: a module the transform makes keeps its auto-name, as below.)
+  assert calls == [('encoder_decoder', 'query', 0, 0),
+                   ('encoder_decoder', 'key', 6, 6)] * CFG.num_layers
+  assert incremental.check_incremental(model, params, INPUTS, TARGETS) < 2e-5
+
+
+def test_a_transform_with_auto_named_modules_gives_keys_their_own_in_decoding():
+  """QK-norm as a user writes it first, one unnamed RMSNorm per call: linen names them by
+  call order (RMSNorm_0 for queries, RMSNorm_1 for keys), and the keys-only call that decoding
+  makes for the encoder output must not hand the keys RMSNorm_0."""
+  def qk_norm(x, positions, *, kind, role):
+    del positions, kind, role
+    return layers.nn.RMSNorm()(x)
+  model = transformer.Transformer(CFG, qk_transform=qk_norm)
+  params = transformer.init_params(model, jax.random.PRNGKey(0))
+  cross = params['decoder']['layer_0']['cross_attention']
+  assert {'RMSNorm_0', 'RMSNorm_1'} <= set(cross)
+  # Different scales for queries and keys, so that swapping them shows in the logits.
+  cross['RMSNorm_0']['scale'] = cross['RMSNorm_0']['scale'] * 3.0
   assert incremental.check_incremental(model, params, INPUTS, TARGETS) < 2e-5
 
 

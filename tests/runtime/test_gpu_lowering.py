@@ -64,10 +64,17 @@ def _train_step(run, cfg=None):
 
 
 def _all_reduces(text):
-  """[(values reduced, replica groups, element type)] of every `stablehlo.all_reduce`."""
-  found = re.findall(r'"stablehlo\.all_reduce"\(([^)]*)\).*?replica_groups = dense<(.*?)> '
+  """[(values reduced, replica groups, element type)] of every `stablehlo.all_reduce`. The
+  groups as jax 0.10 writes them (`dense<[[0, ..., 7]]>`); jax 0.11 names the mesh axes
+  instead (`replica_group_mesh_axes<... axes = [data]>`), which over this 1-axis mesh of 8
+  devices is the same one group of all eight."""
+  found = re.findall(r'"stablehlo\.all_reduce"\(([^)]*)\).*?replica_groups = '
+                     r'(?:dense<(.*?)> |#stablehlo\.replica_group_mesh_axes<(.*?)>, )'
                      r'.*?\^bb0\(%\w+: tensor<(\w+)>', text, re.S)
-  return [(operands.count(',') + 1, groups, dtype) for operands, groups, dtype in found]
+  every = str([list(range(len(jax.devices())))])
+  return [(operands.count(',') + 1,
+           dense or (every if re.findall(r'name = "(\w+)"', axes) == ['data'] else axes), dtype)
+          for operands, dense, axes, dtype in found]
 
 
 def _dot_operands(text):

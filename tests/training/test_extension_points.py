@@ -4,6 +4,8 @@ and --mode=info naming the optimizer."""
 
 import os
 
+import pytest
+
 from conftest import ROOT, TINY, read_metrics, run_main
 
 MOE = f'--config.model={os.path.join(ROOT, "examples", "variants.py")}:switch_moe'
@@ -41,3 +43,20 @@ def test_info_names_the_optimizer():
       'optimizer: adamw b1=0.9 b2=0.98 eps=1e-09 weight_decay=0.1 (2+-D parameters); learning '
       "rate: the paper's (d_model=512, warmup_steps=4000, learning_rate_scale=1: peak "
       '0.000699 at step 4000); aux_loss_weight=1')
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('optimizer', ['adamw', 'adafactor'])
+def test_one_flag_trains_with_another_optimizer_and_the_checkpoint_records_it(corpus, tmp_path,
+                                                                              optimizer):
+  workdir = str(tmp_path / optimizer)
+  result = run_main(f'--workdir={workdir}', f'--config.local_corpus_dir={corpus}', *TINY,
+                    f'--config.optimizer={optimizer}', '--config.num_train_steps=20',
+                    '--config.eval_every_steps=0')
+  assert result.returncode == 0, result.stderr[-3000:]
+  losses = [r['loss'] for r in read_metrics(workdir) if 'loss' in r]
+  assert len(losses) == 2 and losses[1] < losses[0]
+  from t2t_jax.inference import checkpoint_choice  # pylint: disable=import-outside-toplevel
+  assert checkpoint_choice.latest_training_config(workdir)['optimizer'] == optimizer
+  # TINY peaks at 0.22: no advice (tests/training/test_optim.py has the quickstart's 2.4e-3).
+  assert 'at a peak learning rate' not in result.stderr

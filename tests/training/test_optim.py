@@ -155,6 +155,19 @@ def test_adamw_decays_matrices_only():
   np.testing.assert_array_equal(updates['bias'], 0.0)  # biases, LayerNorm scales: no decay
 
 
+def test_adafactor_at_adams_rate_is_warned_with_the_measured_remedy():
+  from configs import quickstart
+  config = quickstart.get_config()  # peak 2.4e-3
+  assert optim.advice(config) is None  # Adam
+  config.optimizer = 'adafactor'
+  line = optim.advice(config)
+  assert 'peak learning rate of 0.0024' in line and 'test BLEU 12.9' in line
+  assert '--config.learning_rate_scale=8.1 (peak 1.6e-2)' in line  # 1.2 * 1.6e-2 / 2.37e-3
+  assert optim.describe(config).endswith('\nwarning: ' + line)
+  config.learning_rate_scale = 8.0
+  assert optim.advice(config) is None and 'warning' not in optim.describe(config)
+
+
 def test_adafactor_factors_every_matrix():
   tx = optim.make_optimizer(_tiny_config(optimizer='adafactor'))
   state = tx.init({'w': jnp.ones((4, 6)), 'b': jnp.ones(6)})
