@@ -5,8 +5,8 @@ attention maps, export):
 
   python main.py --workdir=DIR --config.model=examples/variants.py:rotary
 
-README "Changing the model" shows each one; tests/examples/test_variants.py trains, checks,
-decodes and exports them.
+README "Change the model" shows each one with its line count; tests/cli/test_model_flag.py
+trains, decodes and exports them through main.py.
 """
 
 import functools

@@ -1,4 +1,4 @@
-"""The house rules the layout promises (README "Layout", docs/architecture.md): the package
+"""The house rules the layout promises (docs/architecture.md): the package
 layers hold (import-linter's contracts in pyproject.toml), and modules and functions stay
 small enough to read (no file over 400 lines, no function over 60)."""
 

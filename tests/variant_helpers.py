@@ -1,5 +1,5 @@
 """A model variant as a user writes one, in a Python file of their own: examples/variants.py
-(README "Changing the model"), whose `swiglu(cfg) -> Transformer` the tests of
+(README "Change the model"), whose `swiglu(cfg) -> Transformer` the tests of
 `--config.model` write into a temporary folder and import from there."""
 
 import pathlib

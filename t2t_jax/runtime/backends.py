@@ -42,7 +42,7 @@ class BackendError(RuntimeError):
 
 
 def _remedy(platform: str, version: str) -> str:
-  """How to get jax's build for `platform` (README, "Installing for a GPU or a TPU")."""
+  """How to get jax's build for `platform` (docs/install.md, "Installing for a GPU or a TPU")."""
   install = {
       'cuda': f'on a machine with an NVIDIA GPU, pip install "jax[cuda13]=={version}" (or '
               'jax[cuda12])',

@@ -1,6 +1,6 @@
 """The rule, for every mode: a read-only or full target stops it before any work in one line
 naming the path, with no traceback and nothing left behind (`layout.MODE_WRITES` lists what
-each mode writes; README "Damaged, read-only or full").
+each mode writes; docs/reliability.md, "Read-only or full targets").
 
 The file system is made read-only or full under the target by `write_faults` (the tests run
 as root, whom `chmod -R a-w` does not stop). Each mode runs against a copy of one tiny trained

@@ -71,7 +71,7 @@ def _short_treebank(folder, sizes, max_words=8, seed=5):
 def test_eval_f1_is_evalb_of_the_decoded_trees_against_the_gold_file(tmp_path):
   """--mode=eval's F1 is what EVALB gives the trees --mode=decode writes, scored line by line
   against the gold trees file as the treebank reads it (`trees.clean`: the unlabelled root
-  `( (S ...) )` dropped, as README "Parsing" says); with some trees right, shifting them by a
+  `( (S ...) )` dropped, as docs/parsing.md says); with some trees right, shifting them by a
   line scores lower."""
   bank = _short_treebank(tmp_path / 'treebank', {'train': 1400, 'dev': 8, 'test': 40})
   workdir = str(tmp_path / 'run')
