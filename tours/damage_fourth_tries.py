@@ -3,13 +3,13 @@ earlier tours' (damage_tour.py, damage_tries.py, damage_new_tries.py). Model var
 (--config.model) and their pinned factory file, grouped-query attention (num_kv_heads), the
 export and its self-check, `export_stablehlo_model`, `check_incremental`, NNX `generate`,
 the data fingerprints and relative corpus paths, --mode=plan and its cache, JAX_PLATFORMS,
-benchmarks/device_check.py, the vocabulary's record and empty splits.
+benchmarks/device/check.py, the vocabulary's record and empty splits.
 
-  python benchmarks/damage_fourth_tries.py [--scratch=DIR] [--out=FILE.jsonl] [--only=NAME,...]
+  python tours/damage_fourth_tries.py [--scratch=DIR] [--out=FILE.jsonl] [--only=NAME,...]
 
-It trains two small runs (damage_tour.SMALL, 20 steps: the paper's model, and
+It trains two small runs (common.SMALL, 20 steps: the paper's model, and
 examples/variants.py:gqa from a copy of that file) and every try uses copies of them.
-A command's outcome is classified as `damage_tries.checked` does; a library call runs in one
+A command's outcome is classified as `common.checked` does; a library call runs in one
 child process for them all and is classified by what it raises:
   one-line error  the exception the function documents (ValueError, TypeError, ExportError,
                   ...), its message naming the argument the try damaged;
@@ -19,7 +19,7 @@ child process for them all and is classified by what it raises:
 Each record carries `verdict`: OK (the outcome the try expects), MISLEADING, TRACEBACK, WRONG
 (accepted and silently not what the user asked; or refused though valid) or HANG.
 
-Imports only damage_tour and damage_tries' helpers, and nothing imports it: no import cycle.
+Imports only the tours' helpers (common.py), and nothing imports it: no import cycle.
 
 Known open finding (benchmarks/results/damage_fourth_tour.jsonl): Ctrl-C 12 s into
 `--mode=plan --topology=v5e:2x2` (batch search compiling) does not stop the plan within 120 s:
@@ -43,9 +43,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-from benchmarks import harness  # noqa: E402
-from benchmarks.damage_tour import SMALL, Tour, classify, main_py  # noqa: E402
-from benchmarks.damage_tries import checked, corpus, finish, start, wait_for  # noqa: E402
+from benchmarks.shared import harness  # noqa: E402
+from tours.common import (SMALL, Tour, checked, classify, corpus, finish,  # noqa: E402
+                          main_py, start, wait_for)
 
 VERDICTS = ('OK', 'MISLEADING', 'TRACEBACK', 'WRONG', 'HANG')
 STEPS = ['--config.num_train_steps=20']
@@ -399,7 +399,7 @@ def plan_tries(t, source):
 
 def device_check_tries(t, source):
   scratch = t.scratch
-  script = os.path.join(ROOT, 'benchmarks', 'device_check.py')
+  script = os.path.join(ROOT, 'benchmarks', 'device', 'check.py')
 
   def dc(name, args, expected, says=None, env=None):
     if not t.wanted(name):

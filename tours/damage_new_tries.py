@@ -10,9 +10,9 @@ import shutil
 import signal
 import time
 
-from benchmarks import harness
-from benchmarks.damage_tour import SMALL, classify, damage_file, fill, main_py, mounted
-from benchmarks.damage_tries import checked, corpus, finish, start, train_args, wait_for
+from benchmarks.shared import harness
+from tours.common import (SMALL, checked, classify, corpus, damage_file, fill, finish, main_py,
+                          mounted, start, train_args, wait_for)
 
 
 def interrupted(result, hung, left=()):

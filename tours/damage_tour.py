@@ -2,7 +2,7 @@
 trained workdir, damaged corpora, read-only and full targets of every mode, signals and
 concurrent runs, each classified by what the user sees (issue 37's tries: damage_tries.py).
 
-  python benchmarks/damage_tour.py [--scratch=DIR] [--out=FILE.jsonl]
+  python tours/damage_tour.py [--scratch=DIR] [--out=FILE.jsonl]
 
 It first trains a small model on the bundled corpus for 20 steps (`SMALL`, about a minute),
 the run every try copies. Every try runs
@@ -17,126 +17,27 @@ the run every try copies. Every try runs
 Read-only workdirs and full disks are real: a read-only bind mount and a 4 MiB tmpfs, so the
 tour must run as root on Linux (tries that cannot mount are reported as skipped). Writes one
 JSON line per try to --out and prints the counts per class.
+
+What the tries share (SMALL, classify, Tour, mounted, ...) is in common.py; this runner imports
+the tries (damage_tries.py, damage_new_tries.py), never the other way round.
 """
 
 import argparse
-import collections
-import contextlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-from benchmarks import harness  # noqa: E402
-# A small model on the bundled corpus: quick to compile, so the tour takes minutes.
-SMALL = ['--config.vocab_size=400', '--config.vocab_sample_sentences=1200', '--config.d_model=32',
-         '--config.d_ff=64', '--config.num_heads=4', '--config.num_layers=1',
-         '--config.max_len=64', '--config.max_length=32', '--config.bucket_lengths=(16,32)',
-         '--config.tokens_per_batch=2048', '--config.checkpoint_every_steps=10',
-         '--config.eval_every_steps=0', '--config.final_eval_split=']
+from tours import damage_new_tries, damage_tries  # noqa: E402
+from tours.common import (SMALL, Tour, corpus, damage_file, fill, latest_step,  # noqa: E402
+                          main_py, mounted)
+
 SENTENCES = ['En el principio creó Dios los cielos y la tierra.', 'Y dijo Dios: Sea la luz.']
-
-
-def main_py(*args, stdin=None, env=None, timeout=900):
-  command = [sys.executable, os.path.join(ROOT, 'main.py'), *args]
-  return harness.time_call(subprocess.run, command, capture_output=True, text=True,
-                           input=stdin, cwd=ROOT, timeout=timeout,
-                           env=dict(os.environ, **(env or {})))
-
-
-def classify(result, damaged=None, expect_output=None):
-  errors = [line for line in result.stderr.splitlines() if line.startswith('error:')]
-  if 'Traceback (most recent call last)' in result.stderr:
-    return 'traceback'
-  if result.returncode != 0:
-    return 'one-line error' if len(errors) == 1 and result.stderr.rstrip().endswith(
-        errors[0]) else 'other failure'
-  if expect_output is not None and not expect_output(result):
-    return 'wrong'
-  if damaged and any(damaged in line for line in result.stderr.splitlines()
-                     if 'WARNING' in line or line.startswith('W')):
-    return 'warned'
-  return 'ok'
-
-
-@contextlib.contextmanager
-def mounted(kind, source=None, size_mb=4):
-  """A read-only bind mount of `source`, or a tmpfs of `size_mb`; None when mounting is
-  refused."""
-  point = tempfile.mkdtemp(prefix=f'tour-{kind}-')
-  steps = ([['mount', '--bind', source, point], ['mount', '-o', 'remount,bind,ro', point]]
-           if kind == 'ro' else
-           [['mount', '-t', 'tmpfs', '-o', f'size={size_mb}m', 'tmpfs', point]])
-  try:
-    for step in steps:
-      if subprocess.run(step, capture_output=True).returncode != 0:
-        yield None
-        return
-    yield point
-  finally:
-    subprocess.run(['umount', point], capture_output=True)
-    os.rmdir(point)
-
-
-class Tour:
-
-  def __init__(self, trained, scratch, out):
-    self.trained, self.scratch, self.out = trained, scratch, out
-    self.counts = collections.Counter()
-    self.by_expected = collections.Counter()
-    self.n = 0
-    self.tour = time.strftime('%Y-%m-%dT%H:%M:%S')
-
-  def copy(self):
-    self.n += 1
-    path = os.path.join(self.scratch, f'w{self.n}')
-    shutil.copytree(self.trained, path)
-    os.remove(os.path.join(path, '.t2t_jax.lock')) if os.path.exists(
-        os.path.join(path, '.t2t_jax.lock')) else None
-    return path
-
-  def record(self, name, outcome, result=None, seconds=None, expected=None):
-    self.counts[outcome] += 1
-    self.by_expected[(expected, outcome)] += 1
-    line = {'try': name, 'outcome': outcome, 'expected': expected, 'seconds': seconds,
-            'stderr_tail': (result.stderr.strip().splitlines() or [''])[-1][:300]
-            if result else '', 'rc': result.returncode if result else None, 'tour': self.tour}
-    if result is not None and outcome != expected:
-      line['stderr_last_lines'] = result.stderr.strip().splitlines()[-8:]
-    print(json.dumps(line), flush=True)
-    with open(self.out, 'a', encoding='utf-8') as f:
-      f.write(json.dumps(line) + '\n')
-
-  def run(self, name, args, expected, damaged=None, expect_output=None, stdin=None,
-          check=None):
-    """`check(result)` classifies instead of `classify` when given."""
-    result, seconds = main_py(*args, stdin=stdin)
-    outcome = check(result) if check else classify(result, damaged, expect_output)
-    self.record(name, outcome, result, round(seconds, 1), expected)
-    return result
-
-
-def damage_file(path, how):
-  if how == 'missing':
-    (shutil.rmtree if os.path.isdir(path) else os.remove)(path)
-    return
-  files = [path] if os.path.isfile(path) else [
-      os.path.join(d, n) for d, _, names in os.walk(path) for n in names]
-  for name in files:
-    with open(name, 'r+b') as f:
-      data = f.read()
-      if how == 'truncated':
-        f.truncate(len(data) // 2)
-      else:
-        f.seek(len(data) // 2)
-        f.write(b'\xff{junk\x00' * 4)
 
 
 def tour(t):
@@ -229,36 +130,16 @@ def tour(t):
           '--mode=train', f'--workdir={w}', *SMALL, f'--config.num_train_steps={steps}'], 'ok',
           expect_output=lambda r: before <= after and f'resumed from step {max(map(int, after))}'
           in r.stderr)
-  from benchmarks import damage_new_tries, damage_tries  # pylint: disable=import-outside-toplevel
   damage_tries.issue37(t, source)
   damage_new_tries.new_tries(t, source)
 
 
-def fill(folder, keep=0):
-  """Fills the file system of `folder`, leaving about `keep` bytes."""
-  free = shutil.disk_usage(folder).free - keep
-  with open(os.path.join(folder, 'filler'), 'wb') as f:
-    try:
-      while free > 0:
-        block = min(free, 1 << 20)
-        f.write(b'\0' * block)
-        f.flush()
-        free -= block
-    except OSError:
-      pass  # full
-
-
 def _signals_only(t):
-  from benchmarks import damage_new_tries, damage_tries  # pylint: disable=import-outside-toplevel
   source = os.path.join(t.scratch, 'input.txt')
   with open(source, 'w', encoding='utf-8') as f:
     f.write('\n'.join(SENTENCES) + '\n')
-  damage_tries.corpus(os.path.join(t.scratch, 'corpus'))
+  corpus(os.path.join(t.scratch, 'corpus'))
   damage_new_tries.signal_tries(t, source)
-
-
-def latest_step(workdir):
-  return max(int(n) for n in os.listdir(os.path.join(workdir, 'checkpoints')) if n.isdigit())
 
 
 def main():

@@ -3,7 +3,7 @@ and new tries of the same kinds (other modes against read-only and full targets,
 corpus files, damaged vocabulary records and checkpoint items, signals during decode, export,
 attention and eval, concurrent runs). Each try states the outcome the project's rules call for
 (a user's mistake or damage: one line, or one warning and a rebuild; nothing already written
-is lost) and is classified as `damage_tour.classify` does, plus:
+is lost) and is classified as `common.classify` does, plus:
   interrupted  a signal ended the run: non-zero exit, no traceback, nothing partial left;
   misleading   a one-line error that blames the wrong thing (the issue's items 10, 11, 13);
   hang         no exit within the try's time limit.
@@ -17,79 +17,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
-import time
 
-from benchmarks import harness
-from benchmarks.damage_tour import (ROOT, SMALL, classify, fill, latest_step, main_py,
-                                    mounted)
-
-MAIN = os.path.join(ROOT, 'main.py')
-
-
-def start(*args):
-  """main.py in a session of its own (a signal reaches it and what it started, as Ctrl-C
-  would), its output in files."""
-  err = tempfile.TemporaryFile('w+')  # pylint: disable=consider-using-with
-  process = subprocess.Popen([sys.executable, MAIN, *args], stdout=subprocess.PIPE, stderr=err,
-                             text=True, cwd=ROOT, start_new_session=True)
-  process.err_file = err
-  return process
-
-
-def finish(process, timeout=600):
-  """(CompletedProcess, timed out) of `start`'s process."""
-  try:
-    stdout, _ = process.communicate(timeout=timeout)
-    hung = False
-  except subprocess.TimeoutExpired:
-    os.killpg(process.pid, signal.SIGKILL)
-    stdout, _ = process.communicate()
-    hung = True
-  process.err_file.seek(0)
-  stderr = process.err_file.read()
-  process.err_file.close()  # a TemporaryFile: gone once closed
-  return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), hung
-
-
-def wait_for(predicate, timeout=300, poll=0.05):
-  clock = harness.timed().start()
-  while not predicate():
-    if clock.seconds > timeout:
-      return False
-    time.sleep(poll)
-  return True
-
-
-def error_line(result):
-  return next((l for l in result.stderr.splitlines() if l.startswith('error:')), '')
-
-
-def checked(result, says=None, not_says=None, left=None):
-  """classify(), with a one-line error that must (not) say something ('misleading'
-  otherwise) and paths that must not be left behind ('wrong' otherwise)."""
-  outcome = classify(result)
-  line = error_line(result)
-  if outcome == 'one-line error' and ((says and not any(s in line for s in says)) or
-                                      (not_says and not_says in line)):
-    return 'misleading'
-  if left and any(os.path.exists(p) for p in left):
-    return 'wrong'
-  return outcome
-
-
-def corpus(folder, n_train=3000, n_dev=200):
-  """A small local corpus of the bundled one's first lines: plain train/dev/test files."""
-  os.makedirs(folder)
-  bundled = os.path.join(ROOT, 't2t_jax', 'data', 'bible_en_es')
-  for split, n in (('train', n_train), ('dev', n_dev), ('test', n_dev)):
-    for lang in ('en', 'es'):
-      with gzip.open(os.path.join(bundled, f'{split}.{lang}.gz'), 'rt', encoding='utf-8') as f:
-        lines = [next(f) for _ in range(n)]
-      with open(os.path.join(folder, f'{split}.{lang}'), 'w', encoding='utf-8') as f:
-        f.writelines(lines)
-  return folder
+from benchmarks.shared import harness
+from tours.common import (ROOT, SMALL, checked, classify, corpus, fill, finish, latest_step,
+                          main_py, mounted, start, train_args, wait_for)
 
 
 def edit_lines(path, every=3):
@@ -99,11 +31,6 @@ def edit_lines(path, every=3):
   lines = [l.upper() if i % every == 0 else l for i, l in enumerate(lines)]
   with open(path, 'w', encoding='utf-8') as f:
     f.write('\n'.join(lines))
-
-
-def train_args(workdir, corpus_dir, steps=20, *extra):
-  return ['--mode=train', f'--workdir={workdir}', *SMALL, f'--config.local_corpus_dir={corpus_dir}',
-          f'--config.num_train_steps={steps}', *extra]
 
 
 def increasing(metrics):

@@ -1,9 +1,9 @@
 """The accelerator proof: the stages of issue 36 and 42 on whatever device is present, as two
 commands of about 4.5 minutes each, the most valuable first.
 
-  python3 benchmarks/device_check.py --part 1 --out $OUT/device_check.jsonl   # the headline
-  python3 benchmarks/device_check.py --part 2 --out $OUT/device_check.jsonl   # the rest
-  python3 benchmarks/device_check.py --smoke --out /tmp/smoke.jsonl           # CPU, tiny sizes
+  python3 benchmarks/device/check.py --part 1 --out $OUT/device_check.jsonl   # the headline
+  python3 benchmarks/device/check.py --part 2 --out $OUT/device_check.jsonl   # the rest
+  python3 benchmarks/device/check.py --smoke --out /tmp/smoke.jsonl           # CPU, tiny sizes
 
 A lent GPU comes rarely, for minutes, with nothing reachable: the check must work the first
 time, say from its output alone what broke, and keep every number the moment it exists:
@@ -40,11 +40,12 @@ import signal
 import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-from benchmarks import device_children, harness  # noqa: E402  (no jax in the parent)
+from benchmarks.device import children  # noqa: E402  (no jax in the parent)
+from benchmarks.shared import harness  # noqa: E402  (no jax in the parent)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,46 +72,46 @@ NO_AUTOTUNE = '--xla_gpu_autotune_level=0'
 # Boxes in seconds, from the first GPU run (one H200, jax 0.11.2, empty compilation cache,
 # 2026-11-27; docs/performance.md): what each stage measured there is the comment beside it.
 # XLA's GPU compiles autotune and take 10-46 s a program there, which sets most boxes.
-# (tests/benchmarks/test_device_check.py checks that a part's boxes add up to at most
+# (tests/benchmarks/device/test_device_check.py checks that a part's boxes add up to at most
 # PART_BUDGET_S.)
 STAGES = (
     # measured 14.9 s: jax start, nvidia-smi, the carried imports, an 8192^3 bf16 GEMM.
-    Stage('environment', 'benchmarks.device_numerics:environment', 20, 30, part=1),
+    Stage('environment', 'benchmarks.device.numerics:environment', 20, 30, part=1),
     # base widths, 1 layer, 8k ids, 8x32 tokens; the device compiles without autotuning
     # (correctness does not need the fastest kernels): CPU compile + 3 device compiles. The
     # first run, 2 layers with autotuning, recorded nothing in 55 s.
-    Stage('numerics', 'benchmarks.device_numerics:numerics', 45, 60, part=1,
+    Stage('numerics', 'benchmarks.device.numerics:numerics', 45, 60, part=1,
           xla_flags=NO_AUTOTUNE),
     # measured 82.5 s: ours' compile 46 s, 22 steps, the peer eager; torch.compile (~40 s)
     # runs only if the box has that left.
-    Stage('train_base', 'benchmarks.device_train:train_base', 95, 60, part=1,
+    Stage('train_base', 'benchmarks.device.train:train_base', 95, 60, part=1,
           shares_device=True),
     # measured 76.6 s: compile 41 s, 12 steps, the peer eager; torch.compile as above.
-    Stage('train_big', 'benchmarks.device_train:train_big', 110, 60, part=1,
+    Stage('train_big', 'benchmarks.device.train:train_big', 110, 60, part=1,
           shares_device=True),
     # measured: the 3900-step dev BLEU at 130 s, 16 compiles (61 s, 9 over 0.5 s), ~10 ms a
     # step; the end (5200 steps, averaging, the test decode at 64 rows) ~165 s.
-    Stage('embedded_default', 'benchmarks.device_e2e:embedded_default', 180, 120, part=2,
+    Stage('embedded_default', 'benchmarks.device.e2e:embedded_default', 180, 120, part=2,
           starts_jax=False),
     # measured: the device's decode of 1010 sentences 33 s (20 s compiling); the first 300
     # sentences on the device and the CPU backend.
-    Stage('embedded_decode', 'benchmarks.device_e2e:embedded_decode', 50, 60, part=2,
+    Stage('embedded_decode', 'benchmarks.device.e2e:embedded_decode', 50, 60, part=2,
           starts_jax=False),
     # measured: the seven forms ~10 s; the model twice in bf16 at base (without autotuning).
-    Stage('attention_forms', 'benchmarks.device_numerics:attention_forms', 40, 30, part=2,
+    Stage('attention_forms', 'benchmarks.device.numerics:attention_forms', 40, 30, part=2,
           xla_flags=NO_AUTOTUNE),
     # issue 44: Adam, Adafactor and the switch MoE on the embedded default side by side (the
     # embedded default alone took ~165 s); dev BLEU as it is written. Before part 3: a
     # variant's peer is the paper's run in the same call.
-    Stage('embedded_variants', 'benchmarks.device_e2e:embedded_variants', 265, 150, part=4,
+    Stage('embedded_variants', 'benchmarks.device.e2e:embedded_variants', 265, 150, part=4,
           starts_jax=False),
     # measured: no program finished in 45 s (base's train step alone compiles in 46 s).
-    Stage('compile', 'benchmarks.device_train:compile_times', 90, 40, part=3),
+    Stage('compile', 'benchmarks.device.train:compile_times', 90, 40, part=3),
     # beam 4, 128 sentences: a base decode program compiled in 11-12 s in main.py; the peer.
-    Stage('decode_speed', 'benchmarks.device_train:decode_speed', 60, 30, part=3,
+    Stage('decode_speed', 'benchmarks.device.train:decode_speed', 60, 30, part=3,
           shares_device=True),
     # ~10 bucket shapes compiled in threads, 22 steps fed and staged.
-    Stage('train_bucketed', 'benchmarks.device_train:train_bucketed', 120, 60, part=3),
+    Stage('train_bucketed', 'benchmarks.device.train:train_bucketed', 120, 60, part=3),
 )
 PART_BUDGET_S = 270  # one command: under 4.5 minutes on one H100
 SMOKE_BUDGET_S = 420  # parts 1-4 at smoke size on a loaded 2-core CPU
@@ -235,8 +236,8 @@ def run_all(args: argparse.Namespace, wanted: List[Stage]) -> None:
                                                  deadline=deadline))
           problem = None if run_child(child_args) == 0 else 'failed'
         else:
-          problem = device_children.run_stage(_child_command(stage, args, deadline),
-                                              _child_env(stage), deadline, log)
+          problem = children.run_stage(_child_command(stage, args, deadline),
+                                       _child_env(stage), deadline, log)
       except Stopped as stop:
         emit({'status': 'stopped', 'seconds': harness.now() - start,
               'error': f'{stop} during the stage: its processes were stopped'})
@@ -246,7 +247,7 @@ def run_all(args: argparse.Namespace, wanted: List[Stage]) -> None:
         emit({'status': 'timeout' if problem.startswith('timeout') else 'error',
               'seconds': harness.now() - start, 'error': problem,
               'log_tail': '' if args.in_process else
-              device_children.log_tail(log_path, stage.name)})
+              children.log_tail(log_path, stage.name)})
 
 
 def _child_command(stage: Stage, args: argparse.Namespace, deadline: float) -> List[str]:
@@ -366,7 +367,7 @@ def _parse(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, List[Stage]]:
   args.run = args.run or harness.timestamp(compact=True)
   args.out = os.path.abspath(args.out)
   if not args.stage:
-    problem = device_children.unwritable_output(args.out)
+    problem = children.unwritable_output(args.out)
     if problem:
       parser.error(f'--out={args.out}: {problem}')
   return args, wanted
@@ -376,12 +377,12 @@ def main(argv: Optional[List[str]] = None) -> int:
   args, wanted = _parse(argv)
   os.makedirs(os.path.dirname(args.out), exist_ok=True)
   if args.stage:
-    device_children.die_with_parent()
+    children.die_with_parent()
     return run_child(args)
   handlers = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGINT, signal.SIGTERM)}
   code = 0
   try:
-    with device_children.scratch_folder(args.scratch) as scratch:
+    with children.scratch_folder(args.scratch) as scratch:
       args.scratch = scratch
       run_all(args, wanted)
   except (Stopped, KeyboardInterrupt) as stop:

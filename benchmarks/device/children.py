@@ -38,7 +38,7 @@ def run_stage(command: List[str], env: Dict[str, str], deadline: float,
   """Runs a stage child until it exits or `deadline` (+15 s to write what it has) passes.
   Returns a problem ('timeout after ...', 'exit code ...') or None. However this call ends
   (a timeout, a signal's exception), the child's process group is killed."""
-  from benchmarks import harness  # pylint: disable=import-outside-toplevel
+  from benchmarks.shared import harness  # pylint: disable=import-outside-toplevel
   stage = command[command.index('--stage') + 1]
   log.write(f'\n===== {stage} ({harness.timestamp()}) =====\n')
   log.flush()

@@ -1,4 +1,4 @@
-"""Device check stages (benchmarks/device_check.py): the embedded default end to end.
+"""Device check stages (benchmarks/device/check.py): the embedded default end to end.
 
 embedded_default: `python main.py --workdir=DIR` exactly as a user types it (on the device the
 check runs on), timed from the command's start to its exit, compilations included; dev BLEU
@@ -21,8 +21,9 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from benchmarks import device_children, harness
-from benchmarks.device_check import ROOT, Context, goal
+from benchmarks.device import children
+from benchmarks.device.check import ROOT, Context, goal
+from benchmarks.shared import harness
 
 BUNDLED = os.path.join(ROOT, 't2t_jax', 'data', 'bible_en_es')
 REFERENCE_TEST_BLEU = 30.28  # README: the embedded default on the 2-core CPU
@@ -70,9 +71,9 @@ def _main_py(args: List[str], timeout: float, log: str, env: Optional[Dict[str, 
 def _start_main_py(args: List[str], out: Any, env: Optional[Dict[str, str]] = None
                    ) -> subprocess.Popen:
   """`python main.py ARGS` started (dies with this process), its output into the file `out`."""
-  command = device_children.launcher([sys.executable, os.path.join(ROOT, 'main.py'), *args])
+  command = children.launcher([sys.executable, os.path.join(ROOT, 'main.py'), *args])
   return subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                          env=device_children.launcher_env(
+                          env=children.launcher_env(
                               dict(os.environ, JAX_LOG_COMPILES='1', **(env or {}))))
 
 

@@ -1,4 +1,4 @@
-"""Device check stages (benchmarks/device_check.py): the environment and the numerics.
+"""Device check stages (benchmarks/device/check.py): the environment and the numerics.
 
 numerics: the paper's base model (the smoke size with --smoke) in float32 on the default
 device against the same jitted computation on the host's CPU backend in the same process:
@@ -15,8 +15,8 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from benchmarks import common, harness
-from benchmarks.device_check import Context, goal
+from benchmarks.device.check import Context, goal
+from benchmarks.shared import common, harness
 
 SMOKE_SIZE = dict(vocab_size=256, d_model=32, d_ff=64, num_heads=2, num_layers=1,
                   dropout_rate=0.1)

@@ -3,19 +3,19 @@
 # docs/performance.md ("On a lent GPU") as the device would run them. Run it before every
 # change to the check, and put its table and timings in docs/performance.md.
 #
-#   bash benchmarks/device_rehearsal.sh            # both parts at full size (CPU estimates)
-#   bash benchmarks/device_rehearsal.sh --smoke    # both parts at the smoke size
-#   PARTS=1 bash benchmarks/device_rehearsal.sh    # one part
+#   bash benchmarks/device/rehearsal.sh            # both parts at full size (CPU estimates)
+#   bash benchmarks/device/rehearsal.sh --smoke    # both parts at the smoke size
+#   PARTS=1 bash benchmarks/device/rehearsal.sh    # one part
 #
 # The imitation: Python 3.12 in a virtual environment of its own ($VENV, made once) with the
 # image's jax 0.11.2, numpy 2.5.2 and sentencepiece 0.2.2 (KINDS.md's pip list), the rest of
 # the image's packages at this repo's pins, protobuf as the registry serves it; torch only
 # with TORCH=1 (the registry has the cu130 build only, ~3 GB). Then the carried wheels
-# (.whl/, benchmarks/device_wheels.sh) installed with the docs' exact command into a fresh
+# (.whl/, benchmarks/device/wheels.sh) installed with the docs' exact command into a fresh
 # --target, and each part run with no network (unshare -n), a fresh HOME, the docs'
 # PYTHONPATH and the device tool's 600 s limit (`timeout -s KILL`, as the tool kills).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$PWD
 VENV=${VENV:-/tmp/t2t_rehearsal_venv}
 PY312=${PY312:-$(command -v python3.12 || echo /root/.pyenv/versions/3.12.1/bin/python3.12)}
@@ -23,7 +23,7 @@ PARTS=${PARTS:-1 2}
 OUT=${OUT:-/tmp/t2t_rehearsal_out}
 SMOKE=${1:-}
 
-# What the carried wheels need from the image (device_wheels.sh prints the list), by name:
+# What the carried wheels need from the image (wheels.sh prints the list), by name:
 # the image's own versions are unknown here.
 IMAGE_HAS="attrs click cloudpickle etils[epath,epy] joblib packaging psutil pyarrow pyyaml regex
            requests six tqdm typing-extensions wrapt"
@@ -36,7 +36,8 @@ if [[ ! -x "$VENV/bin/python" ]]; then
       $IMAGE_HAS
   if [[ "${TORCH:-0}" == 1 ]]; then "$VENV/bin/python" -m pip install -q torch==2.11.0; fi
 fi
-[[ -d .whl ]] || { echo "device_rehearsal.sh: no .whl/: run benchmarks/device_wheels.sh" >&2; exit 1; }
+[[ -d .whl ]] || {
+  echo "rehearsal.sh: no .whl/: run benchmarks/device/wheels.sh" >&2; exit 1; }
 
 SITE=$(mktemp -d /tmp/t2t_rehearsal_site.XXXX)
 HOME_DIR=$(mktemp -d /tmp/t2t_rehearsal_home.XXXX)
@@ -53,7 +54,7 @@ for part in $PARTS; do
   # No network, a fresh HOME (no compilation cache, no ~/.config), the tool's kill at 600 s.
   unshare -n env -i PATH="$VENV/bin:/usr/bin:/bin" HOME="$HOME_DIR" PYTHONUNBUFFERED=1 \
       PYTHONPATH="$SITE:$ROOT" timeout -s KILL 600 \
-      python3 benchmarks/device_check.py --part "$part" $SMOKE \
+      python3 benchmarks/device/check.py --part "$part" $SMOKE \
       --out "$OUT/part$part/device_check.jsonl" > "$OUT/part$part.out" 2>&1 || code=$?
   echo "part $part: exit $code after $((SECONDS - start)) s (the device tool allows 600)"
   cat "$OUT/part$part/device_check.txt" 2>/dev/null || tail -20 "$OUT/part$part.out"

@@ -1,4 +1,4 @@
-"""Device check stages (benchmarks/device_check.py): training speed, feeding, compiling, decoding.
+"""Device check stages (benchmarks/device/check.py): training speed, feeding, compiling, decoding.
 
 train_base / train_big: `configs/wmt_base.py` / `wmt_big.py` in bfloat16 at their 25,000
 target tokens a step, fed by the project's pipeline (`pipeline.make_train_iterator`, token
@@ -13,7 +13,7 @@ compiled first (in threads, at once), then:
 The device waits for data `1 - staged / fed` of the time (the goal: under 2%). Step time,
 real and padded target tokens/s, MFU (analytic matmul FLOPs of the padded batch against the
 chip's bf16 dense peak, `common.KNOWN_PEAKS`), peak device memory. The PyTorch peer
-(`benchmarks/torch_peer.py`, eager and torch.compile, bf16 autocast) trains on a random batch
+(`benchmarks/shared/torch_peer.py`, eager and torch.compile, bf16 autocast) trains on a random batch
 of the packed shape, and ours on the same shape staged: tokens/s ratio ours / best peer.
 """
 
@@ -23,9 +23,9 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from benchmarks import common, harness
-from benchmarks.device_check import Context, goal
-from benchmarks.device_numerics import SMOKE_SIZE
+from benchmarks.device.check import Context, goal
+from benchmarks.device.numerics import SMOKE_SIZE
+from benchmarks.shared import common, harness
 
 SMOKE_TOKENS = 512
 
@@ -194,10 +194,10 @@ def _train(ctx: Context, name: str) -> Dict[str, Any]:
   """Ours packed, then the peer eager on its shape, then the peer torch.compile'd (while the
   box allows): each recorded the moment it is measured, so a kill keeps the ones before."""
   import jax  # pylint: disable=import-outside-toplevel
-  from benchmarks import device_numerics  # pylint: disable=import-outside-toplevel
+  from benchmarks.device import numerics  # pylint: disable=import-outside-toplevel
   config = wmt_config(ctx, name)
   peaks = {'datasheet': common.known_peak(jax.devices()[0].device_kind),
-           'measured_gemm': device_numerics.measured_peak(ctx)}
+           'measured_gemm': numerics.measured_peak(ctx)}
   peaks = {k: v * len(jax.devices()) for k, v in peaks.items() if v}
   corpus = SyntheticCorpus(3_000 if ctx.smoke else 60_000, config.vocab_size, config.max_length)
   trainer = _Trainer(config)
@@ -257,10 +257,10 @@ def train_bucketed(ctx: Context) -> Dict[str, Any]:
   """wmt_base's bucketed layout (every bucket shape compiled, fed and staged steps): part 3,
   run when the two commands left time."""
   import jax  # pylint: disable=import-outside-toplevel
-  from benchmarks import device_numerics  # pylint: disable=import-outside-toplevel
+  from benchmarks.device import numerics  # pylint: disable=import-outside-toplevel
   config = wmt_config(ctx, 'base')
   peaks = {'datasheet': common.known_peak(jax.devices()[0].device_kind),
-           'measured_gemm': device_numerics.measured_peak(ctx)}
+           'measured_gemm': numerics.measured_peak(ctx)}
   peaks = {k: v * len(jax.devices()) for k, v in peaks.items() if v}
   corpus = SyntheticCorpus(3_000 if ctx.smoke else 60_000, config.vocab_size, config.max_length)
   record = _layout(_Trainer(config), corpus, False, 3 if ctx.smoke else 20, peaks, ctx)
@@ -299,7 +299,7 @@ class _Peer:
     self.device = 'cuda' if torch.cuda.is_available() else 'cpu'
 
   def _runner(self, torch_compile: bool):
-    from benchmarks import train_step  # pylint: disable=import-outside-toplevel
+    from benchmarks.peers import train_step  # pylint: disable=import-outside-toplevel
     return train_step._PeerRunner(self.size_name, self.host, 'bfloat16', self.device, 1,  # pylint: disable=protected-access
                                   torch_compile, '0')
 
@@ -355,7 +355,7 @@ def decode_speed(ctx: Context) -> Dict[str, Any]:
   """Beam 4 at base size on 128 sentences of 32 tokens (random weights run every hypothesis to
   the length limit, 82 steps: the worst case), ours against the peer on the same device."""
   import argparse  # pylint: disable=import-outside-toplevel
-  from benchmarks import decode  # pylint: disable=import-outside-toplevel
+  from benchmarks.peers import decode  # pylint: disable=import-outside-toplevel
   size_name = 'base'
   if ctx.smoke:
     size_name = 'device_check_smoke'

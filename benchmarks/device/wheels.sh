@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Builds the folder of wheels that a lent GPU machine lacks, so that benchmarks/device_check.py
+# Builds the folder of wheels that a lent GPU machine lacks, so that benchmarks/device/check.py
 # (docs/performance.md, "On a lent GPU: the device check") runs there with no network.
 #
-#   bash benchmarks/device_wheels.sh            # -> .whl/ in the repo root (git-ignored)
-#   bash benchmarks/device_wheels.sh /tmp/whl   # -> another folder
-#   PYTHON=/work/venv/bin/python bash benchmarks/device_wheels.sh
+#   bash benchmarks/device/wheels.sh            # -> .whl/ in the repo root (git-ignored)
+#   bash benchmarks/device/wheels.sh /tmp/whl   # -> another folder
+#   PYTHON=/work/venv/bin/python bash benchmarks/device/wheels.sh
 #
 # That machine's image (Python 3.12, x86-64, jax 0.11 for CUDA 13, flax, optax, orbax, numpy,
 # protobuf, etils, absl-py, sentencepiece, sacrebleu, pyarrow, ...) lacks the input pipeline
@@ -28,7 +28,7 @@
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 #       --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$PWD
 DEST=${1:-.whl}
 PYTHON=${PYTHON:-python3}
@@ -62,7 +62,7 @@ pin() {  # pin NAME -> NAME==VERSION from requirements*.txt (names compared as P
     name=$(echo "${line%%==*}" | tr 'A-Z_.' 'a-z--' | tr -d ' ')
     if [[ "$line" == *==* && "$name" == "$want" ]]; then echo "$line" | tr -d ' '; return; fi
   done < <(cat requirements.txt requirements-serving.txt)
-  echo "device_wheels.sh: no pin for $1 in requirements.txt / requirements-serving.txt" >&2
+  echo "wheels.sh: no pin for $1 in requirements.txt / requirements-serving.txt" >&2
   return 1
 }
 
@@ -102,16 +102,16 @@ for whl in sorted(dest.glob('*.whl')):
     msg = email.parser.Parser().parsestr(z.read(meta).decode())
   name = norm(msg['Name'])
   if name not in want or msg['Version'] != want[name]:
-    sys.exit(f'device_wheels.sh: {whl.name} is not asked for here: remove it')
+    sys.exit(f'wheels.sh: {whl.name} is not asked for here: remove it')
   if name in have:
-    sys.exit(f'device_wheels.sh: two wheels of {name} in {dest}')
+    sys.exit(f'wheels.sh: two wheels of {name} in {dest}')
   have[name] = whl.name
   for r in msg.get_all('Requires-Dist') or []:
     if 'extra ==' not in r and 'python_version < "3.' not in r:
       requires.setdefault(norm(re.split(r'[\s\[<>=!~;(]', r, 1)[0]), set()).add(name)
 missing = sorted(set(want) - set(have))
 if missing:
-  sys.exit(f'device_wheels.sh: no wheel for {missing}')
+  sys.exit(f'wheels.sh: no wheel for {missing}')
 print(f'{len(have)} wheels in {dest}:')
 for n in sorted(have):
   print('  ' + have[n])
@@ -132,6 +132,6 @@ total=$((wheels_bytes + tree_bytes))
 echo "wheels: $(mib "$wheels_bytes") in $DEST; working tree: $(mib "$tree_bytes");" \
      "together $(mib "$total") of the ${LIMIT_MIB} MiB that may travel"
 if (( total > LIMIT_MIB * 1048576 )); then
-  echo "device_wheels.sh: over ${LIMIT_MIB} MiB: the device call would be refused" >&2
+  echo "wheels.sh: over ${LIMIT_MIB} MiB: the device call would be refused" >&2
   exit 1
 fi

@@ -2,15 +2,16 @@
 
 Two training runs on the bundled EN->ES Bible corpus (configs/quickstart.py with bucketed,
 unpacked rows, plus any --config-override KEY=VALUE), one after the other in one process, each
-alone on the machine: ours (`parallel.make_train_step`) first, then the peer (benchmarks/torch_peer.py, with
---torch-threads threads), for the same budget: --minutes of training time (the clock stops
-during evaluation; our train step is compiled for every batch shape before it starts,
-reported as compile_s) or --steps updates. Both wait for each step to finish, so the clock
-(a `harness.Stopwatch`) counts finished work. The sides are not interleaved as in the
-throughput benchmarks: what is compared is the time to a BLEU over minutes of training,
-which each side should get as it would alone, and the peer's steps beside ours slow ours
-down through the machine's memory system (docs/performance.md). At the start, every --eval-every-seconds of training time
-(--eval-every-steps with --steps) and at the end, each side reports
+alone on the machine: ours (`parallel.make_train_step`) first, then the peer
+(benchmarks/shared/torch_peer.py, with --torch-threads threads), for the same budget: --minutes
+of training time (the clock stops during evaluation; our train step is compiled for every batch
+shape before it starts, reported as compile_s) or --steps updates. Both wait for each step to
+finish, so the clock (a `harness.Stopwatch`) counts finished work. The sides are not interleaved
+as in the throughput benchmarks: what is compared is the time to a BLEU over minutes of
+training, which each side should get as it would alone, and the peer's steps beside ours slow
+ours down through the machine's memory system (docs/performance.md). At the start, every
+--eval-every-seconds of training time (--eval-every-steps with --steps) and at the end, each
+side reports
   * dev NLL per target token: teacher-forced, the whole dev split, no dropout or smoothing;
   * dev BLEU (sacreBLEU, t2t_jax.inference.bleu.corpus_bleu) of the first --bleu-sentences dev
     sentences, beam 4, alpha 0.6, at most input + 50 tokens, by translate.Translator and by
@@ -34,13 +35,13 @@ on every class, 1 - eps + eps/V on the true one) where ours puts eps/(V-1) on th
 1 - eps on the true one: the targets differ by eps/V (2.5e-5 at V = 4000).
 
   # smoke test (tiny model, 20 steps, 8 BLEU sentences; under 2 minutes):
-  python -m benchmarks.convergence --smoke --workdir /tmp/conv_smoke \
+  python -m benchmarks.peers.convergence --smoke --workdir /tmp/conv_smoke \
       --out /tmp/conv_smoke.jsonl --plot /tmp/conv_smoke.png
   # the real run (2 x 12 training minutes plus evaluations: 30+ minutes of a quiet machine):
-  python -m benchmarks.convergence --minutes 12 --workdir /tmp/conv_quickstart \
+  python -m benchmarks.peers.convergence --minutes 12 --workdir /tmp/conv_quickstart \
       --out benchmarks/results/convergence.jsonl --plot docs/convergence.png
   # strict per-token check (the same updates on both sides, evaluated at the same steps):
-  python -m benchmarks.convergence --steps 1200 --eval-every-steps 200 \
+  python -m benchmarks.peers.convergence --steps 1200 --eval-every-steps 200 \
       --workdir /tmp/conv_quickstart --out benchmarks/results/convergence.jsonl
 """
 
@@ -52,12 +53,12 @@ import os
 import sys
 import warnings
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
 
-from benchmarks import common, harness  # noqa: E402
+from benchmarks.shared import common, harness  # noqa: E402
 
 SMOKE = dict(vocab_size=400, vocab_sample_sentences=5000, d_model=32, d_ff=64, num_heads=2,
              num_layers=1, warmup_steps=10, tokens_per_batch=512)
@@ -179,7 +180,7 @@ def peer_side(config, data, init, bleu_pairs, threads):
   """The peer from our initial parameters: its train step and evaluation."""
   import jax
   import torch
-  from benchmarks import torch_peer
+  from benchmarks.shared import torch_peer
   from t2t_jax.inference import bleu
   head = config.d_model // config.num_heads
   if ({config.d_k or head, config.d_v or head}, config.adam_b1, config.adam_b2,

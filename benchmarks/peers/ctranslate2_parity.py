@@ -9,7 +9,7 @@ Measures, for the float32 export against our model:
     both hypotheses under the GNMT penalty (CTranslate2's log-probabilities, equal to ours
     within the measured error): which search found the better one.
 
-  python -m benchmarks.ctranslate2_parity --workdir RUN --scratch /tmp/serve \
+  python -m benchmarks.peers.ctranslate2_parity --workdir RUN --scratch /tmp/serve \
       --out benchmarks/results/ctranslate2_parity.jsonl
 """
 
@@ -17,11 +17,11 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import numpy as np  # noqa: E402
 
-from benchmarks import harness, serving_common  # noqa: E402
+from benchmarks.shared import harness, serving_common  # noqa: E402
 
 
 def _teacher_forced(run, sources, targets, rows=32):
@@ -80,7 +80,7 @@ def main(argv=None):
   record['log_prob_mean_abs_diff'] = float(diffs.mean())
   record['log_prob_tokens'] = int(diffs.size)
 
-  # One pass, compilation included: for scale only (benchmarks/serve.py times serving).
+  # One pass, compilation included: for scale only (benchmarks/peers/serve.py times serving).
   ours_beam, record['ours_beam_seconds'] = harness.time_call(
       run.translator(c.beam_size, c.length_penalty_alpha).translate_ids, sources)
   ours_beam = ids(ours_beam)

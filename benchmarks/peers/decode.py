@@ -17,18 +17,19 @@ no padding.
 Timing: a first (compiling) call and a warmup of each side, then `--rounds` rounds of one
 decode of each side, alternating (`harness.interleave`); medians are reported.
 
-  python -m benchmarks.decode --sizes tiny,base --batch 32 --src-len 32 --max-len 40 --out FILE
+  python -m benchmarks.peers.decode --sizes tiny,base --batch 32 --src-len 32 --max-len 40 \\
+      --out FILE
 """
 
 import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import numpy as np  # noqa: E402
 
-from benchmarks import common, harness  # noqa: E402
+from benchmarks.shared import common, harness  # noqa: E402
 
 
 def _make_ours(cfg, batch, beam, max_len, alpha):
@@ -83,7 +84,7 @@ def _setup_peer(size, params, src_np, beam, max_len, args):
   """The peer decoder on our weights: (its blocking run() -> (best [B, L], steps), device)."""
   import jax
   import torch
-  from benchmarks import torch_peer
+  from benchmarks.shared import torch_peer
   device = 'cuda' if jax.default_backend() != 'cpu' and torch.cuda.is_available() else 'cpu'
   pmodel = torch_peer.PeerTransformer(size)
   torch_peer.load_jax_params(pmodel, jax.device_get(params))

@@ -2,7 +2,7 @@
 
 Every change to decoding runs this before it merges:
 
-  python -m benchmarks.decode_ab --base main --head WORKTREE [--workdir RUN] --out FILE
+  python -m benchmarks.peers.decode_ab --base main --head WORKTREE [--workdir RUN] --out FILE
 
 Each side is a child process whose `t2t_jax` is that commit's (a `git worktree` checked out
 under a temporary folder and removed afterwards; `--head WORKTREE`, the default, is this
@@ -13,7 +13,7 @@ round by round, the order rotating (`harness.interleave`), and prints base/head 
 Two measures per side, both through the commit's own public decoding path:
   serve  `translate.Translator(...).translate_ids` of the bundled test sentences (the first
          `--sentences`) at `--rows` sentences a batch, beam `--beam`, alpha 0.6, buckets and
-         threads as the embedded default decodes (`python -m benchmarks.serve`'s "ours");
+         threads as the embedded default decodes (`python -m benchmarks.peers.serve`'s "ours");
          needs `--workdir`, a trained run (realistic lengths: sentences end at EOS).
   step   the jitted beam search (`translate.sharded_decoder`, what Translator calls) of one
          batch of `--rows` random sources of `--src-len` ids, on random parameters of the
@@ -39,8 +39,8 @@ import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHARED = os.path.join(ROOT, 'benchmarks', 'shared')  # harness.py, imported alone by a side
 CHILD_FLAG = '--child'
 
 
@@ -51,8 +51,8 @@ def _child_main():
   """A side: `sys.path[0]` is its commit's tree (set by the parent); JSON lines on a pipe."""
   tree = os.environ['DECODE_AB_TREE']
   sys.path.insert(0, tree)
-  sys.path.insert(1, HERE)  # this file's harness (the commit may not have one like it)
-  import harness  # noqa: E402  (benchmarks/harness.py of the parent's checkout)
+  sys.path.insert(1, SHARED)  # this checkout's harness (the commit may not have one like it)
+  import harness  # noqa: E402  (benchmarks/shared/harness.py of the parent's checkout)
   spec, reply = harness.child_protocol()
   side = _Side(spec, tree)
   reply({'t2t_jax': side.t2t_file, 'hlo': side.hlo})
@@ -197,7 +197,7 @@ class _Child:
 def _size(args):
   """The model size (the run's, or quickstart's) and the run's decoding settings."""
   if args.workdir:
-    from benchmarks import serving_common
+    from benchmarks.shared import serving_common
     run = serving_common.load_run(args.workdir)
     c = run.config
   else:
@@ -239,7 +239,7 @@ def main(argv=None):
   if argv == [CHILD_FLAG]:
     return _child_main()
   sys.path.insert(0, ROOT)
-  from benchmarks import harness
+  from benchmarks.shared import harness
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--base', required=True, help='a commit (A)')
   parser.add_argument('--head', default='WORKTREE',
@@ -269,7 +269,7 @@ def main(argv=None):
             'max_decode_extra': c.max_decode_extra, 'buckets': list(c.bucket_lengths),
             **_write_params(run, size, scratch)}
     if run is not None:
-      from benchmarks import serving_common
+      from benchmarks.shared import serving_common
       from t2t_jax.data import tokenizer
       spec.update(vocab=tokenizer.vocab_path(args.workdir),
                   sentences=serving_common.test_set('en', args.sentences))

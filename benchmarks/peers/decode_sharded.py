@@ -23,7 +23,7 @@ A briefly trained run of the embedded default's shape (configs/quickstart.py) wi
   python main.py --config=configs/quickstart.py --workdir=/tmp/qs_brief \\
       --config.num_train_steps=1000 --config.eval_every_steps=0 --config.final_eval_split= \\
       --config.checkpoint_every_steps=1000 --config.average_last=1
-  python -m benchmarks.decode_sharded --workdir /tmp/qs_brief --batch 4,8,32 \\
+  python -m benchmarks.peers.decode_sharded --workdir /tmp/qs_brief --batch 4,8,32 \\
       --out benchmarks/results/decode_sharded.jsonl
 
 (`--random-params`: the run's shapes and vocabulary with random parameters instead.)
@@ -33,9 +33,9 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from benchmarks import common, harness, serving_common  # noqa: E402
+from benchmarks.shared import common, harness, serving_common  # noqa: E402
 
 MODES = ('one_device', 'threads', 'sharded', 'sharded_threads')
 

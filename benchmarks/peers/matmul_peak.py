@@ -5,7 +5,7 @@ fraction of it (measured in the same run, so machine load affects both alike). T
 number (torch.mm, interleaved call by call with ours) is context for the peer: what its BLAS
 reaches on this machine.
 
-  python -m benchmarks.matmul_peak [--n 2048] [--dtype float32] [--out FILE]
+  python -m benchmarks.peers.matmul_peak [--n 2048] [--dtype float32] [--out FILE]
 """
 
 import argparse
@@ -15,9 +15,9 @@ from typing import Any, Callable, List
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from benchmarks import common, harness  # noqa: E402
+from benchmarks.shared import common, harness  # noqa: E402
 
 
 _CACHE = {}

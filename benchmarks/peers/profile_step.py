@@ -7,8 +7,9 @@ JAX op name (module path) and innermost Python source frame, then grouped into c
 optimizer, cache gathers, ...). Times are self times summed over threads, so they add up to
 CPU time, not wall time. The peer: `torch.profiler` self CPU time per aten op.
 
-  python -m benchmarks.profile_step --what train --size base --rows 64 --length 64
-  python -m benchmarks.profile_step --what beam --size base --batch 32 --src-len 32 --max-len 40
+  python -m benchmarks.peers.profile_step --what train --size base --rows 64 --length 64
+  python -m benchmarks.peers.profile_step --what beam --size base --batch 32 --src-len 32 \\
+      --max-len 40
 """
 
 import argparse
@@ -21,9 +22,9 @@ import re
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from benchmarks import common, harness  # noqa: E402
+from benchmarks.shared import common, harness  # noqa: E402
 
 
 def _hlo_index(hlo_text: str):
@@ -196,7 +197,7 @@ def _print(title, prof):
 def _train_profiles(args, record):
   """Profiles of our train step and (unless --no-peer) the peer's: (ours, peer or None)."""
   import jax
-  from benchmarks import train_step
+  from benchmarks.peers import train_step
   jx = train_step._jax_setup(args.size, 'float32', args.rows, args.length)
   state, batch, step = jx['state'], jx['batch'], jx['step']
   state, metrics = step(state, batch)
@@ -212,7 +213,7 @@ def _train_profiles(args, record):
   if args.no_peer:
     return ours, None
   import torch
-  from benchmarks import torch_peer
+  from benchmarks.shared import torch_peer
   size = common.SIZES[args.size]
   model = torch_peer.PeerTransformer(size).train()
   opt, sched, _ = torch_peer.make_optimizer(model, size['d_model'])
@@ -227,7 +228,7 @@ def _train_profiles(args, record):
 def _decode_profiles(args, record):
   """Profiles of our beam or greedy decode and (unless --no-peer) the peer's."""
   import jax
-  from benchmarks import decode
+  from benchmarks.peers import decode
   size = common.SIZES[args.size]
   beam = 4 if args.what == 'beam' else 1
   params, src_np, fn = decode._setup_ours(size, args.batch, args.src_len, args.max_len, beam,
@@ -243,7 +244,7 @@ def _decode_profiles(args, record):
   if args.no_peer:
     return ours, None
   import torch
-  from benchmarks import torch_peer
+  from benchmarks.shared import torch_peer
   pm = torch_peer.PeerTransformer(size)
   torch_peer.load_jax_params(pm, jax.device_get(params))
   dec = torch_peer.PeerDecoder(pm)

@@ -21,16 +21,17 @@ systems interleaved so a change of machine load hits all of them (`harness.inter
 order rotates by one each round); the median pass is reported. Target tokens are the output
 pieces, EOS excluded.
 
-  python -m benchmarks.serve --workdir RUN --scratch /tmp/serve --out benchmarks/results/serve.jsonl
+  python -m benchmarks.peers.serve --workdir RUN --scratch /tmp/serve \\
+      --out benchmarks/results/serve.jsonl
 """
 
 import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from benchmarks import harness, serving_common  # noqa: E402
+from benchmarks.shared import harness, serving_common  # noqa: E402
 
 
 def _stablehlo(run, scratch: str, rows: int) -> str:
@@ -49,7 +50,7 @@ class _Ct2Process:
   child timed (`harness.Measured`) and keeps the outputs (piece lists) of the last pass."""
 
   def __init__(self, spec):
-    self.child = harness.ChildProcess('benchmarks.serve', '--ct2-server', 'CTranslate2')
+    self.child = harness.ChildProcess('benchmarks.peers.serve', '--ct2-server', 'CTranslate2')
     self.child.call(spec)
     self.outputs = None
 

@@ -4,13 +4,13 @@ Every matrix multiplication of one training step of the size's model at `rows x 
 (source and target), forward and backward, is listed by shape and operand layout (`gemms`);
 each distinct one is jitted alone (float32, random inputs) and timed interleaved with the whole
 train step
-(`parallel.make_train_step` on one CPU device, as `benchmarks/train_step.py`). The record gives
-each shape's GFLOP/s, the step's model GFLOP/s, and `gemm_share`: the seconds the step's GEMMs
+(`parallel.make_train_step` on one CPU device, as `benchmarks/peers/train_step.py`). The record
+gives each shape's GFLOP/s, the step's model GFLOP/s, and `gemm_share`: the seconds the step's GEMMs
 take at their own measured rates over the step's seconds. A share near 1 means GEMM-bound; the
 rest of the step is the time of everything else (softmaxes, layer norms, dropout, loss,
 optimizer, copies, and the runtime between kernels).
 
-  python -m benchmarks.step_gemms --size quickstart --rows 32 --length 64 --out FILE
+  python -m benchmarks.peers.step_gemms --size quickstart --rows 32 --length 64 --out FILE
 """
 
 import argparse
@@ -20,9 +20,9 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from benchmarks import common, harness  # noqa: E402
+from benchmarks.shared import common, harness  # noqa: E402
 
 # (kind, batch, m, k, n): a forward matmul [batch, m, k] x [batch, k, n] ('fwd'), or one of
 # its two backward products ('dx': dY W^T, [m, n] x [k, n]^T; 'dw': X^T dY, [m, k]^T x [m, n]),
@@ -81,7 +81,7 @@ def main(argv=None):
   parser.add_argument('--rounds', type=int, default=5)
   args = parser.parse_args(argv)
   harness.start_jax()
-  from benchmarks import train_step
+  from benchmarks.peers import train_step
   size = common.SIZES[args.size]
   setup = train_step._jax_setup(args.size, 'float32', args.rows, args.length)
   holder = {'state': setup['state']}

@@ -2,7 +2,7 @@
 
 Ours: `make_train_step` (label smoothing 0.1, dropout as the size says, Adam 0.9/0.98/1e-9
 with the paper's schedule) on a mesh of one device on CPU, all devices on GPU. The peer
-(`benchmarks/torch_peer.py`): torch.nn.Transformer with the same sizes, loss, optimizer and
+(`benchmarks/shared/torch_peer.py`): torch.nn.Transformer with the same sizes, loss, optimizer and
 batch, eager and (where it works) torch.compile'd, in a child process on CPU, interleaved with
 ours round by round so machine load hits both alike (`harness.interleave`: each round the
 matmul peak on CPU, `--steps` of ours, of the peer eager and compiled, the order rotated by
@@ -17,18 +17,19 @@ vocabulary, and the attention score (Q K^T) and weighted-sum (A V) matmuls over 
 (masked) length x length matrices. Fraction of peak: model FLOP/s over the same-run jitted
 float32 matmul FLOP/s (`matmul_peak.py`) on CPU; MFU against the known bf16 dense peak on GPU.
 
-  python -m benchmarks.train_step --sizes tiny,base --tokens 4096 --length 64 --out FILE
+  python -m benchmarks.peers.train_step --sizes tiny,base --tokens 4096 --length 64 --out FILE
 """
 
 import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import numpy as np  # noqa: E402
 
-from benchmarks import common, harness, matmul_peak  # noqa: E402
+from benchmarks.peers import matmul_peak  # noqa: E402
+from benchmarks.shared import common, harness  # noqa: E402
 
 
 def _jax_setup(size_name, dtype, rows, length, seed=0, attention_impl=''):
@@ -67,7 +68,7 @@ class _PeerRunner:
 
   def __init__(self, size_name, host, dtype, device, warmup, torch_compile, torch_threads):
     import torch
-    from benchmarks import torch_peer
+    from benchmarks.shared import torch_peer
     size = common.SIZES[size_name]
     torch.set_num_threads(os.cpu_count())
     autocast = torch.bfloat16 if dtype == 'bfloat16' and device == 'cuda' else None
@@ -127,7 +128,7 @@ class _PeerProcess:
   """
 
   def __init__(self, spec):
-    self.child = harness.ChildProcess('benchmarks.train_step', '--peer-server', 'peer')
+    self.child = harness.ChildProcess('benchmarks.peers.train_step', '--peer-server', 'peer')
     self.info = self.child.call(spec)
 
   def steps(self, mode, n):
@@ -167,7 +168,7 @@ def _check_same_function(size_name, jx, params, peer_cls, load, torch, device):
   ours = float(m['nll'] / m['weight'])
   peer = peer_cls(common.SIZES[size_name]).to(device).eval()
   load(peer, jax.device_get(params))
-  from benchmarks import torch_peer
+  from benchmarks.shared import torch_peer
   with torch.no_grad():
     src = torch.from_numpy(host['inputs']).long().to(device)
     tgt = torch.from_numpy(host['targets']).long().to(device)
@@ -292,7 +293,7 @@ def bench(size_name, rows, length, args, emit, counter):
             ours['target_tokens_per_s'], record['peer'][mode]['target_tokens_per_s'])}
     # After the timing: the check loads a second copy of the model into this process.
     import torch
-    from benchmarks import torch_peer
+    from benchmarks.shared import torch_peer
     record['same_function_check'] = _check_same_function(
         size_name, jx, state.params, torch_peer.PeerTransformer, torch_peer.load_jax_params,
         torch, record['peer']['eager']['device'])

@@ -1,6 +1,7 @@
 """A restarted run with the persistent compilation cache: seconds to compile its programs.
 
-  python -m benchmarks.compile_cache_rerun --config wmt_base --out benchmarks/results/compile_shapes.jsonl
+  python -m benchmarks.scale.compile_cache_rerun --config wmt_base \\
+      --out benchmarks/results/compile_shapes.jsonl
 
 A run compiles its train step at every batch shape and its dev eval at every eval shape
 before its steady step (`plan.compile.Run`, what `--mode=plan` lists). A preempted or resumed
@@ -22,12 +23,12 @@ import subprocess
 import sys
 import tempfile
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if _ROOT not in sys.path:
   sys.path.insert(0, _ROOT)
 
-from benchmarks import harness  # noqa: E402
-from benchmarks.plan_tpu import _config  # noqa: E402  (config by name, with --set overrides)
+from benchmarks.scale.plan_tpu import _config  # noqa: E402  (config by name, with --set overrides)
+from benchmarks.shared import harness  # noqa: E402
 
 
 def compile_run(config_name: str, dtype: str, overrides, cache: str) -> dict:
@@ -67,8 +68,8 @@ def main(argv=None) -> None:
   try:
     runs = []
     for _ in ('first', 'rerun'):
-      command = [sys.executable, '-m', 'benchmarks.compile_cache_rerun', '--config', args.config,
-                 '--dtype', args.dtype, '--child', cache]
+      command = [sys.executable, '-m', 'benchmarks.scale.compile_cache_rerun',
+                 '--config', args.config, '--dtype', args.dtype, '--child', cache]
       for item in args.set:
         command += ['--set', item]
       with harness.timed() as t:

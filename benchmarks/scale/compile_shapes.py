@@ -1,10 +1,10 @@
 """Compile seconds of every train-step shape a run uses, for a config on a TPU slice.
 
-  python -m benchmarks.compile_shapes --config wmt_base --dtype bfloat16 --topology v5e:2x4 \
+  python -m benchmarks.scale.compile_shapes --config wmt_base --dtype bfloat16 --topology v5e:2x4 \
       --out benchmarks/results/compile_shapes.jsonl
-  python -m benchmarks.compile_shapes --config wmt_base --set num_layers=2 --shapes largest \
+  python -m benchmarks.scale.compile_shapes --config wmt_base --set num_layers=2 --shapes largest \
       --unrolled                        # a proxy: 2 layers, one shape, the unrolled stack
-  python -m benchmarks.compile_shapes --threads 2 --jax_config \
+  python -m benchmarks.scale.compile_shapes --threads 2 --jax_config \
       jax_exec_time_optimization_effort=-1.0   # levers: threads, compiler options
 
 A training run compiles its train step once per batch shape (`Run.train_shapes`: each bucket
@@ -24,12 +24,12 @@ import json
 import os
 import sys
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if _ROOT not in sys.path:
   sys.path.insert(0, _ROOT)
 
-from benchmarks import harness  # noqa: E402
-from benchmarks.plan_tpu import _config  # noqa: E402  (config by name, with --set overrides)
+from benchmarks.scale.plan_tpu import _config  # noqa: E402  (config by name, with --set overrides)
+from benchmarks.shared import harness  # noqa: E402
 
 
 def _value(text: str):

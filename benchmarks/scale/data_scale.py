@@ -15,7 +15,7 @@ sentences per language, 25,000-token batches, rows a multiple of 8 devices):
   iterate    real target tokens/s of the training iterator, bucketed and packed, with 1 and 2
              grain threads (after the plan of the epoch exists: `plan_s` is its cost).
 
-  python -m benchmarks.data_scale --pairs 4500000 --out benchmarks/results/data_scale.jsonl
+  python -m benchmarks.scale.data_scale --pairs 4500000 --out benchmarks/results/data_scale.jsonl
 """
 
 import argparse
@@ -29,9 +29,9 @@ from typing import Any, Dict
 
 import numpy as np
 
-from benchmarks import common, harness
+from benchmarks.shared import common, harness
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUNDLED = os.path.join(ROOT, 't2t_jax', 'data', 'bible_en_es')
 
 
@@ -125,7 +125,7 @@ def stage_iterate(corpus: str, workdir: str, batches: int) -> Dict[str, Any]:
 
 
 def _child(stage: str, args: argparse.Namespace, corpus: str, workdir: str) -> Dict[str, Any]:
-  return common.run_stage('benchmarks.data_scale', stage, dict(
+  return common.run_stage('benchmarks.scale.data_scale', stage, dict(
       corpus=corpus, workdir=workdir, batches=args.batches), ROOT)
 
 

@@ -1,7 +1,7 @@
 """--mode=plan for the paper's configs on TPU slices: base and big, float32 and bfloat16.
 
-  python -m benchmarks.plan_tpu --out benchmarks/results/plan_tpu.jsonl
-  python -m benchmarks.plan_tpu --configs wmt_big --dtypes bfloat16 --topologies v5e:2x4 \
+  python -m benchmarks.scale.plan_tpu --out benchmarks/results/plan_tpu.jsonl
+  python -m benchmarks.scale.plan_tpu --configs wmt_big --dtypes bfloat16 --topologies v5e:2x4 \
       --search --set shard_optimizer_state=True --set remat_policy=full
 
 Every plan compiles the train, eval and beam-search decode steps with libtpu on this machine
@@ -25,11 +25,11 @@ import json
 import os
 import sys
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if _ROOT not in sys.path:
   sys.path.insert(0, _ROOT)
 
-from benchmarks import harness  # noqa: E402
+from benchmarks.shared import harness  # noqa: E402
 
 # §6.1 / Table 3: base 100k steps in 12 hours, big 300k steps in 3.5 days, on 8 P100 GPUs.
 PAPER_HOURS = {'wmt_base': 12.0, 'wmt_big': 84.0}

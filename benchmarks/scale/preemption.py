@@ -1,22 +1,23 @@
 """How long a SIGTERM takes to become a saved checkpoint: the rest of the current step plus
 a synchronous orbax save of the full train state (params + Adam moments), for a config.
 
-Usage: python benchmarks/preemption.py --config=configs/wmt_base.py [--tokens=4096] [--out=FILE]
-One JSON line (benchmarks/harness.py's Emitter: stdout, and appended to --out).
+Usage: python benchmarks/scale/preemption.py --config=configs/wmt_base.py [--tokens=4096]
+         [--out=FILE]
+One JSON line (benchmarks/shared/harness.py's Emitter: stdout, and appended to --out).
 """
 
 import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from benchmarks import harness  # noqa: E402
+from benchmarks.shared import harness  # noqa: E402
 from t2t_jax.model import transformer as model  # noqa: E402
 from t2t_jax.runtime import checkpoint, parallel  # noqa: E402
 from t2t_jax.training import optim  # noqa: E402

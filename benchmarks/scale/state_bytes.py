@@ -9,7 +9,7 @@ decode_cache: the decoder self-attention cache of `incremental.init_cache` for b
   `max_decode_len` target positions, for the paper's model and for the same model with
   `decoder_window=16` (examples/variants.py:sliding_window): a ring of 16 slots per layer.
 
-  python -m benchmarks.state_bytes --out benchmarks/results/variants.jsonl
+  python -m benchmarks.scale.state_bytes --out benchmarks/results/variants.jsonl
 """
 
 import argparse
@@ -18,14 +18,14 @@ import os
 import sys
 from typing import Any, Dict, List
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks import harness  # noqa: E402
+from benchmarks.shared import harness  # noqa: E402
 from t2t_jax.model import incremental, transformer as model  # noqa: E402
 from t2t_jax.training import optim  # noqa: E402
 

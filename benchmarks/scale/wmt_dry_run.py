@@ -21,7 +21,7 @@ mesh, through the training loop's own objects (`training.train._Run`):
 Each stage runs in a child process of its own (its own peak RSS). The corpus and workdirs
 live in a temp folder that is deleted at the end.
 
-  python -m benchmarks.wmt_dry_run --pairs 4500000 --out benchmarks/results/wmt_dry_run.jsonl
+  python -m benchmarks.scale.wmt_dry_run --pairs 4500000 --out benchmarks/results/wmt_dry_run.jsonl
 """
 
 import argparse
@@ -32,7 +32,8 @@ import sys
 import tempfile
 from typing import Any, Dict
 
-from benchmarks import common, data_scale, harness
+from benchmarks.scale import data_scale
+from benchmarks.shared import common, harness
 
 ROOT = data_scale.ROOT
 DEV_SENTENCES = 3000
@@ -184,7 +185,7 @@ def _child(stage: str, **options) -> Dict[str, Any]:
   env = dict(os.environ, XLA_FLAGS=(os.environ.get('XLA_FLAGS', '') +
                                     f' --xla_force_host_platform_device_count={devices}').strip(),
              JAX_PLATFORMS='cpu')
-  return common.run_stage('benchmarks.wmt_dry_run', stage, options, ROOT, env)
+  return common.run_stage('benchmarks.scale.wmt_dry_run', stage, options, ROOT, env)
 
 
 def main() -> None:

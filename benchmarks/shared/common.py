@@ -2,7 +2,7 @@
 compilation counts, the peer's thread count and the common arguments.
 
 Timing, interleaving, the machine description and the JSON-lines records are
-`benchmarks/harness.py`'s.
+`benchmarks/shared/harness.py`'s.
 """
 
 import json
@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from benchmarks import harness
+from benchmarks.shared import harness
 
 # Model sizes. tiny: a small model that trains in minutes on a laptop CPU; base and big: the
 # paper's Table 3 models with the EN-DE vocabulary (37000).

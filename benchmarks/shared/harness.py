@@ -1,7 +1,8 @@
 """The benchmarks' one harness: timing, same-run interleaving, the machine, JSON-lines records.
 
-This is the only module under benchmarks/ that reads a clock or describes the machine
-(tests/benchmarks/test_harness.py checks that no other one calls time.perf_counter & co.):
+This is the only module under benchmarks/ and tours/ that reads a clock or describes the
+machine (tests/benchmarks/shared/test_harness.py checks that no other one calls
+time.perf_counter & co.):
 
   * `Stopwatch` / `timed()` / `time_call()`: wall seconds of a block or a call, from
     `time.perf_counter` (monotonic, the finest resolution, counts time asleep or waiting for
@@ -14,7 +15,7 @@ This is the only module under benchmarks/ that reads a clock or describes the ma
   * `Emitter`: one JSON object per line to stdout and (with --out) appended to a file, each
     with its date, the machine description and the load average when it was written.
 
-`python -m benchmarks.harness` prints a record with no numbers, {'name': 'machine'} plus
+`python -m benchmarks.shared.harness` prints a record with no numbers, {'name': 'machine'} plus
 the date, the machine and the load, as one JSON line (benchmarks/run_all.sh, before and
 after its benchmarks).
 """
@@ -166,7 +167,7 @@ class ChildProcess:
   side: `child_protocol()`."""
 
   def __init__(self, module: str, flag: str, what: str):
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     self.what = what
     self.proc = subprocess.Popen([sys.executable, '-m', module, flag], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, text=True, cwd=root)

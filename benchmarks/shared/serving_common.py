@@ -9,7 +9,7 @@ import gzip
 import os
 from typing import Any, List, Optional, Tuple
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TEST_SET = os.path.join(ROOT, 't2t_jax', 'data', 'bible_en_es', 'test.{}.gz')
 
 
@@ -42,7 +42,7 @@ class Run:
 
 def add_args(parser):
   """The arguments every serving benchmark takes (and `--out`)."""
-  from benchmarks import common
+  from benchmarks.shared import common
   parser.add_argument('--workdir', required=True, help='a trained run (only read)')
   parser.add_argument('--scratch', required=True, help='where the exports are written')
   parser.add_argument('--limit', type=int, default=None, help='first N test sentences')

@@ -1,9 +1,9 @@
 """Prints a results file (JSON lines from the benchmarks) as Markdown tables.
 
-  python -m benchmarks.summarize benchmarks/results/cpu.jsonl
+  python -m benchmarks.shared.summarize benchmarks/results/cpu.jsonl
 
 The tables read only fields that records have had from the start (`date`, `load_average`
-and each benchmark's numbers), so the records written before benchmarks/harness.py (with
+and each benchmark's numbers), so the records written before benchmarks/shared/harness.py (with
 `versions` and `device` where newer ones have `machine`) print alike.
 """
 

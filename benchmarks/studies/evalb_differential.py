@@ -6,10 +6,10 @@ several parameter files and compares: when `evalb` finishes, its standard output
 lines must equal `EvalbResult.report()` and `.errors` character for character; when it gives
 up (MAX_ERROR), `score_lines` must raise EvalbError at the same tree. Fetches nothing.
 
-  python -m benchmarks.evalb_differential PATH/evalb.c [--runs 400] [--trees 20] [--seed 0]
+  python -m benchmarks.studies.evalb_differential PATH/evalb.c [--runs 400] [--trees 20] [--seed 0]
       [--out FILE]
 
-One JSON line (benchmarks/harness.py's Emitter): runs, sentence pairs, runs where EVALB gave
+One JSON line (benchmarks/shared/harness.py's Emitter): runs, sentence pairs, runs where EVALB gave
 up, and the mismatches (0 means every figure equal; the exit status is then 0, else 1).
 """
 
@@ -23,11 +23,11 @@ import sys
 import tempfile
 from typing import Optional
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-from benchmarks import harness  # noqa: E402
+from benchmarks.shared import harness  # noqa: E402
 from t2t_jax.parsing import evalb  # noqa: E402
 
 _LABELS = ['S', 'S', 'NP', 'NP', 'NP', 'VP', 'VP', 'PP', 'SBAR', 'ADJP', 'ADVP', 'PRT', 'QP',

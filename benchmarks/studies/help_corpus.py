@@ -9,7 +9,7 @@ packages' pages by (file, id) aligns them exactly, with no sentence aligner.
 
 The corpus is made on demand and stays out of the repository:
 
-  python -m benchmarks.help_corpus --out /tmp/help_en_de          # fetches the two .debs
+  python -m benchmarks.studies.help_corpus --out /tmp/help_en_de          # fetches the two .debs
   python main.py --workdir=/tmp/q_help --config.local_corpus_dir=/tmp/help_en_de \\
       --config.target_lang=de
 
@@ -145,7 +145,8 @@ def build(out: str, debs: str) -> Dict[str, int]:
   counts = {split: len(pairs) for split, pairs in splits.items()}
   with open(os.path.join(out, 'README.txt'), 'w', encoding='utf-8') as f:
     f.write(f'LibreOffice help, English -> German, paragraph-aligned by page and id.\n'
-            f'Made by benchmarks/help_corpus.py from {en_deb} and {de_deb} (Debian; MPL-2.0).\n'
+            f'Made by benchmarks/studies/help_corpus.py from {en_deb} and {de_deb} '
+            f'(Debian; MPL-2.0).\n'
             f'Pairs: {counts}\n')
   return counts
 

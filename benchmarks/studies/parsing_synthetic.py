@@ -6,7 +6,7 @@ de-linearizes every output into a tree over its words) and scores the trees agai
 ones with EVALB (t2t_jax.parsing.evalb, COLLINS.prm). One JSON line: the settings, the times and
 the scores (target: F1 >= 95).
 
-  python -m benchmarks.parsing_synthetic --root /tmp/parsing_bench \\
+  python -m benchmarks.studies.parsing_synthetic --root /tmp/parsing_bench \\
       --out benchmarks/results/parsing_synthetic.jsonl [--config.KEY=VALUE ...]
 
 An existing ROOT/treebank is reused; ROOT/run must not hold another run (main.py resumes a
@@ -20,11 +20,11 @@ import subprocess
 import sys
 from typing import Any, Dict, List
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-from benchmarks import harness  # noqa: E402
+from benchmarks.shared import harness  # noqa: E402
 from t2t_jax.parsing import evalb  # noqa: E402
 from t2t_jax.parsing import grammar, parse, trees  # noqa: E402
 

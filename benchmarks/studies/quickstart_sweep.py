@@ -8,9 +8,9 @@ per core (`taskset`), which halves each run's speed but compares them at equal s
 wall-time column is then that of one core. One JSON line per variant: the overrides, the
 curve (step, seconds, dev NLL, dev BLEU) and the best dev BLEU.
 
-  python -m benchmarks.quickstart_sweep --root /tmp/sweep --variants lr025,lr050 \\
+  python -m benchmarks.studies.quickstart_sweep --root /tmp/sweep --variants lr025,lr050 \\
       --out benchmarks/results/quickstart_sweep.jsonl
-  python -m benchmarks.quickstart_sweep --root /tmp/sweep --collect   # finished workdirs only
+  python -m benchmarks.studies.quickstart_sweep --root /tmp/sweep --collect # finished workdirs only
 """
 
 import argparse
@@ -19,11 +19,11 @@ import os
 import sys
 from typing import Any, Dict, List
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-from benchmarks import common, harness  # noqa: E402
+from benchmarks.shared import common, harness  # noqa: E402
 
 SWEEP_EVAL = ['--config.eval_every_steps=500', '--config.eval_bleu_sentences=150',
               '--config.log_every_steps=100', '--config.checkpoint_every_steps=500',

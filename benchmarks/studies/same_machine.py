@@ -11,10 +11,10 @@ Each revision is checked out with `git worktree add --detach` into a temporary f
 there as `python main.py --workdir=...` (its own main.py and t2t_jax, this machine's Python
 and packages); the worktrees are removed at the end (`--keep` keeps them and the workdirs).
 
-  python benchmarks/same_machine.py HEAD~1 HEAD               # the full run, ~10 min each on 2 cores
-  python benchmarks/same_machine.py main HEAD --steps 400     # a quick check: 400 steps each
-  python benchmarks/same_machine.py A B --dry-run             # print the commands, run nothing
-  python benchmarks/same_machine.py A B -- --config.seed=1    # more main.py flags after --
+  python benchmarks/studies/same_machine.py HEAD~1 HEAD            # full run, ~10 min each, 2 cores
+  python benchmarks/studies/same_machine.py main HEAD --steps 400  # a quick check: 400 steps each
+  python benchmarks/studies/same_machine.py A B --dry-run          # print the commands, run nothing
+  python benchmarks/studies/same_machine.py A B -- --config.seed=1 # more main.py flags after --
 
 Prints the dev BLEU of every evaluation (the config's `eval_every_steps`; with `--steps N`,
 four evaluations over the N steps) and the final test BLEU (average of the last checkpoints)
@@ -32,7 +32,7 @@ import sys
 import tempfile
 from typing import Dict, List, Optional, Sequence
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def step_overrides(steps: Optional[int]) -> List[str]:

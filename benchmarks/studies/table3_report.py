@@ -1,6 +1,6 @@
-"""The miniature Table 3 from `benchmarks/table3_small.py`'s records: per-row mean and seed range
-beside the paper's numbers, the seed noise, each of the paper's findings checked with numbers,
-and the figure of docs/table3_small.md.
+"""The miniature Table 3 from `benchmarks/studies/table3_small.py`'s records: per-row mean and
+seed range beside the paper's numbers, the seed noise, each of the paper's findings checked with
+numbers, and the figure of docs/table3_small.md.
 
 The noise is the pooled seed standard deviation s of a metric over all rows (each row's sample
 standard deviation over its seeds, squared, averaged, square root). The difference of two rows'

@@ -9,10 +9,10 @@ runs go side by side, one per core; on a bigger machine give more cores ('0,1,2,
 at WMT scale, with the paper's), the final dev perplexity per wordpiece and dev BLEU (beam 4, no
 averaging), train loss and seconds. docs/table3_small.md is written from these records:
 
-  python -m benchmarks.table3_small --root /tmp/table3 --cores 0,1 \\
+  python -m benchmarks.studies.table3_small --root /tmp/table3 --cores 0,1 \\
       --out benchmarks/results/table3_small.jsonl
-  python -m benchmarks.table3_small --root /tmp/table3 --collect --out ...   # finished runs only
-  python -m benchmarks.table3_small --report benchmarks/results/table3_small.jsonl \\
+  python -m benchmarks.studies.table3_small --root /tmp/table3 --collect --out ...  # finished only
+  python -m benchmarks.studies.table3_small --report benchmarks/results/table3_small.jsonl \\
       --figure docs/table3_small.png                                          # the table
 """
 
@@ -23,11 +23,11 @@ import os
 import sys
 from typing import Any, Dict, List, Optional
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-from benchmarks import common, harness  # noqa: E402
+from benchmarks.shared import common, harness  # noqa: E402
 from configs import table3, table3_small  # noqa: E402
 
 ROWS = list(table3.ROWS)  # 'base' first, then the paper's rows in Table 3's order
@@ -117,7 +117,7 @@ def main() -> None:
   harness.add_out_argument(parser)
   args = parser.parse_args()
   if args.report:
-    from benchmarks import table3_report
+    from benchmarks.studies import table3_report
     table3_report.main(args.report, args.figure)
     return
   if not args.root:

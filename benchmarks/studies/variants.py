@@ -30,9 +30,9 @@ their shapes); test BLEU; beam-4 decode speed of the whole test split (text to t
 untimed pass each then `--rounds` passes interleaved round by round (`harness.interleave`);
 ratios against 8/8 from the same run.
 
-  python -m benchmarks.variants --root /tmp/variants --cores 0,1 \\
+  python -m benchmarks.studies.variants --root /tmp/variants --cores 0,1 \\
       --out benchmarks/results/variants.jsonl
-  python -m benchmarks.variants --root /tmp/variants_smoke --smoke --rounds 1   # a minute or two
+  python -m benchmarks.studies.variants --root /tmp/variants_smoke --smoke --rounds 1  # 1-2 min
 """
 
 import argparse
@@ -44,11 +44,11 @@ import sys
 import traceback
 from typing import Any, Dict, List, Optional
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-from benchmarks import common, harness, serving_common  # noqa: E402
+from benchmarks.shared import common, harness, serving_common  # noqa: E402
 
 VARIANTS_FILE = 'examples/variants.py'  # relative to ROOT, where main.py runs
 PART1 = ['paper', 'gqa', 'rotary', 't5_bias', 'pre_rmsnorm', 'swiglu']
@@ -112,7 +112,7 @@ def user_code(factory: str, path: str = os.path.join(ROOT, VARIANTS_FILE)) -> Di
 
 def train_metrics(workdir: str, steps: int) -> Optional[Dict[str, Any]]:
   """Train loss and seconds, dev BLEU and NLL at `steps`; None while the run is unfinished."""
-  from benchmarks import table3_small
+  from benchmarks.studies import table3_small
   final = table3_small.final_eval(workdir, steps)
   if final is None:
     return None

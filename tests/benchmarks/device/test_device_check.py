@@ -1,4 +1,4 @@
-"""The device check (benchmarks/device_check.py): its smoke size on CPU, so that the prepared
+"""The device check (benchmarks/device/check.py): its smoke size on CPU, so that the prepared
 commands a lent GPU gets never rot, and the promises a one-shot run needs: boxes that add up,
 every record kept whatever stops the run, no child left behind, `--out` checked first."""
 
@@ -13,10 +13,10 @@ import types
 
 import pytest
 
-from benchmarks import device_check
+from benchmarks.device import check as device_check
+from conftest import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(ROOT, 'benchmarks', 'device_check.py')
+SCRIPT = os.path.join(ROOT, 'benchmarks', 'device', 'check.py')
 STAGE_NAMES = [s.name for s in device_check.STAGES]
 
 
@@ -167,7 +167,7 @@ def test_out_is_checked_before_any_stage(tmp_path, capsys):
 # in the middle of it.
 _HANGING = '''
 import os, subprocess, time
-from benchmarks import device_check
+from benchmarks.device import check as device_check
 def hang(ctx):
   ctx.emit({{'part': 'first', 'status': 'partial', 'summary': {{'value': 1}}}})
   sleeper = subprocess.Popen(['sleep', '120'])

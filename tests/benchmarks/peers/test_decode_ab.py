@@ -1,11 +1,11 @@
-"""benchmarks/decode_ab.py: the pieces that need no second commit (the A/B itself is run by
+"""benchmarks/peers/decode_ab.py: the pieces that need no second commit (the A/B itself is run by
 hand before a decoding change merges; docs/performance.md)."""
 
 import jax
 import numpy as np
 import pytest
 
-from benchmarks import decode_ab
+from benchmarks.peers import decode_ab
 
 
 def _shapes():

@@ -1,9 +1,10 @@
-"""benchmarks/step_gemms.py lists every matmul of a train step: its FLOPs are exactly the
+"""benchmarks/peers/step_gemms.py lists every matmul of a train step: its FLOPs are exactly the
 analytic count the other benchmarks and --mode=plan use (3 x the forward matmuls)."""
 
 import pytest
 
-from benchmarks import common, step_gemms
+from benchmarks.peers import step_gemms
+from benchmarks.shared import common
 
 
 @pytest.mark.parametrize('size', ['quickstart', 'base'])

@@ -1,4 +1,4 @@
-"""benchmarks/harness.py: timing with a fake clock, the interleaving order, summaries, the
+"""benchmarks/shared/harness.py: timing with a fake clock, the interleaving order, summaries, the
 records, and that no other benchmark reads a clock of its own."""
 
 import ast
@@ -8,10 +8,12 @@ import re
 
 import pytest
 
-from benchmarks import harness
+from benchmarks.shared import harness
+from conftest import ROOT
 
-BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), 'benchmarks')
+# Every Python file of benchmarks/ (all its folders) and of tours/, as paths from the root.
+MEASURING = ('benchmarks', 'tours')
+HARNESS = os.path.join('benchmarks', 'shared', 'harness.py')
 
 
 class FakeClock:
@@ -142,7 +144,7 @@ def test_emitter_writes_one_json_line_with_the_machine(tmp_path, capsys):
   assert json.loads(path.read_text().splitlines()[1])['date'] == 'kept'
 
 
-# Reading a clock: only benchmarks/harness.py may (the names as attributes of `time`, `os`
+# Reading a clock: only benchmarks/shared/harness.py may (the names as attributes of `time`, `os`
 # and `resource`, or imported from them).
 CLOCKS = {'time': {'perf_counter', 'perf_counter_ns', 'time', 'time_ns', 'monotonic',
                    'monotonic_ns', 'process_time', 'process_time_ns', 'thread_time',
@@ -163,12 +165,14 @@ def _clock_uses(tree):
 
 def test_no_benchmark_reads_a_clock_but_the_harness():
   offenders = []
-  names = sorted(n for n in os.listdir(BENCHMARKS) if n.endswith('.py'))
-  assert 'harness.py' in names and len(names) > 10
+  names = sorted(os.path.relpath(os.path.join(folder, n), ROOT) for top in MEASURING
+                 for folder, _, files in os.walk(os.path.join(ROOT, top)) for n in files
+                 if n.endswith('.py'))
+  assert HARNESS in names and len(names) > 10
   for name in names:
-    with open(os.path.join(BENCHMARKS, name), encoding='utf-8') as f:
+    with open(os.path.join(ROOT, name), encoding='utf-8') as f:
       uses = list(_clock_uses(ast.parse(f.read(), name)))
-    if name == 'harness.py':
+    if name == HARNESS:
       assert uses, 'the check finds nothing: it would pass whatever the others do'
     else:
       offenders += [f'{name} {use}' for use in uses]
@@ -176,7 +180,7 @@ def test_no_benchmark_reads_a_clock_but_the_harness():
 
 
 def test_run_pinned_runs_every_job_at_most_one_per_slot(tmp_path):
-  from benchmarks import common
+  from benchmarks.shared import common
   # Each job appends its start and end to one file; with two slots no three overlap.
   trace = tmp_path / 'trace'
   script = f'echo start >> {trace}; sleep 0.2; echo end >> {trace}; echo out $0; exit $0'

@@ -1,10 +1,10 @@
-"""benchmarks/help_corpus.py pairs LibreOffice help paragraphs by page and id: each aligned
+"""benchmarks/studies/help_corpus.py pairs LibreOffice help paragraphs by page and id: each aligned
 paragraph's text with the system-specific variants of a `switchinline` reduced to the default,
 and every page wholly in one split."""
 
 import os
 
-from benchmarks import help_corpus
+from benchmarks.studies import help_corpus
 
 _PAGE = '''<html><body><div id="DisplayArea">
 <h1 id="hd_id3150445"><a name="x"></a>Macro <span class="emph">Security</span></h1>

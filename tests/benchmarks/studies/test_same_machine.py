@@ -1,4 +1,5 @@
-"""benchmarks/same_machine.py: two revisions trained back to back, their numbers compared."""
+"""benchmarks/studies/same_machine.py: two revisions trained back to back, their numbers
+compared."""
 
 import json
 import os
@@ -7,10 +8,10 @@ import sys
 
 import pytest
 
-from benchmarks import same_machine
+from benchmarks.studies import same_machine
 from conftest import ROOT, TINY
 
-SCRIPT = os.path.join(ROOT, 'benchmarks', 'same_machine.py')
+SCRIPT = os.path.join(ROOT, 'benchmarks', 'studies', 'same_machine.py')
 
 
 def _workdir(path, dev, test, loss=2.5):

@@ -1,11 +1,12 @@
-"""The miniature Table 3's statistics (benchmarks/table3_report.py) against hand computations."""
+"""The miniature Table 3's statistics (benchmarks/studies/table3_report.py) against hand
+computations."""
 
 import json
 import math
 
 import pytest
 
-from benchmarks import table3_report
+from benchmarks.studies import table3_report
 
 
 def _record(row, seed, ppl, bleu):

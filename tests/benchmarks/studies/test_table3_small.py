@@ -1,9 +1,9 @@
-"""The miniature Table 3 runner (benchmarks/table3_small.py): which runs count as finished, the
-command of a (row, seed), and the record of a finished run."""
+"""The miniature Table 3 runner (benchmarks/studies/table3_small.py): which runs count as
+finished, the command of a (row, seed), and the record of a finished run."""
 
 import json
 
-from benchmarks import table3_small
+from benchmarks.studies import table3_small
 from configs import table3_small as small_config
 
 STEPS = small_config.STEPS

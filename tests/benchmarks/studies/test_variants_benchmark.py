@@ -1,16 +1,14 @@
-"""benchmarks/variants.py: the user-code count, the training commands, and a smoke run of both
-parts (a tiny model, 20 steps, 8 test sentences)."""
+"""benchmarks/studies/variants.py: the user-code count, the training commands, and a smoke run of
+both parts (a tiny model, 20 steps, 8 test sentences)."""
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from benchmarks import variants
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.studies import variants
+from conftest import ROOT
 
 
 def test_user_code_counts_the_factory_and_what_it_uses(tmp_path):
@@ -89,7 +87,7 @@ def test_smoke_run_records_the_variant_table(tmp_path):
   """Part 1 end to end on a smoke run; Part 2's arithmetic is tested above, and its decode
   timing is `harness.interleave`'s."""
   out = tmp_path / 'variants.jsonl'
-  argv = [sys.executable, '-m', 'benchmarks.variants', '--root', str(tmp_path / 'runs'),
+  argv = [sys.executable, '-m', 'benchmarks.studies.variants', '--root', str(tmp_path / 'runs'),
           '--smoke', '--rounds', '1', '--only', 'rotary', '--out', str(out)]
   done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
   assert done.returncode == 0, done.stderr[-3000:]

@@ -5,7 +5,7 @@ sentence's source; a model that has collapsed into a target-side language model 
 of issue 11: the same output for every input) shows almost no gap. The mismatched source of
 pair i is the source of pair i + 1 (a rotation, so lengths stay realistic).
 
-  python -m benchmarks.source_dependence --workdir /tmp/qs [--checkpoint 1200] [--split dev]
+  python -m benchmarks.studies.source_dependence --workdir /tmp/qs [--checkpoint 1200] [--split dev]
 
 One JSON line: NLL per token with true and rotated sources, their gap (nats/token) and the
 perplexity ratio.
@@ -15,11 +15,11 @@ import argparse
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-from benchmarks import harness  # noqa: E402
+from benchmarks.shared import harness  # noqa: E402
 
 
 class _Rotated:
