@@ -5,7 +5,7 @@
       --config.treebank_dir=/tmp/synthetic_treebank
 
 The grammar (`t2t_jax/parsing/grammar.py`) gives every sentence one possible tree, so a test
-F1 near 100 is reachable; benchmarks/parsing_synthetic.py measures it.
+F1 near 100 is reachable; benchmarks/studies/parsing_synthetic.py measures it.
 """
 
 from t2t_jax.configs import default

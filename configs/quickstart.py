@@ -5,7 +5,7 @@ architecture and schedule form (§3, §5.3 eq. 3) at d_model 128. The first tuni
 peak learning rate (the old 8.8e-3 trained a target-side language model that ignored its
 source); the second spent the budget on learning: no dropout, packed rows of 1024 target slots,
 peak 2.4e-3 at step 2000, 5200 steps in the old recipe's time. Test BLEU 24.9 -> 30.3;
-unchanged on LibreOffice's EN->DE help (benchmarks/help_corpus.py), 18.2 -> 23.0.
+unchanged on LibreOffice's EN->DE help (benchmarks/studies/help_corpus.py), 18.2 -> 23.0.
 """
 
 from t2t_jax.configs import default

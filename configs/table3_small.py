@@ -1,7 +1,7 @@
 """Table 3 in miniature: each row of the paper's Table 3 as a variation of the embedded default.
 
 Select a row with `--config=configs/table3_small.py:C3` ('base' is the unchanged small model).
-`benchmarks/table3_small.py` runs every row with several seeds; docs/table3_small.md has the
+`benchmarks/studies/table3_small.py` runs every row with several seeds; docs/table3_small.md has the
 results beside the paper's.
 
 The scaling rule, decided once and applied to every row (`scaled_row`):

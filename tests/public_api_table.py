@@ -441,12 +441,12 @@ EXEMPT = {
 # The scripts a user runs directly: (script, klass, argv after the script, words of the last
 # stderr line). `{tmp}` is the per-test folder; `{file}` a text file in it.
 SCRIPTS = (
-    ('benchmarks/device_check.py', UNWRITABLE, ['--smoke', '--out={file}/x.jsonl'],
+    ('benchmarks/device/check.py', UNWRITABLE, ['--smoke', '--out={file}/x.jsonl'],
      ('--out', 'notes.txt')),
-    ('benchmarks/device_check.py', EXISTS, ['--smoke', '--out={tmp}/taken'], ('--out',)),
-    ('benchmarks/device_check.py', RANGE, ['--smoke', '--stages=nope'], ('--stages', 'nope')),
-    ('benchmarks/device_check.py', RANGE, ['--part=7'], ('--part', '7')),
-    ('benchmarks/device_check.py', TYPE, ['--smoke', '--budget=soon'], ('--budget', 'soon')),
+    ('benchmarks/device/check.py', EXISTS, ['--smoke', '--out={tmp}/taken'], ('--out',)),
+    ('benchmarks/device/check.py', RANGE, ['--smoke', '--stages=nope'], ('--stages', 'nope')),
+    ('benchmarks/device/check.py', RANGE, ['--part=7'], ('--part', '7')),
+    ('benchmarks/device/check.py', TYPE, ['--smoke', '--budget=soon'], ('--budget', 'soon')),
     ('serve.py', MISSING, ['{tmp}/absent'], ('absent',)),
     ('serve.py', NOT_MODEL, ['{file}'], ('notes.txt',)),
     ('serve.py', NOT_MODEL, ['{tmp}/empty'], ('empty',)),

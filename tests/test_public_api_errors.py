@@ -1,7 +1,7 @@
 """Every public name that takes user data refuses each class of bad argument in its row of
 tests/public_api_table.py: the documented exception, a message naming the argument and
 speaking to a caller (no `--flags`, no workdir unless one is the argument), nothing written.
-The scripts a user runs directly (benchmarks/device_check.py, an export's serve.py) stop in one
+The scripts a user runs directly (benchmarks/device/check.py, an export's serve.py) stop in one
 line naming the argument, without a traceback."""
 
 import os

@@ -41,7 +41,7 @@ def choose_parallelism(parallelism: str = 'auto',
   the tests do), and simulated devices share the same cores: splitting rows over them adds
   no compute, only per-device overhead and batches rounded up to the device count. On the
   bundled test set (2 loaded cores, 8 simulated devices, quickstart's model, 4 and 8 rows:
-  benchmarks/decode_sharded.py) sharded decoding ran 0.81-0.87x as fast as one device, the
+  benchmarks/peers/decode_sharded.py) sharded decoding ran 0.81-0.87x as fast as one device, the
   same translations; threads use idle cores (1.6x on 2 idle ones: `default_threads`).
   """
   if parallelism not in PARALLELISM:

@@ -159,7 +159,7 @@ def _correct(z: _Logits) -> Array:
   prediction is the target (a tie with another token counts as a hit).
 
   From the reductions the loss needs anyway: XLA CPU's arg-max (a two-operand reduce over the
-  vocabulary) took 8% of the embedded default's train step (benchmarks/profile_step.py).
+  vocabulary) took 8% of the embedded default's train step (benchmarks/peers/profile_step.py).
   """
   return (z.target >= z.top).astype(jnp.float32)
 

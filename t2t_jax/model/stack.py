@@ -19,7 +19,7 @@ decode-mode decoder (a per-layer key/value cache), attention capture (per-layer 
 weights) and `capture_intermediates` (per-layer outputs). tests/model/test_stack.py checks
 the scanned stack against the unrolled one.
 
-Measured (benchmarks/compile_shapes.py, base in bfloat16 on v5e:2x4, libtpu 0.0.42.1, the
+Measured (benchmarks/scale/compile_shapes.py, base in bfloat16 on v5e:2x4, libtpu 0.0.42.1, the
 96 x 256 train step): 90-99 CPU seconds of compiling instead of 321, but 3.8 GiB of
 temporaries per chip instead of 1.7 (the loop keeps each layer's saved activations as the
 traced program has them, where the unrolled program lets XLA fuse and narrow them), and

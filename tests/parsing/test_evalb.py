@@ -266,7 +266,7 @@ def test_command_line_bad_input_is_one_line(tmp_path):
 def test_same_output_as_c_evalb():
   # 40 random corpora of 20 tree pairs under COLLINS.prm, new.prm and two other settings:
   # the whole standard output and the error lines of the C program, or where it gives up.
-  from benchmarks import evalb_differential
+  from benchmarks.studies import evalb_differential
   result = evalb_differential.differential(EVALB_C, runs=40, trees=20, seed=0)
   assert result['first_mismatches'] == [] and result['mismatches'] == 0
   assert result['evalb_gave_up'] >= 1

@@ -1,6 +1,6 @@
 """--mode=plan: the real TPU compiler (libtpu) compiles our steps for slices that are not here.
 
-The tiny model compiles in seconds; the paper's configs are planned in benchmarks/plan_tpu.py.
+The tiny model compiles in seconds; the paper's configs are planned in benchmarks/scale/plan_tpu.py.
 """
 
 import importlib.util
@@ -62,7 +62,7 @@ def test_tiny_train_step_compiles_for_a_v5e_slice(tiny_plan):
   assert params <= kinds['all-reduce']['bytes'] < params + 1024
   assert p['memory']['optimizer_state'] >= 2 * params  # Adam's two moments
   # XLA counts every op, the analytic count only the matmuls: at d_model 32 the elementwise
-  # work is as large as the matmuls (at base size XLA is 3% above; benchmarks/plan_tpu.py).
+  # work is as large as the matmuls (at base size XLA is 3% above; benchmarks/scale/plan_tpu.py).
   assert 1.0 <= p['flops_per_step'] / p['analytic_flops_per_step'] < 2.5
   assert p['step_time_s'] > 0 and p['tokens_per_s'] == pytest.approx(32 * 32 / p['step_time_s'])
   assert set(p['steps']) == {'train', 'eval', 'decode'}

@@ -1,0 +1,406 @@
+"""The accelerator proof: the stages of issue 36 and 42 on whatever device is present, as two
+commands of about 4.5 minutes each, the most valuable first.
+
+  python3 benchmarks/device/check.py --part 1 --out $OUT/device_check.jsonl   # the headline
+  python3 benchmarks/device/check.py --part 2 --out $OUT/device_check.jsonl   # the rest
+  python3 benchmarks/device/check.py --smoke --out /tmp/smoke.jsonl           # CPU, tiny sizes
+
+A lent GPU comes rarely, for minutes, with nothing reachable: the check must work the first
+time, say from its output alone what broke, and keep every number the moment it exists:
+
+  * each stage runs in a child process of its own (its own process group, killed with its
+    parent: a parent-death signal, and the group is killed when the parent stops) with a
+    time box; a crash, an out-of-memory or a hang loses that stage only;
+  * a stage appends a record after each measurement (`ctx.emit`), and after every record the
+    table (`device_check.txt` beside `--out`) is rewritten: whatever stops the run (a box,
+    the device tool's 600 s limit, Ctrl-C, SIGTERM), what was measured is on disk;
+  * Ctrl-C or SIGTERM stops the running stage's processes, writes the table and ends in one
+    line (exit 130 / 143).
+
+The children's output goes to `device_check.log` beside `--out`.
+
+Part 1 (the headline): environment (versions, protobuf, the carried imports, a bf16 GEMM's
+own rate), numerics at reduced sizes, base and big training in bf16 against the PyTorch
+peer (eager, then torch.compile while the box allows), MFU against the datasheet and the
+measured GEMM peak, the wait fraction. Part 2: the embedded default end to end and its
+decode on the device and the CPU, every form of Eq. 1. Part 3 (when time is left): compile
+times, beam decoding against the peer, the bucketed training layout. Each box is sized from the
+estimate for an H100 with an empty compilation cache written beside it, and a part's boxes
+add up to at most its budget.
+
+`--smoke` runs every stage at tiny sizes on any backend (CI runs it in-process).
+"""
+
+import argparse
+import dataclasses
+import importlib
+import json
+import os
+import signal
+import sys
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+  sys.path.insert(0, ROOT)
+
+from benchmarks.device import children  # noqa: E402  (no jax in the parent)
+from benchmarks.shared import harness  # noqa: E402  (no jax in the parent)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+  """One stage: `function` is 'module:name', called with a `Context`, returning a record."""
+  name: str
+  function: str
+  box_s: float        # its time box on an accelerator (from the estimate beside it)
+  smoke_box_s: float  # and with --smoke
+  part: int = 1
+  # Stages with the PyTorch peer in the same process: JAX takes its memory as it needs it, up
+  # to 60% of the device, instead of 75% up front, so the peer's allocator has the rest.
+  shares_device: bool = False
+  # Stages that run main.py in children start no backend themselves: a process holding the
+  # device (JAX takes 75% of a GPU's memory when it starts) would starve the child's.
+  starts_jax: bool = True
+  xla_flags: str = ''  # added to XLA_FLAGS in the stage's process
+
+
+# Numerics and forms are about what is computed, not how fast: without autotuning a GPU
+# program compiles in seconds instead of tens of seconds (an unknown flag on other backends'
+# XLA is still parsed: the flags are one table).
+NO_AUTOTUNE = '--xla_gpu_autotune_level=0'
+# Boxes in seconds, from the first GPU run (one H200, jax 0.11.2, empty compilation cache,
+# 2026-11-27; docs/performance.md): what each stage measured there is the comment beside it.
+# XLA's GPU compiles autotune and take 10-46 s a program there, which sets most boxes.
+# (tests/benchmarks/device/test_device_check.py checks that a part's boxes add up to at most
+# PART_BUDGET_S.)
+STAGES = (
+    # measured 14.9 s: jax start, nvidia-smi, the carried imports, an 8192^3 bf16 GEMM.
+    Stage('environment', 'benchmarks.device.numerics:environment', 20, 30, part=1),
+    # base widths, 1 layer, 8k ids, 8x32 tokens; the device compiles without autotuning
+    # (correctness does not need the fastest kernels): CPU compile + 3 device compiles. The
+    # first run, 2 layers with autotuning, recorded nothing in 55 s.
+    Stage('numerics', 'benchmarks.device.numerics:numerics', 45, 60, part=1,
+          xla_flags=NO_AUTOTUNE),
+    # measured 82.5 s: ours' compile 46 s, 22 steps, the peer eager; torch.compile (~40 s)
+    # runs only if the box has that left.
+    Stage('train_base', 'benchmarks.device.train:train_base', 95, 60, part=1,
+          shares_device=True),
+    # measured 76.6 s: compile 41 s, 12 steps, the peer eager; torch.compile as above.
+    Stage('train_big', 'benchmarks.device.train:train_big', 110, 60, part=1,
+          shares_device=True),
+    # measured: the 3900-step dev BLEU at 130 s, 16 compiles (61 s, 9 over 0.5 s), ~10 ms a
+    # step; the end (5200 steps, averaging, the test decode at 64 rows) ~165 s.
+    Stage('embedded_default', 'benchmarks.device.e2e:embedded_default', 180, 120, part=2,
+          starts_jax=False),
+    # measured: the device's decode of 1010 sentences 33 s (20 s compiling); the first 300
+    # sentences on the device and the CPU backend.
+    Stage('embedded_decode', 'benchmarks.device.e2e:embedded_decode', 50, 60, part=2,
+          starts_jax=False),
+    # measured: the seven forms ~10 s; the model twice in bf16 at base (without autotuning).
+    Stage('attention_forms', 'benchmarks.device.numerics:attention_forms', 40, 30, part=2,
+          xla_flags=NO_AUTOTUNE),
+    # issue 44: Adam, Adafactor and the switch MoE on the embedded default side by side (the
+    # embedded default alone took ~165 s); dev BLEU as it is written. Before part 3: a
+    # variant's peer is the paper's run in the same call.
+    Stage('embedded_variants', 'benchmarks.device.e2e:embedded_variants', 265, 150, part=4,
+          starts_jax=False),
+    # measured: no program finished in 45 s (base's train step alone compiles in 46 s).
+    Stage('compile', 'benchmarks.device.train:compile_times', 90, 40, part=3),
+    # beam 4, 128 sentences: a base decode program compiled in 11-12 s in main.py; the peer.
+    Stage('decode_speed', 'benchmarks.device.train:decode_speed', 60, 30, part=3,
+          shares_device=True),
+    # ~10 bucket shapes compiled in threads, 22 steps fed and staged.
+    Stage('train_bucketed', 'benchmarks.device.train:train_bucketed', 120, 60, part=3),
+)
+PART_BUDGET_S = 270  # one command: under 4.5 minutes on one H100
+SMOKE_BUDGET_S = 420  # parts 1-4 at smoke size on a loaded 2-core CPU
+PARTS = (1, 2, 3, 4)
+
+
+@dataclasses.dataclass
+class Context:
+  """What a stage gets: `smoke` (tiny sizes), `deadline` (harness.now() by which it should
+  have written its record: loops stop adding work past it), `scratch` (a folder the stages
+  share: the embedded default's workdir lives there), `out` (the records file) and
+  `emit(record)` (appends a record of this stage at once; the returned record is the last)."""
+  smoke: bool
+  deadline: float
+  scratch: str
+  out: str
+  emit: Callable[[Dict[str, Any]], Dict[str, Any]]
+  stage: str = ''
+  run: str = ''
+
+  def left(self) -> float:
+    return self.deadline - harness.now()
+
+  def records(self) -> List[Dict[str, Any]]:
+    """This run's records so far (a later stage reads an earlier one's, e.g. the GEMM peak)."""
+    return read_records(self.out, self.run)
+
+
+def table_path(out: str) -> str:
+  return os.path.join(os.path.dirname(os.path.abspath(out)), 'device_check.txt')
+
+
+def _emitter(out: str, run: str, stage: str, smoke: bool
+             ) -> Callable[[Dict[str, Any]], Dict[str, Any]]:
+  """Appends a record of `stage`, then rewrites the run's table beside `out`."""
+  emit = harness.Emitter(out)
+
+  def write(record: Dict[str, Any]) -> Dict[str, Any]:
+    written = emit({'name': 'device_check', 'run': run, 'stage': stage, **record})
+    write_table(out, run, smoke)
+    return written
+  return write
+
+
+def write_table(out: str, run: str, smoke: bool) -> None:
+  """The run's table so far, replacing the file at once (a reader never sees half of it)."""
+  path = table_path(out)
+  text = f'device check {run}{" (smoke)" if smoke else ""}\n{table(read_records(out, run))}\n'
+  with open(path + '.tmp', 'w', encoding='utf-8') as f:
+    f.write(text)
+  os.replace(path + '.tmp', path)
+
+
+def _stages(args: argparse.Namespace) -> Tuple[Stage, ...]:
+  if args.stage_table:  # tests: another table of stages, in the parent and its children
+    module, name = args.stage_table.split(':')
+    return getattr(importlib.import_module(module), name)
+  return STAGES
+
+
+def run_child(args: argparse.Namespace) -> int:
+  """`--stage NAME`: one stage in this process (the parent's child, or --in-process)."""
+  stage = next(s for s in _stages(args) if s.name == args.stage)
+  emit = _emitter(args.out, args.run, stage.name, args.smoke)
+  ctx = Context(smoke=args.smoke, deadline=args.deadline, scratch=args.scratch, out=args.out,
+                emit=emit, stage=stage.name, run=args.run)
+  start = harness.now()
+  try:
+    if stage.starts_jax:
+      harness.start_jax()
+    module, name = stage.function.split(':')
+    record = getattr(importlib.import_module(module), name)(ctx)
+  except Exception as e:  # pylint: disable=broad-except  (recorded: the next stage goes on)
+    import traceback  # pylint: disable=import-outside-toplevel
+    emit({'status': 'error', 'seconds': harness.now() - start,
+          'error': f'{type(e).__name__}: {e}'.splitlines()[0][:500],
+          'traceback': traceback.format_exc()[-3000:]})
+    return 1
+  emit({'status': record.pop('status', 'ok'), 'seconds': harness.now() - start,
+        'pid': os.getpid(), **record})
+  return 0
+
+
+def _final_status(out: str, run: str, stage: str) -> Optional[str]:
+  """The status of the last record `stage` wrote in this run (None: none)."""
+  status = None
+  for record in read_records(out, run):
+    if record.get('stage') == stage and 'status' in record:
+      status = record['status']
+  return status
+
+
+class Stopped(Exception):
+  """Ctrl-C or SIGTERM reached the parent."""
+
+  def __init__(self, signum: int):
+    super().__init__(signal.Signals(signum).name)
+    self.signum = signum
+
+
+def _raise_stopped(signum, frame):  # pylint: disable=unused-argument
+  raise Stopped(signum)
+
+
+def run_all(args: argparse.Namespace, wanted: List[Stage]) -> None:
+  """Every stage of `wanted` in turn within the budget; a stop signal ends the running
+  stage's processes, records it and re-raises `Stopped`."""
+  budget_end = harness.now() + args.budget
+  log_path = os.path.join(os.path.dirname(args.out), 'device_check.log')
+  with open(log_path, 'a', encoding='utf-8') as log:
+    for stage in wanted:
+      box = stage.smoke_box_s if args.smoke else stage.box_s
+      deadline = min(harness.now() + box, budget_end)
+      emit = _emitter(args.out, args.run, stage.name, args.smoke)
+      if deadline - harness.now() < 5:
+        emit({'status': 'skipped', 'seconds': 0.0, 'why': 'the budget is spent'})
+        continue
+      start = harness.now()
+      try:
+        if args.in_process:
+          child_args = argparse.Namespace(**dict(vars(args), stage=stage.name,
+                                                 deadline=deadline))
+          problem = None if run_child(child_args) == 0 else 'failed'
+        else:
+          problem = children.run_stage(_child_command(stage, args, deadline),
+                                       _child_env(stage), deadline, log)
+      except Stopped as stop:
+        emit({'status': 'stopped', 'seconds': harness.now() - start,
+              'error': f'{stop} during the stage: its processes were stopped'})
+        raise
+      status = _final_status(args.out, args.run, stage.name)
+      if problem and status in (None, 'partial'):
+        emit({'status': 'timeout' if problem.startswith('timeout') else 'error',
+              'seconds': harness.now() - start, 'error': problem,
+              'log_tail': '' if args.in_process else
+              children.log_tail(log_path, stage.name)})
+
+
+def _child_command(stage: Stage, args: argparse.Namespace, deadline: float) -> List[str]:
+  command = [sys.executable, os.path.abspath(__file__), '--stage', stage.name, '--run',
+             args.run, '--out', args.out, '--scratch', args.scratch, '--deadline', str(deadline)]
+  command += ['--smoke'] if args.smoke else []
+  command += ['--stage-table', args.stage_table] if args.stage_table else []
+  return command
+
+
+def _child_env(stage: Stage) -> Dict[str, str]:
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      [ROOT] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
+  if stage.xla_flags:
+    env['XLA_FLAGS'] = f'{env.get("XLA_FLAGS", "")} {stage.xla_flags}'.strip()
+  if stage.shares_device:
+    env.setdefault('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
+    env.setdefault('XLA_PYTHON_CLIENT_MEM_FRACTION', '0.6')
+  return env
+
+
+def read_records(path: str, run: str) -> List[Dict[str, Any]]:
+  """The records of run `run` in the JSON-lines file `path` (a line cut short by a kill is
+  left out)."""
+  if not os.path.exists(path):
+    return []
+  records = []
+  with open(path, encoding='utf-8') as f:
+    for line in f:
+      try:
+        records.append(json.loads(line))
+      except json.JSONDecodeError:
+        continue
+  return [r for r in records if r.get('run') == run and r.get('name') == 'device_check']
+
+
+def table(records: List[Dict[str, Any]]) -> str:
+  """One line per stage record (status, seconds, headline numbers), then every goal with
+  met / MISSED."""
+  lines = [f'{"stage":<26} {"status":<8} {"seconds":>7}  numbers', '-' * 100]
+  goals: Dict[str, List[Tuple[str, Dict[str, Any]]]] = {}
+  for r in records:
+    if 'status' not in r:
+      continue
+    numbers = '; '.join(f'{k} {_fmt(v)}' for k, v in r.get('summary', {}).items())
+    if r['status'] not in ('ok', 'partial'):
+      numbers = (r.get('error') or r.get('why') or '') + (f'; {numbers}' if numbers else '')
+    label = r['stage'] + (f'/{r["part"]}' if r.get('part') else '')
+    lines.append(f'{label:<26} {r["status"]:<8} {r.get("seconds", 0):>7.1f}  {numbers}')
+    if r['status'] != 'partial' and 'goals' in r:  # the stage's own list replaces its parts'
+      goals[r['stage']] = []
+    goals.setdefault(r['stage'], []).extend((label, g) for g in r.get('goals', []))
+  goals_list = [item for items in goals.values() for item in items]
+  if goals_list:
+    lines += ['', 'goals:']
+    lines += [f'  {"met   " if g["met"] else "MISSED"} {label}: {g["goal"]} '
+              f'(measured {_fmt(g["value"])})' for label, g in goals_list]
+  return '\n'.join(lines)
+
+
+def _fmt(value: Any) -> str:
+  if isinstance(value, float):
+    return f'{value:.3g}' if abs(value) < 1e4 else f'{value:,.0f}'
+  return str(value)
+
+
+def goal(text: str, value: Any, met: bool) -> Dict[str, Any]:
+  """One goal of a record: what it asks, the measured value, and whether it was met."""
+  return {'goal': text, 'value': value, 'met': bool(met)}
+
+
+def _parse(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, List[Stage]]:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument('--out', default=os.path.join(ROOT, 'benchmarks', 'results',
+                                                    'device_check.jsonl'),
+                      help='JSON-lines file the records are appended to')
+  parser.add_argument('--part', default='1,2', help='comma list of parts: 1 (the headline), '
+                      '2 (the rest), 3 (compiles, decode, the bucketed layout), 4 (issue 44\'s '
+                      'variants on the embedded default); default 1,2')
+  parser.add_argument('--smoke', action='store_true', help='tiny sizes, any backend')
+  parser.add_argument('--stages', default=None,
+                      help='comma list of stage names (default: those of --part)')
+  parser.add_argument('--budget', type=float, default=None,
+                      help=f'seconds for the whole check (default {PART_BUDGET_S} a part, '
+                           f'smoke {SMOKE_BUDGET_S})')
+  parser.add_argument('--in-process', action='store_true',
+                      help='run the stages in this process (no isolation; CI smoke)')
+  parser.add_argument('--scratch', default=None, help='folder the stages share (default: temp)')
+  for hidden in ('--stage', '--run', '--stage-table'):
+    parser.add_argument(hidden, default=None, help=argparse.SUPPRESS)
+  parser.add_argument('--deadline', type=float, default=0.0, help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  stages = _stages(args)
+  if args.stages is not None:
+    names = [n for n in args.stages.split(',') if n]
+    unknown = sorted(set(names) - {s.name for s in stages})
+    if unknown:
+      parser.error(f'--stages: unknown stage(s) {unknown}; known: {[s.name for s in stages]}')
+    if not names:
+      parser.error(f'--stages={args.stages!r} selects no stage; known: '
+                   f'{[s.name for s in stages]}')
+    wanted = [s for s in stages if s.name in names]
+  else:
+    try:
+      parts = {int(p) for p in args.part.split(',') if p.strip()}
+    except ValueError:
+      parts = set()
+    if not parts or not parts <= set(PARTS):
+      parser.error(f'--part={args.part!r}: expected a comma list of {list(PARTS)}')
+    wanted = [s for s in stages if s.part in parts]
+    if args.budget is None and not args.smoke:
+      args.budget = PART_BUDGET_S * len(parts)
+  if args.budget is not None and not args.budget > 0:
+    parser.error(f'--budget={args.budget}: expected a positive number of seconds')
+  if args.budget is None:
+    args.budget = SMOKE_BUDGET_S if args.smoke else sum(s.box_s for s in wanted)
+  args.run = args.run or harness.timestamp(compact=True)
+  args.out = os.path.abspath(args.out)
+  if not args.stage:
+    problem = children.unwritable_output(args.out)
+    if problem:
+      parser.error(f'--out={args.out}: {problem}')
+  return args, wanted
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+  args, wanted = _parse(argv)
+  os.makedirs(os.path.dirname(args.out), exist_ok=True)
+  if args.stage:
+    children.die_with_parent()
+    return run_child(args)
+  handlers = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGINT, signal.SIGTERM)}
+  code = 0
+  try:
+    with children.scratch_folder(args.scratch) as scratch:
+      args.scratch = scratch
+      run_all(args, wanted)
+  except (Stopped, KeyboardInterrupt) as stop:
+    signum = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
+    code = 128 + signum
+  finally:
+    for s, handler in handlers.items():
+      signal.signal(s, handler)
+  write_table(args.out, args.run, args.smoke)
+  with open(table_path(args.out), encoding='utf-8') as f:
+    print(f.read(), flush=True)
+  if code:
+    kept = len(read_records(args.out, args.run))
+    print(f'device_check: stopped by {signal.Signals(code - 128).name}; the {kept} records '
+          f'measured so far are in {args.out} and the table in {table_path(args.out)}',
+          file=sys.stderr)
+  return code
+
+
+if __name__ == '__main__':
+  sys.exit(main())
