@@ -1,6 +1,7 @@
 """Test setup: 8 simulated CPU devices, set before jax is imported anywhere."""
 
 import atexit
+import ctypes
 import fcntl
 import importlib.util
 import os
@@ -178,18 +179,16 @@ def _fresh_write_failure_state(monkeypatch):
   monkeypatch.setattr(sys, 'unraisablehook', sys.unraisablehook)
 
 
-class _SigAction(__import__('ctypes').Structure):
+class _SigAction(ctypes.Structure):
   """Linux's struct sigaction (x86-64 and arm64 lay it out alike up to the handler)."""
-  _fields_ = [('handler', __import__('ctypes').c_void_p),
-              ('mask', __import__('ctypes').c_ulong * 16), ('flags', __import__('ctypes').c_int),
-              ('restorer', __import__('ctypes').c_void_p)]
+  _fields_ = [('handler', ctypes.c_void_p), ('mask', ctypes.c_ulong * 16),
+              ('flags', ctypes.c_int), ('restorer', ctypes.c_void_p)]
 
 
 def _signal_state():
   """SIGINT's and SIGTERM's Python handlers, the native handler the kernel calls (a native
   library can replace Python's without Python knowing), and whether the kernel ignores or
   blocks them for this process's main thread (a child process inherits those)."""
-  import ctypes
   import signal
   state = {s.name: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
   if not sys.platform.startswith('linux'):

@@ -3,6 +3,7 @@ commands of about 4.5 minutes each, the most valuable first.
 
   python3 benchmarks/device/check.py --part 1 --out $OUT/device_check.jsonl   # the headline
   python3 benchmarks/device/check.py --part 2 --out $OUT/device_check.jsonl   # the rest
+  python3 benchmarks/device/check.py --part 4,3 --budget 565 --out ...        # with time left
   python3 benchmarks/device/check.py --smoke --out /tmp/smoke.jsonl           # CPU, tiny sizes
 
 A lent GPU comes rarely, for minutes, with nothing reachable: the check must work the first
@@ -10,23 +11,19 @@ time, say from its output alone what broke, and keep every number the moment it 
 
   * each stage runs in a child process of its own (its own process group, killed with its
     parent: a parent-death signal, and the group is killed when the parent stops) with a
-    time box; a crash, an out-of-memory or a hang loses that stage only;
+    time box, its output in `device_check.log` beside `--out`; a crash, an out-of-memory or
+    a hang loses that stage only;
   * a stage appends a record after each measurement (`ctx.emit`), and after every record the
     table (`device_check.txt` beside `--out`) is rewritten: whatever stops the run (a box,
     the device tool's 600 s limit, Ctrl-C, SIGTERM), what was measured is on disk;
   * Ctrl-C or SIGTERM stops the running stage's processes, writes the table and ends in one
     line (exit 130 / 143).
 
-The children's output goes to `device_check.log` beside `--out`.
-
-Part 1 (the headline): environment (versions, protobuf, the carried imports, a bf16 GEMM's
-own rate), numerics at reduced sizes, base and big training in bf16 against the PyTorch
-peer (eager, then torch.compile while the box allows), MFU against the datasheet and the
-measured GEMM peak, the wait fraction. Part 2: the embedded default end to end and its
-decode on the device and the CPU, every form of Eq. 1. Part 3 (when time is left): compile
-times, beam decoding against the peer, the bucketed training layout. Each box is sized from the
-estimate for an H100 with an empty compilation cache written beside it, and a part's boxes
-add up to at most its budget.
+Part 1 (the headline): environment, numerics, base and big bf16 training against the PyTorch
+peer with MFU and the wait fraction. Part 2: the embedded default end to end, its decode on
+the device and the CPU, every form of Eq. 1. Part 3: compile times, beam decoding against
+the peer, the bucketed layout. Part 4: the embedded default with Adam, Adafactor and the
+switch MoE side by side. Boxes are the H200's measured times; a part's add up to its budget.
 
 `--smoke` runs every stage at tiny sizes on any backend (CI runs it in-process).
 """
@@ -65,15 +62,13 @@ class Stage:
   xla_flags: str = ''  # added to XLA_FLAGS in the stage's process
 
 
-# Numerics and forms are about what is computed, not how fast: without autotuning a GPU
-# program compiles in seconds instead of tens of seconds (an unknown flag on other backends'
-# XLA is still parsed: the flags are one table).
+# Numerics and forms are about what is computed, not how fast: without autotuning a GPU program
+# compiles in seconds, not tens of seconds (other backends' XLA parses the flag too).
 NO_AUTOTUNE = '--xla_gpu_autotune_level=0'
 # Boxes in seconds, from the first GPU run (one H200, jax 0.11.2, empty compilation cache,
 # 2026-11-27; docs/performance.md): what each stage measured there is the comment beside it.
-# XLA's GPU compiles autotune and take 10-46 s a program there, which sets most boxes.
-# (tests/benchmarks/device/test_device_check.py checks that a part's boxes add up to at most
-# PART_BUDGET_S.)
+# XLA's GPU compiles autotune and take 10-46 s a program there, which sets most boxes
+# (tests/benchmarks/device/test_device_check.py: a part's boxes add up to PART_BUDGET_S).
 STAGES = (
     # measured 14.9 s: jax start, nvidia-smi, the carried imports, an 8192^3 bf16 GEMM.
     Stage('environment', 'benchmarks.device.numerics:environment', 20, 30, part=1),
@@ -100,17 +95,16 @@ STAGES = (
     # measured: the seven forms ~10 s; the model twice in bf16 at base (without autotuning).
     Stage('attention_forms', 'benchmarks.device.numerics:attention_forms', 40, 30, part=2,
           xla_flags=NO_AUTOTUNE),
-    # issue 44: Adam, Adafactor and the switch MoE on the embedded default side by side (the
-    # embedded default alone took ~165 s); dev BLEU as it is written. Before part 3: a
-    # variant's peer is the paper's run in the same call.
+    # measured 262 s: Adam, Adafactor and the switch MoE side by side, 210 s each (the MoE's
+    # test decode cut by the box). Before part 3: a variant's peer is Adam in the same call.
     Stage('embedded_variants', 'benchmarks.device.e2e:embedded_variants', 265, 150, part=4,
           starts_jax=False),
-    # measured: no program finished in 45 s (base's train step alone compiles in 46 s).
+    # measured 89 s: base's train step 47 s, two eval programs 7 s each, beam decode 21 s.
     Stage('compile', 'benchmarks.device.train:compile_times', 90, 40, part=3),
-    # beam 4, 128 sentences: a base decode program compiled in 11-12 s in main.py; the peer.
+    # measured 54 s: beam 4, 128 sentences, our compile 11 s, then ours and the peer timed.
     Stage('decode_speed', 'benchmarks.device.train:decode_speed', 60, 30, part=3,
           shares_device=True),
-    # ~10 bucket shapes compiled in threads, 22 steps fed and staged.
+    # measured 63 s: 2 bucket shapes compiled in threads (44 s), 20 steps fed and staged.
     Stage('train_bucketed', 'benchmarks.device.train:train_bucketed', 120, 60, part=3),
 )
 PART_BUDGET_S = 270  # one command: under 4.5 minutes on one H100

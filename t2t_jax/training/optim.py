@@ -190,7 +190,8 @@ def describe(config: ml_collections.ConfigDict) -> str:
   if name not in OPTIMIZERS:
     rate += ' unless the factory returns its own'
   line = f'optimizer: {what}; learning rate: {rate}; aux_loss_weight={config.aux_loss_weight:g}'
-  return line + (f'\nwarning: {advice(config)}' if advice(config) else '')
+  warning = advice(config)
+  return line + (f'\nwarning: {warning}' if warning else '')
 
 
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:

@@ -252,8 +252,9 @@ class _Run:
     net = variant.from_config(config) if net is None else net
     self.checkpointer.model_source = variant.source_record(config.model)
     optimizer, schedule = optim.make(config) if optimizer is None else optimizer
-    if optim.advice(config) and self.is_chief:
-      logging.warning(optim.advice(config))
+    warning = optim.advice(config)
+    if warning and self.is_chief:
+      logging.warning(warning)
     # Restored into the layout of this run (`abstract_like` keeps the shardings), whether
     # the checkpoint was written with the optimizer state sharded or replicated.
     self.state = self._restore(parallel.create_train_state(
