@@ -225,9 +225,13 @@ def refuse_in_a_starting_process() -> None:
   if not getattr(multiprocessing.current_process(), '_inheriting', False):
     return
   script = getattr(sys.modules.get('__mp_main__'), '__file__', None) or 'the main script'
-  raise SystemExit(f'error: {script} calls t2t_jax at its top level, so every process that '
+  # One write of the whole line: Python prints a SystemExit's text and its newline in two,
+  # which the sibling processes' lines split apart when stderr is unbuffered (PYTHONUNBUFFERED).
+  sys.stderr.write(f'error: {script} calls t2t_jax at its top level, so every process that '
                    'multiprocessing starts for it (the token store is encoded in several) runs '
-                   f'it again: put its calls under {MAIN_GUARD}')
+                   f'it again: put its calls under {MAIN_GUARD}\n')
+  sys.stderr.flush()
+  raise SystemExit(1)
 
 
 def _pool_broke(folder: str) -> TokenStoreError:

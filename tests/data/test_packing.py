@@ -2,6 +2,7 @@
 packed pipeline covers every pair once per epoch with one shape, exact resume and shards."""
 
 import collections
+import functools
 import json
 import re
 
@@ -48,6 +49,7 @@ def _unpacked(rows, n_rows=None):
   return batch
 
 
+@functools.partial(jax.jit, static_argnums=0)  # one program, not each operation compiled
 def _logits(cfg, params, batch):
   packing_args = {k: batch[k] for k in PACKING_KEYS if k in batch}
   return model.Transformer(cfg).apply({'params': params}, batch['inputs'], batch['targets'],
@@ -170,8 +172,8 @@ def test_packed_rows_give_the_unpacked_losses_and_gradients(positional, norm_pos
       assert float(a[1]) == float(b[1]) == len(row[k - 1][1])
       pair += 1
   # The whole batch: same loss sum and same gradients w.r.t. every parameter.
-  loss_p, grad_p = jax.value_and_grad(lambda p: _loss_sum(cfg, p, packed))(params)
-  loss_u, grad_u = jax.value_and_grad(lambda p: _loss_sum(cfg, p, unpacked))(params)
+  loss_p, grad_p = jax.jit(jax.value_and_grad(lambda p: _loss_sum(cfg, p, packed)))(params)
+  loss_u, grad_u = jax.jit(jax.value_and_grad(lambda p: _loss_sum(cfg, p, unpacked)))(params)
   np.testing.assert_allclose(loss_p, loss_u, rtol=1e-5)
   leaves = jax.tree_util.tree_leaves_with_path(grad_p)
   assert len(leaves) == len(jax.tree_util.tree_leaves(params))

@@ -55,6 +55,7 @@ def _batch(seed=0, batch=3, src_len=7, tgt_len=6):
   return jnp.asarray(src), jnp.asarray(tgt)
 
 
+@functools.partial(jax.jit, static_argnums=0)  # one program, not each operation compiled
 def _logits(cfg, params, src, tgt, rngs=None):
   return model.Transformer(cfg).apply({'params': params}, src, tgt, rngs=rngs)
 
@@ -94,8 +95,9 @@ def test_one_embedding_matrix_used_three_times():
   assert len(vocab_leaves) == 1 and vocab_leaves[0].shape == (40, 32)
   table = params['shared_embedding']['embedding']
   src, tgt = _batch()
-  logits, state = model.Transformer(TINY).apply({'params': params}, src, tgt,
-                                                capture_intermediates=True)
+  logits, state = jax.jit(functools.partial(model.Transformer(TINY).apply,
+                                            capture_intermediates=True))(
+                                                {'params': params}, src, tgt)
   hidden = state['intermediates']['decoder'][f'layer_{TINY.num_layers - 1}']['__call__'][0]
   np.testing.assert_allclose(logits, hidden @ table.T, atol=1e-5)  # pre-softmax projection
   # The encoder input and decoder input embeddings read the same matrix: the gradient of the
@@ -108,7 +110,7 @@ def test_one_embedding_matrix_used_three_times():
     # Column 0 of the pre-softmax layer reads only row 0 of the table, so gradient on any
     # other row must come through the encoder or decoder input embeddings.
     return jnp.sum(_logits(TINY, dict(params, shared_embedding={'embedding': t}), src, tgt)[..., 0])
-  grad = jax.grad(logit_of_token_0)(table)
+  grad = jax.jit(jax.grad(logit_of_token_0))(table)
   assert np.abs(grad[only_src]).sum() > 0
   assert np.abs(grad[only_tgt]).sum() > 0
 
@@ -260,7 +262,7 @@ def test_a_pre_norm_residual_part_brings_its_final_norm():
   assert (jax.tree_util.tree_structure(model.init_params(variant, jax.random.PRNGKey(5))) ==
           jax.tree_util.tree_structure(params))
   src, tgt = _batch(seed=6)
-  np.testing.assert_array_equal(variant.apply({'params': params}, src, tgt),
+  np.testing.assert_array_equal(jax.jit(variant.apply)({'params': params}, src, tgt),
                                 _logits(pre, params, src, tgt))
   assert incremental.check_incremental(variant, params, src, tgt) < 2e-5
 
