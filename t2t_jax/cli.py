@@ -260,6 +260,8 @@ def raise_on_sigterm() -> None:
 def exit_interrupted(interrupt: KeyboardInterrupt) -> NoReturn:
   """The one line of a command stopped by Ctrl-C or SIGTERM (exit status 130, the shell's
   for SIGINT), instead of the traceback of wherever it was."""
+  from t2t_jax.inference import translate  # pylint: disable=import-outside-toplevel
+  translate.end_progress_line()  # a decode's bar, stopped mid-line
   name = str(interrupt) or 'SIGINT (Ctrl-C)'
   sys.stderr.write(f'error: interrupted by {name}; what this command had not finished is not '
                    'kept: run the same command again\n')

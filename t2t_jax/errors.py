@@ -36,7 +36,9 @@ def exit_with(error: BaseException) -> NoReturn:
   once: what is left to flush (TensorBoard's writer thread and exit handler, orbax's pending
   writes) would only fail again, each with a traceback under the one line.
   """
+  from t2t_jax.inference import translate  # pylint: disable=import-outside-toplevel
   from t2t_jax.storage import workdir  # pylint: disable=import-outside-toplevel
+  translate.end_progress_line()  # a decode's bar, stopped mid-line
   if not workdir.write_failures_reported():
     sys.exit(f'error: {error}')
   sys.stderr.write(f'error: {error}\n')

@@ -149,3 +149,29 @@ def test_a_platform_this_machine_lacks_is_one_line_naming_it_and_the_remedy():
       'at least)')
   assert backends.platform_error('', tpu) is None  # jax's own choice failing: not the user's
   assert backends.platform_error('cpu', ValueError('x')) is None
+
+
+@pytest.mark.parametrize('stop', ['interrupted', 'user_error'])
+def test_a_command_stopped_mid_progress_bar_writes_its_error_on_a_line_of_its_own(
+    capsys, stop):
+  """A decode's progress bar is redrawn in place (no newline until the last sentence); the
+  one line of a command stopped before that used to trail the bar on the same line."""
+  from t2t_jax import errors  # pylint: disable=import-outside-toplevel
+  from t2t_jax.inference import translate  # pylint: disable=import-outside-toplevel
+  translate.print_progress(40, 20_000, 0.5)
+  with pytest.raises(SystemExit) as stopped:
+    if stop == 'interrupted':
+      cli.exit_interrupted(KeyboardInterrupt('SIGTERM'))
+    else:
+      errors.exit_with(ValueError('the disk is full'))
+  bar = f'\r[{"." * 30}] 40/20000 sentences 80.0 sent/s\n'
+  if stop == 'interrupted':
+    assert capsys.readouterr().err == bar + (
+        'error: interrupted by SIGTERM; what this command had not finished is not kept: run '
+        'the same command again\n')
+  else:  # Python writes the SystemExit's text after what is on stderr now
+    assert capsys.readouterr().err == bar and stopped.value.code == 'error: the disk is full'
+  # A finished bar has its newline already: nothing more is added.
+  translate.print_progress(2, 2, 1.0)
+  translate.end_progress_line()
+  assert capsys.readouterr().err.endswith('2/2 sentences 2.0 sent/s\n')
