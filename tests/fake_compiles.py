@@ -60,3 +60,37 @@ class Unpicklable(Exception):
 
 def raise_unpicklable() -> None:
   raise Unpicklable('x')
+
+
+def ctrl_c_during_a_call(pid_file: str, hold_the_gil: bool) -> dict:
+  """In a process of its own (tests/runtime/test_interruptible.py runs it as a script): a
+  thread sends this process SIGINT once `interruptible.call`'s child is inside the fake
+  compile. What came out of the call, after how long, the child's pid and this process's."""
+  import signal
+  import threading
+  from t2t_jax.runtime import interruptible
+  signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal
+
+  def interrupt():
+    deadline = time.monotonic() + 60
+    while not os.path.exists(pid_file) and time.monotonic() < deadline:
+      time.sleep(0.05)
+    time.sleep(0.3)  # inside the native call
+    os.kill(os.getpid(), signal.SIGINT)
+
+  threading.Thread(target=interrupt, daemon=True).start()
+  start = time.monotonic()
+  try:
+    interruptible.call(write_pid_then_wait, pid_file, hold_the_gil)
+    raised = None
+  except BaseException as e:  # pylint: disable=broad-except  (reported to the test)
+    raised = type(e).__name__
+  seconds = time.monotonic() - start
+  with open(pid_file, encoding='utf-8') as f:
+    pid = int(f.read())
+  return {'raised': raised, 'seconds': seconds, 'pid': pid, 'caller': os.getpid()}
+
+
+if __name__ == '__main__':
+  import json
+  print(json.dumps(ctrl_c_during_a_call(sys.argv[1], sys.argv[2] == 'hold')))
