@@ -17,12 +17,15 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 # workers and in main.py children, kept between runs: most of the suite's time is compiling,
 # and the edit-test loop then recompiles only what a change touched (measured: 148 s cold,
 # 64 s warm for the model, inference, export and inspect tests). Its own directory, never the
-# user's ~/.cache/t2t_jax/xla; T2T_TEST_XLA_CACHE='' gives each session a fresh one instead.
+# user's ~/.cache/t2t_jax/xla; T2T_TEST_XLA_CACHE='' gives each session a fresh one instead,
+# empty as on a new machine: one for the whole session, which pytest-xdist's workers (started
+# after this runs in the controller) inherit, as they share the default one.
 _XLA_CACHE = os.environ.get('T2T_TEST_XLA_CACHE',
                             os.path.join(os.path.expanduser('~'), '.cache', 't2t_jax', 'test-xla'))
 if not _XLA_CACHE:
   _XLA_CACHE = tempfile.mkdtemp(prefix='t2t_jax_xla_cache_')
   atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
+  os.environ['T2T_TEST_XLA_CACHE'] = _XLA_CACHE
 os.environ['JAX_COMPILATION_CACHE_DIR'] = _XLA_CACHE
 os.environ['T2T_COMPILATION_CACHE_DIR'] = _XLA_CACHE
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
@@ -58,8 +61,16 @@ def _prune_xla_cache(folder, bound=_XLA_CACHE_BOUND):
   return deleted
 
 
+def _cache_entries(folder):
+  try:
+    return sum(1 for e in os.scandir(folder) if e.is_file(follow_symlinks=False))
+  except OSError:
+    return 0
+
+
 if 'PYTEST_XDIST_WORKER' not in os.environ:  # the controller (or a run without workers)
   _prune_xla_cache(_XLA_CACHE)
+_XLA_CACHE_AT_START = _cache_entries(_XLA_CACHE)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -158,6 +169,16 @@ def pytest_collection_modifyitems(items):
   """The slow tests first: with pytest-xdist's workers, long jobs started early and short ones
   filling the gaps end the run sooner than a long test started last (longest first)."""
   items.sort(key=lambda item: item.get_closest_marker('slow') is None)
+
+
+def pytest_terminal_summary(terminalreporter):
+  """Whether this run's time is from an empty compilation cache (docs/install.md's budget):
+  CI's log then says what its time measured."""
+  if 'PYTEST_XDIST_WORKER' not in os.environ:
+    terminalreporter.write_line(
+        f'test compilation cache {_XLA_CACHE}: {_XLA_CACHE_AT_START} entries at the start '
+        f'({"empty" if not _XLA_CACHE_AT_START else "warm"}), {_cache_entries(_XLA_CACHE)} '
+        'at the end')
 
 
 def pytest_configure(config):
