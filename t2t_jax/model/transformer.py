@@ -12,6 +12,7 @@ pair's logits are those it would get alone in a row. None everywhere means unpac
 computation is then exactly the unpacked one.
 """
 
+import functools
 import math
 from typing import Callable, Optional, Sequence, Tuple, Union
 
@@ -360,11 +361,16 @@ def init_params(model: ModelLike, rng: Array, batch: int = 1, length: int = 8):
   """Initial parameters (a nested dict of float32 arrays) of `model` (or `Transformer(cfg)`).
 
   `rng` is a PRNG key (`jax.random.PRNGKey(seed)` or `jax.random.key(seed)`); `batch` and
-  `length` (>= 1) the shape of the dummy batch it traces."""
+  `length` (>= 1) the shape of the dummy batch it traces. Compiled, as in training's state
+  (`parallel.create_train_state`): the same values bit for bit (op by op, not)."""
   _check_rng('init_params', rng)
   batch = check_int('init_params', 'batch', batch, minimum=1)
   length = check_int('init_params', 'length', length, minimum=1)
-  net = as_model(model, deterministic=True, decode=False)
+  return _init_params(as_model(model, deterministic=True, decode=False), batch, length, rng)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _init_params(net: nn.Module, batch: int, length: int, rng: Array):
   dummy = jnp.ones((batch, length), jnp.int32)
   return net.init(rng, dummy, dummy)['params']
 
@@ -391,4 +397,4 @@ def count_params(tree) -> int:
   if bad is not None or isinstance(tree, (str, bytes)):
     raise TypeError(f'count_params: tree holds a {type(bad).__name__}; expected a tree of '
                     'arrays (a params tree, or param_shapes(...))')
-  return sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(tree))
+  return sum(math.prod(x.shape) for x in leaves)

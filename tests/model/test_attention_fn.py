@@ -53,8 +53,12 @@ def _params():
 
 
 def _teacher_forced(model, targets=TARGETS):
-  return np.asarray(transformer.as_model(model, deterministic=True).apply(
-      {'params': _params()}, INPUTS, targets))
+  return np.asarray(_forward(transformer.as_model(model, deterministic=True), _params(), targets))
+
+
+@functools.partial(jax.jit, static_argnums=0)  # one program, not each operation compiled
+def _forward(net, params, targets):
+  return net.apply({'params': params}, INPUTS, targets)
 
 
 @pytest.mark.parametrize('name', list(VARIANTS))

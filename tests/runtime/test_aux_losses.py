@@ -137,5 +137,6 @@ def test_a_non_scalar_sown_loss_is_an_error():
   params = model.init_params(net, jax.random.PRNGKey(0))
   with pytest.raises(ValueError, match=r"auxiliary loss (en|de)coder/layer_0/ffn/l2 sown into "
                      r"'losses' has shape \(3,\); sow a scalar"):
-    parallel.make_grad_fn(net, mesh, 0.1)(params, parallel.shard_batch(_batch(), mesh),
-                                          jax.random.PRNGKey(0))
+    # Refused while tracing (un-jitted, shard_map ran every operation eagerly: 17 s).
+    jax.jit(parallel.make_grad_fn(net, mesh, 0.1))(params, parallel.shard_batch(_batch(), mesh),
+                                                   jax.random.PRNGKey(0))
