@@ -11,13 +11,13 @@ attention maps. An `attention_fn` that reads positions (rotary, ALiBi) gets the 
 cache slots from the cache in decoding, and a wrong one shows there first.
 """
 
-import functools
 from typing import NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t2t_jax.model import module_jit
 from t2t_jax.model.array_checks import check_int
 from t2t_jax.model.id_arrays import check_ids, check_same_batch
 from t2t_jax.model.transformer import (PAD_ID, ModelLike, Transformer, as_model, param_shapes,
@@ -227,7 +227,7 @@ def check_incremental(model: ModelLike, params, inputs: Array, targets: Array,
   forced = np.asarray(_teacher_forced(net, params, inputs, targets), np.float64)
   real = (targets != PAD_ID)[..., None]
   worst = 0.0
-  stepped_fn = jax.jit(incremental_logits, static_argnums=(0, 4))
+  stepped_fn = module_jit.jit_on_module(incremental_logits, static_argnums=(4,))
   for length in sorted({tgt_len, max(longest, tgt_len)}):
     stepped = np.asarray(stepped_fn(net, params, inputs, targets, length), np.float64)
     gap = np.abs(forced - stepped) * real
@@ -243,7 +243,7 @@ def check_incremental(model: ModelLike, params, inputs: Array, targets: Array,
   return worst
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames='capture')
+@module_jit.jit_on_module(static_argnames=('capture',))
 def _teacher_forced(net: Transformer, params, inputs: Array, targets: Array,
                     capture: bool = False):
   """`net`'s teacher-forced logits `[batch, tgt_len, vocab]` (with `capture`: and its sown

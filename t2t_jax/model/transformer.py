@@ -12,7 +12,6 @@ pair's logits are those it would get alone in a row. None everywhere means unpac
 computation is then exactly the unpacked one.
 """
 
-import functools
 import math
 from typing import Callable, Optional, Sequence, Tuple, Union
 
@@ -20,7 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from t2t_jax.model import attention, parts as parts_lib, stack
+from t2t_jax.model import attention, module_jit, parts as parts_lib, stack
 from t2t_jax.model.array_checks import check_array, check_int
 from t2t_jax.model.parts import Parts
 from t2t_jax.model.transformer_config import EOS_ID, PAD_ID, TransformerConfig
@@ -369,7 +368,7 @@ def init_params(model: ModelLike, rng: Array, batch: int = 1, length: int = 8):
   return _init_params(as_model(model, deterministic=True, decode=False), batch, length, rng)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+@module_jit.jit_on_module(static_argnums=(1, 2))
 def _init_params(net: nn.Module, batch: int, length: int, rng: Array):
   dummy = jnp.ones((batch, length), jnp.int32)
   return net.init(rng, dummy, dummy)['params']
