@@ -189,6 +189,10 @@ def incremental_logits(model: ModelLike, params, inputs: Array, targets: Array,
   return logits.transpose(1, 0, 2)
 
 
+# One program per model and length across calls (a jit made inside the check traced anew).
+_stepped_logits = module_jit.jit_on_module(incremental_logits, static_argnums=(4,))
+
+
 def check_incremental(model: ModelLike, params, inputs: Array, targets: Array,
                       atol: float = 1e-4, max_decode_len: Optional[int] = None) -> float:
   """Teacher-forced logits vs `incremental_logits` at the real (non-padding) target positions,
@@ -227,9 +231,8 @@ def check_incremental(model: ModelLike, params, inputs: Array, targets: Array,
   forced = np.asarray(_teacher_forced(net, params, inputs, targets), np.float64)
   real = (targets != PAD_ID)[..., None]
   worst = 0.0
-  stepped_fn = module_jit.jit_on_module(incremental_logits, static_argnums=(4,))
   for length in sorted({tgt_len, max(longest, tgt_len)}):
-    stepped = np.asarray(stepped_fn(net, params, inputs, targets, length), np.float64)
+    stepped = np.asarray(_stepped_logits(net, params, inputs, targets, length), np.float64)
     gap = np.abs(forced - stepped) * real
     worst = max(worst, float(gap.max()))
     if not gap.max() <= atol:

@@ -360,8 +360,8 @@ def init_params(model: ModelLike, rng: Array, batch: int = 1, length: int = 8):
   """Initial parameters (a nested dict of float32 arrays) of `model` (or `Transformer(cfg)`).
 
   `rng` is a PRNG key (`jax.random.PRNGKey(seed)` or `jax.random.key(seed)`); `batch` and
-  `length` (>= 1) the shape of the dummy batch it traces. Compiled, as in training's state
-  (`parallel.create_train_state`): the same values bit for bit (op by op, not)."""
+  `length` (>= 1) the shape of the dummy batch it traces. One compiled program, bit for bit
+  the parameters training starts from (`parallel.create_train_state`)."""
   _check_rng('init_params', rng)
   batch = check_int('init_params', 'batch', batch, minimum=1)
   length = check_int('init_params', 'length', length, minimum=1)
