@@ -10,8 +10,19 @@ Every key is listed, with its default and a one-line description, in configs/def
 """
 # Flags and a table from mode to function: every mode's work lives in its package.
 
+import atexit
+import gc
 import os
 import sys
+
+if __name__ == '__main__':
+  # Python's cycle collector walks every live object on each full collection, and the imports
+  # below bring in ~1M (jax, flax, TFDS, orbax): collections during the imports, during the run
+  # and at interpreter exit cost ~0.8 s of a 3.5 s tiny train or decode command. Not collecting
+  # while importing, then freezing what the imports made (alive until exit anyway), spares
+  # every later collection from walking it. `gc.freeze` again at exit: the interpreter's own
+  # collections while it tears itself down then walk nothing either.
+  gc.disable()
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -30,6 +41,11 @@ from t2t_jax.model import info as model_info  # noqa: E402
 from t2t_jax.plan import mode as plan_mode  # noqa: E402
 from t2t_jax.storage import workdir as workdir_lib  # noqa: E402
 from t2t_jax.training import optim, plots, summary  # noqa: E402
+
+if __name__ == '__main__':
+  gc.freeze()
+  gc.enable()
+  atexit.register(gc.freeze)
 
 MODES = ('train', 'eval', 'decode', 'average', 'info', 'plot', 'attention', 'export', 'plan')
 
