@@ -17,7 +17,7 @@ import sys
 
 if __name__ == '__main__':
   # Python's cycle collector walks every live object on each full collection, and the imports
-  # below bring in ~1M (jax, flax, TFDS, orbax): collections during the imports, during the run
+  # below bring in ~175k objects (jax, flax, TFDS, orbax): collections during the imports, during the run
   # and at interpreter exit cost ~0.8 s of a 3.5 s tiny train or decode command. Not collecting
   # while importing, then freezing what the imports made (alive until exit anyway), spares
   # every later collection from walking it. `gc.freeze` again at exit: the interpreter's own

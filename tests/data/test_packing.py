@@ -158,16 +158,18 @@ def test_packed_rows_give_the_unpacked_losses_and_gradients(positional, norm_pos
   assert packed['targets'].shape[0] < unpacked['targets'].shape[0]
   # Per pair: the loss sum over its target tokens.
   packed_logits, unpacked_logits = _logits(cfg, params, packed), _logits(cfg, params, unpacked)
+  # Compiled: one program per batch shape, not one per operation and pair.
+  loss = jax.jit(lambda logits, targets, weights: losses.label_smoothed_cross_entropy(
+      logits, targets, weights, 0.1))
   pair = 0
   for r, row in enumerate(rows):
     for k in range(1, len(row) + 1):
-      w_packed = jnp.zeros(packed['targets'].shape).at[r].set(
-          packed['targets_segmentation'][r] == k)
-      w_alone = jnp.zeros(unpacked['targets'].shape).at[pair].set(
-          unpacked['targets'][pair] != 0)
-      a = losses.label_smoothed_cross_entropy(packed_logits, packed['targets'], w_packed, 0.1)
-      b = losses.label_smoothed_cross_entropy(unpacked_logits, unpacked['targets'], w_alone,
-                                              0.1)
+      w_packed = np.zeros(packed['targets'].shape, np.float32)
+      w_packed[r] = packed['targets_segmentation'][r] == k
+      w_alone = np.zeros(unpacked['targets'].shape, np.float32)
+      w_alone[pair] = unpacked['targets'][pair] != 0
+      a = loss(packed_logits, packed['targets'], w_packed)
+      b = loss(unpacked_logits, unpacked['targets'], w_alone)
       np.testing.assert_allclose(a[0], b[0], rtol=1e-5)
       assert float(a[1]) == float(b[1]) == len(row[k - 1][1])
       pair += 1

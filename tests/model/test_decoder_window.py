@@ -56,14 +56,14 @@ def test_the_cache_has_window_slots():
 def test_the_window_changes_training_only_past_w():
   """Teacher forcing: the first W positions see what the paper's model sees; later ones not."""
   params = _params(TINY)
-  windowed = model.Transformer(TINY.replace(deterministic=True)).apply(
-      {'params': params}, INPUTS, TARGETS)
-  full = model.Transformer(TINY.replace(deterministic=True, decoder_window=None)).apply(
-      {'params': params}, INPUTS, TARGETS)
+
+  def forced(window):  # compiled: one program, not one per operation
+    net = model.Transformer(TINY.replace(deterministic=True, decoder_window=window))
+    return jax.jit(lambda p: net.apply({'params': p}, INPUTS, TARGETS))(params)
+  windowed, full = forced(TINY.decoder_window), forced(None)
   np.testing.assert_allclose(windowed[:, :3], full[:, :3], atol=1e-5)
   assert np.abs(np.asarray(windowed[:, 3:] - full[:, 3:])).max() > 1e-3
-  wide = model.Transformer(TINY.replace(deterministic=True, decoder_window=10)).apply(
-      {'params': params}, INPUTS, TARGETS)
+  wide = forced(10)
   np.testing.assert_allclose(wide, full, atol=1e-5)  # W >= the targets: the paper's numbers
 
 

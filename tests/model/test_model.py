@@ -154,15 +154,18 @@ def test_decode_step_shares_sentence_context_across_beam_rows():
   params = model.init_params(TINY, jax.random.PRNGKey(1))
   src, tgt = _batch(seed=4)
   beam = 3
-  context = incremental.decode_context(TINY, params, src)
-  tiled = incremental.decode_context(TINY, params, np.repeat(src, beam, axis=0))
+  # Compiled (the config static): one program per shape, not one per operation.
+  decode_context = jax.jit(incremental.decode_context, static_argnums=0)
+  decode_step = jax.jit(incremental.decode_step, static_argnums=0)
+  context = decode_context(TINY, params, src)
+  tiled = decode_context(TINY, params, np.repeat(src, beam, axis=0))
   rng = np.random.RandomState(0)
   tokens = rng.randint(1, TINY.vocab_size, (3 * beam, 4)).astype(np.int32)
   shared = incremental.init_cache(TINY, 3 * beam, 4)
   own = incremental.init_cache(TINY, 3 * beam, 4)
   for t in range(4):
-    a, shared = incremental.decode_step(TINY, params, shared, tokens[:, t:t + 1], context)
-    b, own = incremental.decode_step(TINY, params, own, tokens[:, t:t + 1], tiled)
+    a, shared = decode_step(TINY, params, shared, tokens[:, t:t + 1], context)
+    b, own = decode_step(TINY, params, own, tokens[:, t:t + 1], tiled)
     np.testing.assert_allclose(a, b, atol=1e-5)
   assert shared['decoder']['layer_0']['self_attention']['cached_key'].shape == (9, 4, 4, 8)
 

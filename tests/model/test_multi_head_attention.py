@@ -44,11 +44,12 @@ def test_grouped_query_attention_is_the_paper_model_with_tied_key_value_heads(kv
   attn = params['decoder']['layer_0']['self_attention']
   assert attn['key']['kernel'].shape == (32, kv_heads, 8)
   assert attn['query']['kernel'].shape == (32, 4, 8)
-  grouped = transformer.as_model(cfg, deterministic=True).apply({'params': params}, INPUTS,
-                                                                TARGETS)
-  tied = transformer.Transformer(CFG, ).apply(
-      {'params': _repeat_kv_heads(params, 4 // kv_heads)}, INPUTS, TARGETS,
-      rngs={'dropout': jax.random.PRNGKey(0)})
+  # Compiled: one program each, not one per operation.
+  grouped = jax.jit(lambda p: transformer.as_model(cfg, deterministic=True).apply(
+      {'params': p}, INPUTS, TARGETS))(params)
+  tied = jax.jit(lambda p: transformer.Transformer(CFG).apply(
+      {'params': p}, INPUTS, TARGETS, rngs={'dropout': jax.random.PRNGKey(0)}))(
+          _repeat_kv_heads(params, 4 // kv_heads))
   np.testing.assert_allclose(grouped, tied, atol=2e-5)
   cache = incremental.init_cache(cfg, 8, 12)
   assert cache['decoder']['layer_0']['self_attention']['cached_key'].shape == (8, kv_heads, 12,
