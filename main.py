@@ -17,11 +17,12 @@ import sys
 
 if __name__ == '__main__':
   # Python's cycle collector walks every live object on each full collection, and the imports
-  # below bring in ~175k objects (jax, flax, TFDS, orbax): collections during the imports, during the run
-  # and at interpreter exit cost ~0.8 s of a 3.5 s tiny train or decode command. Not collecting
-  # while importing, then freezing what the imports made (alive until exit anyway), spares
-  # every later collection from walking it. `gc.freeze` again at exit: the interpreter's own
-  # collections while it tears itself down then walk nothing either.
+  # below make ~175k (jax, flax, TFDS, orbax): collections during the imports, during the run
+  # and at interpreter exit took ~0.9 s of a 3.6 s tiny train or decode command
+  # (docs/performance.md, "A command's start and end"). Not collecting while importing, then
+  # freezing what the imports made (alive until exit anyway), spares every later collection
+  # from walking it. `gc.freeze` again at exit: the interpreter's own collections while it
+  # tears itself down then walk nothing either.
   gc.disable()
 
 from absl import app, flags, logging
