@@ -12,7 +12,7 @@ import pytest
 from t2t_jax.export import stablehlo_export
 from t2t_jax.inference import translate
 from t2t_jax.inspect import attention_maps
-from t2t_jax.model import attention, incremental, layers, search, transformer
+from t2t_jax.model import attention, incremental, layers, module_jit, search, transformer
 
 CFG = transformer.TransformerConfig(vocab_size=40, d_model=32, d_ff=64, num_heads=4, d_k=8,
                                     d_v=8, num_layers=2, max_len=32, dropout_rate=0.0)
@@ -56,7 +56,7 @@ def _teacher_forced(model, targets=TARGETS):
   return np.asarray(_forward(transformer.as_model(model, deterministic=True), _params(), targets))
 
 
-@functools.partial(jax.jit, static_argnums=0)  # one program, not each operation compiled
+@module_jit.jit_on_module  # one program per model, not each operation compiled
 def _forward(net, params, targets):
   return net.apply({'params': params}, INPUTS, targets)
 
