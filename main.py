@@ -40,6 +40,7 @@ from t2t_jax.inference import modes as inference_modes  # noqa: E402
 from t2t_jax.inspect import attention_mode  # noqa: E402
 from t2t_jax.model import info as model_info  # noqa: E402
 from t2t_jax.plan import mode as plan_mode  # noqa: E402
+from t2t_jax.runtime import resolution  # noqa: E402
 from t2t_jax.storage import workdir as workdir_lib  # noqa: E402
 from t2t_jax.training import optim, plots, summary  # noqa: E402
 
@@ -132,7 +133,7 @@ def _plan(config) -> None:
   del config  # validated here, after jax is told to start no TPU runtime
   import jax
   jax.config.update('jax_platforms', 'cpu')  # nothing runs here: never start a TPU runtime
-  plan_mode.run(config_lib.validate(FLAGS.config), FLAGS.topology, FLAGS.output,
+  plan_mode.run(resolution.resolve(FLAGS.config, _override_keys(sys.argv)), FLAGS.topology, FLAGS.output,
                 search_batch=FLAGS.search_batch, all_shapes=FLAGS.plan_all_shapes,
                 config_name=config_flags.get_config_filename(FLAGS['config']),
                 compilation_cache=FLAGS.compilation_cache)
@@ -142,7 +143,9 @@ def _plan(config) -> None:
 # lives in the packages, this table only hands them the flags they read.
 def _info() -> None:
   config, header = inference_modes.info_config(FLAGS.workdir, _overrides())
-  print(header + model_info.describe(config) + '\n' + optim.describe(config))
+  print(header + model_info.describe(config) + '\n'
+        + optim.describe(config, recorded=bool(FLAGS.workdir)) + '\n'
+        + resolution.describe(config))
 
 
 MODE_FUNCTIONS = {
@@ -198,7 +201,9 @@ def main(argv) -> None:
   config = None
   if FLAGS.mode not in BARE_MODES:
     _start_runtime()
-    config = config_lib.validate(FLAGS.config)
+    # Resolved once (runtime/resolution.py): derived values written out, command-line keys
+    # with no effect or against the model factory refused, the canonical form train records.
+    config = resolution.resolve(FLAGS.config, _override_keys(sys.argv))
   if FLAGS.mode not in WORKDIR_FREE_MODES and not FLAGS.workdir:
     raise app.UsageError(f'--workdir is required for --mode={FLAGS.mode}')
   if FLAGS.mode in WORKDIR_WRITING_MODES:

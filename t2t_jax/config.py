@@ -193,6 +193,36 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   return config
 
 
+# Keys that a run's other settings make ineffective: (key, when it has no effect, why).
+# A value other than the default is refused when typed on the command line, else warned
+# about; the canonical form (`runtime/resolution.py`) records the default in its place.
+_NO_EFFECT = (
+    ('weight_decay', lambda c: c.optimizer in ('adam', 'adafactor'),
+     "only optimizer='adamw' (or an optimizer factory) decays weights"),
+    ('adam_b1', lambda c: c.optimizer == 'adafactor', "optimizer='adafactor' uses "
+     "tensor2tensor's settings, not Adam's"),
+    ('adam_b2', lambda c: c.optimizer == 'adafactor', "optimizer='adafactor' uses "
+     "tensor2tensor's settings, not Adam's"),
+    ('adam_eps', lambda c: c.optimizer == 'adafactor', "optimizer='adafactor' uses "
+     "tensor2tensor's settings, not Adam's"),
+    ('local_corpus_dir', lambda c: c.dataset != 'local', "only dataset='local' reads it"),
+    ('eval_batches', lambda c: not c.eval_every_steps, 'eval_every_steps=0 turns the '
+     'periodic evaluation off'),
+    ('eval_bleu_sentences', lambda c: not c.eval_every_steps, 'eval_every_steps=0 turns the '
+     'periodic evaluation off'),
+    ('decode_threads', lambda c: c.decode_parallelism == 'sharded',
+     "decode_parallelism='sharded' decodes one batch at a time over the devices"),
+)
+
+
+def no_effect(config: ml_collections.ConfigDict) -> list:
+  """[(key, why)] for each key of a validated `config` that holds a value other than its
+  default where the run's other settings make it do nothing (`weight_decay` with Adam)."""
+  defaults = default_config.get_config()
+  return [(key, why) for key, inert, why in _NO_EFFECT
+          if config[key] != defaults[key] and inert(config)]
+
+
 # Keys that fix the parameter shapes (or what they compute: `model`, `decoder_window`): a
 # checkpoint's values win and overrides are refused.
 MODEL_KEYS = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_kv_heads', 'd_k', 'd_v',

@@ -7,7 +7,7 @@ restored without the optimizer or the model, as float32 on the default device.
 
 import dataclasses
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import jax
 import numpy as np
@@ -20,7 +20,7 @@ from t2t_jax.inference.averaging import (checkpoint_config, is_finalized, gone,
                                          averaged_checkpoints, training_steps, unless_vanished,
                                          setup_items)
 from t2t_jax.model import variant
-from t2t_jax.runtime import checkpoint as checkpoint_lib
+from t2t_jax.runtime import checkpoint as checkpoint_lib, damage
 from t2t_jax.runtime.checkpoint import CheckpointError, first_readable, read_json_item
 from t2t_jax.storage import layout, paths
 
@@ -55,17 +55,27 @@ class InferenceParams:
 def latest_training_config(workdir: str) -> Dict[str, Any]:
   """The config JSON saved with the newest training checkpoint whose config reads (read-only;
   damaged ones are skipped with a warning)."""
+  return latest_training_setup(workdir)[0]
+
+
+def latest_training_setup(workdir: str) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
+  """(config JSON, `model_source` record or None) of the newest training checkpoint whose
+  config reads, as `latest_training_config`."""
   source = layout.of(workdir).checkpoints
   steps = training_steps(workdir)
   if not steps:
     raise CheckpointError(f'no training checkpoint in {source}')
-  config, _, skipped = first_readable(
-      [os.path.join(source, str(s)) for s in reversed(steps)], unless_vanished(checkpoint_config),
+
+  def read(path):
+    return checkpoint_config(path), setup_items(path).get(checkpoint_lib.MODEL_ITEM)
+
+  setup, _, skipped = first_readable(
+      [os.path.join(source, str(s)) for s in reversed(steps)], unless_vanished(read),
       checkpoint_name)
-  if config is None:
+  if setup is None:
     raise CheckpointError(f'no training checkpoint in {source} has a readable config: '
                           + '; '.join(f'{p}: {reason}' for p, reason in skipped))
-  return config
+  return setup
 
 
 def _default_candidates(workdir: str) -> List[str]:
@@ -108,6 +118,7 @@ def _read_inference(path: str) -> InferenceParams:
   else:
     step = int(os.path.basename(path))
     description = f'training checkpoint step {step}'
+  damage.check_ours(path)  # another program's checkpoint is named as such, not as damaged
   params = restore_params(path, params_metadata(path))
   params = jax.tree_util.tree_map(lambda x: jax.device_put(np.asarray(x, np.float32)), params)
   items = setup_items(path)

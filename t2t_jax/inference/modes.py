@@ -5,7 +5,7 @@ import contextlib
 import dataclasses
 import json
 import sys
-from typing import Any, Iterator, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import ml_collections
 from absl import logging
@@ -15,7 +15,7 @@ from t2t_jax import config as config_lib
 from t2t_jax.data import corpora, fingerprint, tasks, tokenizer
 from t2t_jax.inference import averaging, checkpoint_choice, evaluate, translate
 from t2t_jax.model import info as model_info, variant
-from t2t_jax.runtime import multihost
+from t2t_jax.runtime import multihost, resolution
 from t2t_jax.storage import layout, outputs, textio
 from t2t_jax.storage import workdir as workdir_lib
 
@@ -31,17 +31,29 @@ class Overrides:
 def load(workdir: str, checkpoint: Optional[str],
          overrides: Overrides) -> Tuple[ml_collections.ConfigDict, Any]:
   """(config, `checkpoint_choice.InferenceParams`) for eval/decode/attention/export: the checkpoint's
-  own config plus command-line overrides of inference and data keys."""
+  own config plus command-line overrides of inference and data keys, resolved
+  (`run_config`)."""
   inference = checkpoint_choice.load_inference_params(workdir, checkpoint)
   logging.info('using %s', inference.description)
   name = checkpoint_choice.checkpoint_name(inference.path)
-  saved = config_lib.from_json(inference.config_json, name)
-  # The command line's paths, absolute as the run stored its own (`config.absolute_paths`).
-  config = config_lib.apply_overrides(saved, config_lib.absolute_paths(overrides.config),
-                                      overrides.keys)
-  check_model(workdir, config)
+  config = run_config(workdir, inference.config_json, name, overrides, inference.model_source)
   checkpoint_choice.check_built_from(config, inference)
   return config, inference
+
+
+def run_config(workdir: str, saved: Dict[str, Any], source: str, overrides: Overrides,
+               model_source: Optional[Dict[str, Any]] = None) -> ml_collections.ConfigDict:
+  """The canonical config (`resolution`) of the run `workdir` from the config JSON `saved`
+  of its checkpoint `source`, with the command line's overrides (`resolution.with_overrides`;
+  the model cannot change, a `--config.model` file moved with its content can:
+  `model_source` is the checkpoint's record of it); its `model` factory checked."""
+  recorded = config_lib.from_json(saved, source)
+  if 'model' not in overrides.keys:
+    check_model(workdir, recorded, model_source)  # before anything builds it
+  config = resolution.with_overrides(recorded, config_lib.absolute_paths(overrides.config),
+                                     overrides.keys, model_source)
+  check_model(workdir, config, model_source)
+  return config
 
 
 def check_scored_data(config: ml_collections.ConfigDict, workdir: str, split: str,
@@ -63,14 +75,16 @@ def check_scored_data(config: ml_collections.ConfigDict, workdir: str, split: st
                     checkpoint_choice.checkpoint_name(inference.path), split, difference)
 
 
-def check_model(workdir: str, config: ml_collections.ConfigDict) -> None:
+def check_model(workdir: str, config: ml_collections.ConfigDict,
+                model_source: Optional[Dict[str, Any]] = None) -> None:
   """Refuses, in one line naming it and `workdir`, a `--config.model` factory the run
   `workdir` was trained with (its checkpoint's config) that cannot be loaded here.
 
   Raises:
     ConfigError: e.g. 'DIR was trained with --config.model=my_variants:swiglu, which cannot
       be imported here (No module named 'my_variants'): run from the folder that has it, or
-      put it on PYTHONPATH'.
+      put it on PYTHONPATH'; for a file, where to name its new place (`variant.moved_hint`;
+      `model_source`, the checkpoint's record of the file, gives its sha256).
   """
   if not config.model:
     return
@@ -79,7 +93,7 @@ def check_model(workdir: str, config: ml_collections.ConfigDict) -> None:
   except variant.VariantError as e:
     raise config_lib.ConfigError(
         f'{workdir} was trained with --config.model={e.spec}, which cannot be imported here '
-        f'({e.reason}): run from the folder that has it, or put it on PYTHONPATH') from None
+        f'({e.reason}): {variant.moved_hint(e.spec, model_source)}') from None
 
 
 def info_config(workdir: Optional[str], overrides: Overrides) -> Tuple[Any, str]:
@@ -91,14 +105,13 @@ def info_config(workdir: Optional[str], overrides: Overrides) -> Tuple[Any, str]
   if not workdir:
     return overrides.config, ''
   try:
-    saved = checkpoint_choice.latest_training_config(workdir)
+    saved, model_source = checkpoint_choice.latest_training_setup(workdir)
     source = f'the latest training checkpoint in {layout.of(workdir).checkpoints}'
   except checkpoint_choice.CheckpointError:
     inference = checkpoint_choice.load_inference_params(workdir, None)
     saved, source = inference.config_json, checkpoint_choice.checkpoint_name(inference.path)
-  config = config_lib.apply_overrides(config_lib.from_json(saved, source), overrides.config,
-                                      overrides.keys)
-  check_model(workdir, config)
+    model_source = inference.model_source
+  config = run_config(workdir, saved, source, overrides, model_source)
   return config, f'{workdir}: the model recorded in {source}\n'
 
 
@@ -110,11 +123,10 @@ def info(workdir: Optional[str], overrides: Overrides) -> str:
 
 def average(workdir: str, overrides: Overrides) -> None:
   """Averages the last `average_last` training checkpoints (a collective save)."""
-  saved = checkpoint_choice.latest_training_config(workdir)
+  saved, model_source = checkpoint_choice.latest_training_setup(workdir)
   source = f'the latest training checkpoint in {layout.of(workdir).checkpoints}'
-  config = config_lib.apply_overrides(config_lib.from_json(saved, source), overrides.config,
-                                      overrides.keys)
-  check_model(workdir, config)  # what averaging is for, eval and decode, needs it
+  # Its factory checked too: what averaging is for, eval and decode, needs it.
+  config = run_config(workdir, saved, source, overrides, model_source)
   result = averaging.average_checkpoints(workdir, config.average_last)  # a collective save
   if multihost.is_writer():
     print(f'averaged steps {", ".join(map(str, result.steps))} into {result.path}')

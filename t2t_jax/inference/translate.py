@@ -141,11 +141,11 @@ class Translator:
     `TokenizerError` naming a missing or damaged vocabulary file.
     """
     # Here, not at the top: parameters in memory need no orbax or sentencepiece.
-    from t2t_jax import config as config_lib
     from t2t_jax.data import tokenizer as tokenizer_lib
+    from t2t_jax.runtime import resolution
     from t2t_jax.inference import checkpoint_choice
     inference = checkpoint_choice.load_inference_params(workdir, checkpoint)
-    config = config_lib.from_json(inference.config_json, f'checkpoint {inference.path}')
+    config = resolution.from_saved(inference.config_json, f'checkpoint {inference.path}')
     checkpoint_choice.check_built_from(config, inference, None if model is None else (
         model_lib.as_model(model).clone(cfg=model_lib.TransformerConfig.from_config(config))))
     tok = tokenizer_lib.load(tokenizer_lib.vocab_path(workdir), config.vocab_size)

@@ -37,7 +37,7 @@ class VariantError(ConfigError):
 
   def __init__(self, spec: str, reason: str, missing: bool = False,
                key: Optional[str] = 'model'):
-    hint = ': run from the folder that has it, or put it on PYTHONPATH' if missing else ''
+    hint = f': {moved_hint(spec)}' if missing else ''
     # From a run config (key: its config key), the flag that set it; from a direct
     # `load_factory(spec)` call (key None), the argument.
     named = f'--config.{key}={spec}' if key else f'load_factory: spec {spec!r}'
@@ -218,6 +218,38 @@ def source_change(saved, spec: str):
   moved = f' (then {saved.get("file")})' if saved.get('file') != now['file'] else ''
   return (f'{now["file"]}{moved} has changed since it was recorded (sha256 '
           f'{saved["sha256"][:12]}... then, {now["sha256"][:12]}... now)')
+
+
+def same_source(saved_source, saved: str, spec: str) -> bool:
+  """Whether the file factory spec `spec` names is the one a checkpoint recorded for its spec
+  `saved` (`saved_source`, from `source_record`), moved or copied elsewhere: the same factory
+  name and the same sha256 of the file's bytes. False when either cannot be told (no record, a
+  module spec, a file that cannot be read)."""
+  if not saved_source or not saved_source.get('sha256') or not saved or not spec:
+    return False
+  where, _, attr = spec.rpartition(':')
+  if attr != saved.rpartition(':')[2] or not _is_file(where):
+    return False
+  path = os.path.abspath(os.path.expanduser(where))
+  try:
+    with open(path, 'rb') as f:
+      return hashlib.sha256(f.read()).hexdigest() == saved_source['sha256']
+  except OSError:
+    return False
+
+
+def moved_hint(spec: str, saved_source=None) -> str:
+  """The advice for a recorded factory spec that cannot be loaded here: a file spec names
+  where to point `--config.model` (a file of the same content is accepted); a module spec, the
+  folder or PYTHONPATH that has it."""
+  where, _, attr = spec.rpartition(':')
+  if not _is_file(where):
+    return 'run from the folder that has it, or put it on PYTHONPATH'
+  digest = (saved_source or {}).get('sha256')
+  same = f' (sha256 {digest[:12]}...)' if digest else ''
+  return (f'if {os.path.basename(where)} moved, name its new place with '
+          f'--config.model=NEW/PATH/{os.path.basename(where)}:{attr}; a file with the '
+          f'recorded content{same} is accepted')
 
 
 def parameter_mismatch(net: Transformer, found) -> str:

@@ -30,7 +30,7 @@ from absl import logging
 from etils import epath
 
 from t2t_jax import config as config_lib
-from t2t_jax.runtime import damage, save_failures
+from t2t_jax.runtime import damage, resolution, save_failures
 from t2t_jax.runtime.readable import CheckpointError, first_readable  # noqa: F401  (as before)
 from t2t_jax.runtime.save_failures import quiet_failed_save_reports  # noqa: F401  (as before)
 from t2t_jax.storage import layout, paths
@@ -89,7 +89,9 @@ def read_json_item(item_dir: str) -> Any:
 
 
 def read_config_item(item_dir: str) -> Dict[str, Any]:
-  """The saved run config; raises DamagedCheckpointError when it is not a JSON object."""
+  """The saved run config; raises DamagedCheckpointError when it is not a JSON object
+  (ForeignCheckpointError: the checkpoint is not one t2t_jax wrote)."""
+  damage.check_ours(os.path.dirname(item_dir))
   config = read_json_item(item_dir)
   if not isinstance(config, dict):
     raise damage.DamagedCheckpointError(
@@ -103,16 +105,24 @@ def config_to_json(config: ml_collections.ConfigDict) -> Dict[str, Any]:
 
 
 def incompatible_keys(saved: Dict[str, Any], config: ml_collections.ConfigDict,
-                      keys=RESUME_KEYS) -> List[Tuple[str, Any, Any]]:
-  """[(key, saved value, current value)] for every `keys` entry that differs; a key missing
-  from `saved` (older than the key) has its default value, as `from_json` reads it; paths
-  compare absolute (a relative one saved before paths were stored absolute is the same
-  folder when resumed from where it ran)."""
-  current, default = (config_to_json(c) for c in (config, config_lib.default_config.get_config()))
-  saved = {k: saved.get(k, default.get(k)) for k in keys}
-  absolute = config_lib.absolute_value
-  return [(k, saved[k], current.get(k)) for k in keys
-          if absolute(k, saved[k]) != absolute(k, current.get(k))]
+                      keys=RESUME_KEYS, model_source: Optional[Dict[str, Any]] = None,
+                      paths_by_content: bool = False) -> List[Tuple[str, Any, Any]]:
+  """[(key, saved value, current value)] for every `keys` entry that differs between the
+  canonical forms (`resolution.resolve`) of `saved` (a checkpoint's config JSON, any version's:
+  a key it lacks has its default) and `config`, so that equivalent spellings agree.
+
+  A `--config.model` file moved with its content is the same model (`model_source`: the
+  checkpoint's record of it). `paths_by_content`: the data folders (`config.PATH_KEYS`) are
+  left out, as the data fingerprint compares what they hold; a corpus moved byte-identical
+  then resumes.
+  """
+  obsolete = set(config_lib.obsolete_keys(saved))  # warned about by the caller (`_refusal`)
+  saved_config = resolution.from_saved({k: v for k, v in saved.items() if k not in obsolete},
+                                       'the checkpoint')
+  current = resolution.resolve(config, saved=True)
+  if paths_by_content:
+    keys = [k for k in keys if k not in config_lib.PATH_KEYS]
+  return resolution.differences(saved_config, current, keys, model_source)
 
 
 class Checkpointer:
@@ -214,6 +224,12 @@ class Checkpointer:
         reason.
     """
     steps = [s for s in reversed(self.all_steps()) if s not in self._damaged]
+    foreign = [(s, damage.foreign(self._step_dir(s))) for s in steps]
+    foreign = [f'step {s} {reason}' for s, reason in foreign if reason]
+    if foreign:  # another program's checkpoints: not ours to resume from or to move aside
+      raise CheckpointError(f'{self.directory} holds checkpoints t2t_jax did not write '
+                            f'({"; ".join(foreign)}); use another --workdir; nothing was '
+                            'changed.')
     setup, step, skipped = first_readable(steps, self._read_setup, self._name)
     self._damaged.update(skipped)
     if setup is None:
@@ -232,7 +248,10 @@ class Checkpointer:
     Keys of the saved config this version lacks are ignored with a warning, as eval and
     decode ignore them (`config.from_json`)."""
     config_lib.warn_obsolete_keys(saved_config, self._name(step))
-    diffs = incompatible_keys(saved_config, config)
+    has_fingerprints = self.data_fingerprint is not None and saved_fingerprint is not None
+    diffs = incompatible_keys(saved_config, config,
+                              model_source=self.saved_fingerprint(step, MODEL_ITEM),
+                              paths_by_content=has_fingerprints)
     if diffs:
       detail = '; '.join(f'{k}: checkpoint has {a!r}, config has {b!r}' for k, a, b in diffs)
       return (f'{self.directory} holds checkpoints (latest step {step}) of an incompatible '

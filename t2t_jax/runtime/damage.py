@@ -44,6 +44,38 @@ class VanishedCheckpointError(DamagedCheckpointError):
   what it is; nothing is moved."""
 
 
+class ForeignCheckpointError(DamagedCheckpointError):
+  """A checkpoint folder that t2t_jax did not write (none of `OUR_ITEMS`: another program's
+  orbax checkpoint). Skipped like damage, but named as what it is; nothing is moved."""
+
+
+# Items every checkpoint t2t_jax writes has one of: a training checkpoint `config` and `data`,
+# an average `config` and `averaging`.
+OUR_ITEMS = ('config', 'data', 'averaging')
+
+
+def foreign(path: str) -> Optional[str]:
+  """Why the checkpoint folder `path` is not one t2t_jax wrote, or None (ours, or not there):
+  it holds none of `OUR_ITEMS`."""
+  from etils import epath  # pylint: disable=import-outside-toplevel
+  folder = epath.Path(path)
+  try:
+    if not folder.is_dir() or any((folder / item).exists() for item in OUR_ITEMS):
+      return None
+    items = sorted(child.name for child in folder.iterdir())
+  except OSError:
+    return None  # the read that follows says what is wrong
+  return (f'is not a t2t_jax checkpoint (it holds {", ".join(items) or "nothing"}; t2t_jax '
+          'writes config, data and state): written by another program?')
+
+
+def check_ours(path: str) -> None:
+  """Raises ForeignCheckpointError when `foreign(path)` says why."""
+  reason = foreign(path)
+  if reason:
+    raise ForeignCheckpointError(reason)
+
+
 def is_damage(error: BaseException) -> bool:
   """True when `error`, raised while reading a checkpoint, means its files are damaged.
 

@@ -54,7 +54,7 @@ def first_readable(candidates: Sequence[C], read: Callable[[C], T], name: Callab
           'moved. Fix the cause and rerun; if its files really are damaged, move it away.'
       ) from error
     if warn:  # a checkpoint deleted while it was read is not damaged: its reason says so
-      gone = isinstance(error, damage.VanishedCheckpointError)
+      gone = isinstance(error, (damage.VanishedCheckpointError, damage.ForeignCheckpointError))
       logging.warning('%s %s; skipping it', name(candidate),
                       error if gone else f'is damaged ({reason})')
     skipped.append((candidate, reason))

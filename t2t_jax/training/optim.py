@@ -171,12 +171,19 @@ def advice(config: ml_collections.ConfigDict) -> Optional[str]:
           f'at 1e-2): consider --config.learning_rate_scale={scale:.3g} (peak 1.6e-2)')
 
 
-def describe(config: ml_collections.ConfigDict) -> str:
+def describe(config: ml_collections.ConfigDict, recorded: bool = False) -> str:
   """One line for `--mode=info`: the optimizer, the learning-rate schedule and the weight of
   sown auxiliary losses. A factory is loaded and called, so a bad spec fails here as in
-  training."""
+  training; `recorded` (a trained run's config): a factory that cannot be loaded here is
+  named with the reason instead."""
   name = getattr(config, 'optimizer', 'adam')
-  make(config)
+  try:
+    make(config)
+  except variant.VariantError as e:
+    if not recorded:
+      raise
+    return (f'optimizer: {name} (factory(config, schedule); cannot be loaded here: '
+            f'{e.reason}); aux_loss_weight={config.aux_loss_weight:g}')
   adam = f'b1={config.adam_b1:g} b2={config.adam_b2:g} eps={config.adam_eps:g}'
   what = {'adam': f"adam (the paper's) {adam}",
           'adamw': f'adamw {adam} weight_decay={config.weight_decay:g} (2+-D parameters)',

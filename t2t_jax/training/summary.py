@@ -17,9 +17,8 @@ import ml_collections
 from absl import logging
 from etils import epath
 
-from t2t_jax import config as config_lib
 from t2t_jax.inference import averaging, evaluate
-from t2t_jax.runtime import multihost
+from t2t_jax.runtime import multihost, resolution
 from t2t_jax.storage import layout, paths, textio
 from t2t_jax.training import train
 
@@ -47,7 +46,7 @@ def train_and_finish(config: ml_collections.ConfigDict, workdir: str) -> None:
   """`--mode=train`: trains (`train.train`), then, unless a stop request ended the run early,
   averages, evaluates and prints the report (`finish`)."""
   workdir = layout.of(workdir)  # absolute once, for every module below
-  config = config_lib.absolute_paths(config)  # the files this run reads, as it records them
+  config = resolution.resolve(config)  # canonical, paths absolute: what the run records
   if 'stopped_at' not in train.train(config, workdir):
     finish(config, workdir)
 

@@ -21,11 +21,10 @@ import jax
 import ml_collections
 from absl import logging
 
-from t2t_jax import config as config_lib
 from t2t_jax.data import (corpora, fingerprint, pipeline, split_check, tasks, tokenizer,
                           vocab_record)
 from t2t_jax.model import transformer as model, variant
-from t2t_jax.runtime import checkpoint, first_fit, parallel
+from t2t_jax.runtime import checkpoint, first_fit, parallel, resolution
 from t2t_jax.storage import layout
 from t2t_jax.storage import workdir as workdir_lib
 from t2t_jax.training import dev_eval, log_window, metrics, optim, preemption, save_policy
@@ -203,7 +202,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
   sha256). Parameters that no longer match (a module renamed) stop the run in one line naming
   the missing and unexpected parameter paths.
   """
-  config = config_lib.absolute_paths(config_lib.validate(config))
+  config = resolution.resolve(config)  # idempotent: main.py's resolved config is kept as is
   # The batch against this run's devices (a row per local device, per process), before any
   # data is prepared: config.validate knows no device count.
   pipeline.validate_config(config, rows_multiple=jax.local_device_count(),

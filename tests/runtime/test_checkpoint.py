@@ -380,4 +380,4 @@ def test_a_config_saved_before_a_key_existed_reads_it_as_its_default():
   del saved['model'], saved['num_kv_heads']
   assert checkpoint.incompatible_keys(saved, config) == []
   config.num_kv_heads = 2
-  assert checkpoint.incompatible_keys(saved, config) == [('num_kv_heads', 0, 2)]
+  assert checkpoint.incompatible_keys(saved, config) == [('num_kv_heads', 4, 2)]  # the canonical form: 0 follows num_heads=4

@@ -1,0 +1,221 @@
+"""A run's config resolved once, into the canonical form every mode uses.
+
+`resolve` is the one step between what a user wrote (`configs/*.py` and `--config.KEY=VALUE`)
+and everything that runs:
+
+* every defaulted value is derived and written out, by the model's own rules
+  (`TransformerConfig`): the encoder's and the decoder's depth, the key/value heads, the
+  per-head widths d_k and d_v; `num_layers` is then the encoder's depth (a shorthand once both
+  depths are written out);
+* a key that the run's other settings make ineffective (`weight_decay` with Adam) is refused
+  when given on the command line, else warned about, and recorded at its default
+  (`config.no_effect`);
+* a `--config.model` factory's settings (a window, a head count it sets) are reconciled with the
+  keys: a key the command line gives and the factory sets otherwise is an error naming both;
+  one that a config file set is taken from the factory with a warning;
+* paths are absolute (`config.absolute_paths`).
+
+The result is what a training checkpoint records, what resuming compares (`checkpoint.py`),
+what eval, decode, average, attention and export build from (`with_overrides`), and what
+`--mode=info` prints, every key of it. Equivalent spellings resolve alike (`num_layers=1` and
+`num_encoder_layers=1 num_decoder_layers=1`), so neither blocks the other's resume.
+Resolving is idempotent; a saved config (`from_saved`, any version's) resolves without
+warnings, and one whose factory cannot be loaded here keeps its recorded values (the mode that
+needs the factory says why it cannot load it).
+"""
+
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+import ml_collections
+from absl import logging
+
+from t2t_jax import config as config_lib
+from t2t_jax.choices import ConfigError
+from t2t_jax.configs import default as default_config
+from t2t_jax.model import variant
+from t2t_jax.model.transformer_config import TransformerConfig
+
+# Derived keys (0 in a config: follow) and the keys they follow.
+DERIVED = {
+    'num_encoder_layers': ('num_layers',),
+    'num_decoder_layers': ('num_layers',),
+    'num_kv_heads': ('num_heads',),
+    'd_k': ('d_model', 'num_heads'),
+    'd_v': ('d_model', 'num_heads'),
+}
+
+
+def model_settings(cfg: TransformerConfig) -> Dict[str, Any]:
+  """The config keys a model config fixes, as the canonical form writes them (derived values
+  out, `num_layers` the encoder's depth, no window 0, the backend's attention '')."""
+  return dict(
+      vocab_size=cfg.vocab_size, d_model=cfg.d_model, d_ff=cfg.d_ff, num_heads=cfg.num_heads,
+      num_kv_heads=cfg.kv_heads, d_k=cfg.d_k, d_v=cfg.d_v, num_layers=cfg.encoder_layers,
+      num_encoder_layers=cfg.encoder_layers, num_decoder_layers=cfg.decoder_layers,
+      decoder_window=cfg.decoder_window or 0, share_embeddings=cfg.share_embeddings,
+      scale_embeddings=cfg.scale_embeddings, dropout_rate=cfg.dropout_rate,
+      attention_dropout_rate=cfg.attention_dropout_rate, positional=cfg.positional,
+      norm_position=cfg.norm_position, max_len=cfg.max_len, dtype=cfg.dtype.name,
+      attention_impl=cfg.attention_impl or '', remat_policy=cfg.remat_policy,
+      scan_layers=cfg.scan_layers)
+
+
+def _copy(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict(config.to_dict())
+
+
+def _drop_no_effect(config: ml_collections.ConfigDict, explicit: set, quiet: bool) -> None:
+  defaults = default_config.get_config()
+  for key, why in config_lib.no_effect(config):
+    if key in explicit:
+      raise ConfigError(f'config key {key!r}={config[key]!r} has no effect: {why}; drop it')
+    if not quiet:
+      logging.warning('config key %r=%r has no effect (%s); the run records its default %r',
+                      key, config[key], why, defaults[key])
+    config[key] = defaults[key]
+
+
+def _factory_settings(config: ml_collections.ConfigDict) -> Dict[str, Any]:
+  """`model_settings` of the model `config.model`'s factory builds from `config`."""
+  return model_settings(variant.build(config.model, TransformerConfig.from_config(config)).cfg)
+
+
+def _adopt_factory(config: ml_collections.ConfigDict, explicit: set, quiet: bool,
+                   written: set) -> None:
+  """Takes the settings `config.model`'s factory sets into `config` (see the module doc);
+  `written`: the keys the config set to other than their default (only these are warned
+  about when the factory changes them)."""
+  spec = config.model
+  settings = _factory_settings(config)
+  changed = {k: v for k, v in settings.items() if v != config[k]}
+  if not changed:
+    return
+  given = sorted(k for k in changed if k in explicit)
+  if given:
+    theirs = ', '.join(f'{k}={changed[k]!r}' for k in given)
+    ours = ' '.join(f'--config.{k}={config[k]!r}' for k in given)
+    raise ConfigError(f'--config.model={spec} sets {theirs}, but the command line gives {ours}; '
+                      'drop one of the two')
+  overruled = sorted(k for k in changed if k in written)
+  if overruled and not quiet:
+    logging.warning('--config.model=%s sets %s; the run records the factory\'s values', spec,
+                    ', '.join(f'{k}={changed[k]!r} (the config: {config[k]!r})'
+                              for k in overruled))
+  for key, value in changed.items():
+    config[key] = value
+  again = _factory_settings(config)
+  moved = {k: v for k, v in again.items() if v != config[k]}
+  if moved:
+    detail = ', '.join(f'{k}={config[k]!r} becomes {v!r}' for k, v in sorted(moved.items()))
+    raise ConfigError(f'--config.model={spec} changes what it is given again ({detail}): a '
+                      'factory must set fixed values (cfg.replace(num_heads=16)), not ones '
+                      'computed from the same field, so that the recorded config rebuilds the '
+                      'trained model')
+
+
+def resolve(config: ml_collections.ConfigDict, explicit: Iterable[str] = (), *,
+            saved: bool = False) -> ml_collections.ConfigDict:
+  """The canonical form of a run config (see the module doc); `config` is not changed.
+
+  Args:
+    config: a run config (`configs/default.py` keys).
+    explicit: the keys the command line gave (`--config.KEY=VALUE`); only these are refused
+      for having no effect or for disagreeing with the model factory.
+    saved: `config` was read from a checkpoint: nothing is warned about, and a factory that
+      cannot be loaded (or resolved) here leaves the recorded model keys as they are.
+
+  Raises:
+    ConfigError: an invalid value, a command-line key that has no effect or that the model
+      factory sets otherwise, or a factory that names no usable model (`VariantError`).
+  """
+  config_lib.check_config_dict('resolve', config)
+  config = config_lib.absolute_paths(config_lib.validate(config))
+  explicit = set(explicit)
+  _drop_no_effect(config, explicit, quiet=saved)
+  defaults = default_config.get_config()
+  written = {k for k in config.keys() if config[k] != defaults[k]}
+  config.update(model_settings(TransformerConfig.from_config(config)))
+  if config.model:
+    recorded = _copy(config)
+    try:
+      _adopt_factory(config, explicit, quiet=saved, written=written)
+    except ConfigError:
+      if not saved:
+        raise
+      return recorded
+  return config_lib.validate(config)
+
+
+def from_saved(values: Dict[str, Any], source: str = 'the checkpoint'
+               ) -> ml_collections.ConfigDict:
+  """The canonical form of the config JSON a checkpoint stores (`config.from_json`)."""
+  return resolve(config_lib.from_json(values, source), saved=True)
+
+
+def same_model(saved: str, spec: str, model_source: Optional[Dict[str, Any]]) -> bool:
+  """Whether `--config.model` values `saved` (a checkpoint's) and `spec` name the same model:
+  the same spec, or the same factory in a file moved with its content (`model_source`, the
+  checkpoint's record of it, has the sha256 of the file `spec` names)."""
+  if config_lib.absolute_model(saved) == config_lib.absolute_model(spec):
+    return True
+  return variant.same_source(model_source, saved, spec)
+
+
+def differences(base: ml_collections.ConfigDict, config: ml_collections.ConfigDict,
+                keys: Iterable[str], model_source: Optional[Dict[str, Any]] = None
+                ) -> List[Tuple[str, Any, Any]]:
+  """[(key, base's value, config's value)] for each of `keys` that differs between two
+  canonical configs; `model` compares by content (`same_model`)."""
+  out = []
+  for key in keys:
+    a, b = base[key], config[key]
+    if key == 'model':
+      if not same_model(a, b, model_source):
+        out.append((key, a, b))
+    elif config_lib.absolute_value(key, a) != config_lib.absolute_value(key, b):
+      out.append((key, a, b))
+  return out
+
+
+def with_overrides(saved: ml_collections.ConfigDict, source: ml_collections.ConfigDict,
+                   keys: Iterable[str], model_source: Optional[Dict[str, Any]] = None
+                   ) -> ml_collections.ConfigDict:
+  """`saved` (a checkpoint's canonical config) with the command line's `keys` taken from
+  `source`, resolved: what eval, decode, average, attention, export and info run.
+
+  A derived key follows a key the command line gives (`--config.num_layers=2` sets both
+  depths), unless given too. The model the checkpoint fixes (`config.MODEL_KEYS`) cannot
+  change: a `--config.model` file moved with its content is accepted (`same_model`).
+
+  Raises:
+    ConfigError: naming the command-line keys that would change the model, with the
+      checkpoint's value and theirs; or as `resolve`.
+  """
+  keys = list(dict.fromkeys(keys))
+  base = resolve(saved, saved=True)
+  candidate = _copy(base)
+  for key in keys:
+    candidate[key] = source[key]
+  for key, follows in DERIVED.items():
+    if key not in keys and any(k in keys for k in follows):
+      candidate[key] = 0
+  resolved = resolve(candidate, explicit=keys)
+  changed = differences(base, resolved, config_lib.MODEL_KEYS, model_source)
+  if changed:
+    names = {k for k, _, _ in changed}
+    # The keys given that changed, or that a changed derived key follows.
+    given = [k for k in keys if k in names or any(k in DERIVED.get(n, ()) for n in names)]
+    given = given or sorted(names)
+    detail = '; '.join(f'{k}: checkpoint {a!r}, command line {b!r}' for k, a, b in changed)
+    raise ConfigError(f'config key{"s" if len(given) > 1 else ""} '
+                      f'{", ".join(map(repr, given))} would change the model the checkpoint '
+                      f'fixes ({detail}). Only inference and data keys can be overridden.')
+  return resolved
+
+
+def describe(config: ml_collections.ConfigDict) -> str:
+  """Every key of a canonical config, one `key = value` line each (sorted, as ConfigDict
+  keeps them): what `--mode=info` prints (`configs/default.py` says what each means)."""
+  width = max(map(len, config.keys()))
+  return 'config (resolved):\n' + '\n'.join(f'  {key:<{width}} = {config[key]!r}'
+                                            for key in sorted(config.keys()))

@@ -1,0 +1,155 @@
+"""The run's config resolved once (`runtime/resolution.py`): derived values written out, equal
+models spelt alike, keys that do nothing and factory conflicts named, overrides on a saved run
+checked against the model it fixes, a moved factory file accepted by its content."""
+
+import logging
+import os
+
+import pytest
+
+from t2t_jax import config as config_lib
+from t2t_jax.configs import default
+from t2t_jax.model import variant
+from t2t_jax.runtime import checkpoint, resolution
+
+WINDOW = 'import t2t_jax\n\ndef win(cfg):\n  return t2t_jax.Transformer(cfg.replace(decoder_window=8))\n'
+
+
+def _config(**values):
+  config = default.get_config()
+  config.update(dict(vocab_size=64, d_model=32, d_ff=64, num_heads=4, max_len=64,
+                     max_length=32, bucket_lengths=(16, 32), tokens_per_batch=256))
+  config.update(values)
+  return config
+
+
+@pytest.fixture
+def factory_file(tmp_path):
+  path = tmp_path / 'myvar.py'
+  path.write_text(WINDOW)
+  return str(path)
+
+
+def test_every_derived_value_is_written_out():
+  resolved = resolution.resolve(_config(num_layers=3, num_decoder_layers=2, num_kv_heads=2))
+  assert (resolved.num_encoder_layers, resolved.num_decoder_layers, resolved.num_layers) == (
+      3, 2, 3)
+  assert (resolved.d_k, resolved.d_v, resolved.num_kv_heads) == (8, 8, 2)
+  paper = resolution.resolve(_config())
+  assert (paper.num_encoder_layers, paper.num_decoder_layers, paper.num_kv_heads) == (6, 6, 4)
+
+
+@pytest.mark.parametrize('one, other', [
+    (dict(num_layers=1), dict(num_encoder_layers=1, num_decoder_layers=1)),
+    (dict(num_layers=2, num_decoder_layers=1), dict(num_encoder_layers=2, num_decoder_layers=1)),
+    (dict(num_kv_heads=0), dict(num_kv_heads=4)),
+    (dict(d_k=0, d_v=0), dict(d_k=8, d_v=8)),
+])
+def test_equivalent_spellings_resolve_alike_and_resume_each_other(one, other):
+  a, b = resolution.resolve(_config(**one)), resolution.resolve(_config(**other))
+  assert a == b
+  assert checkpoint.incompatible_keys(checkpoint.config_to_json(_config(**one)),
+                                      _config(**other)) == []
+
+
+def test_resolving_is_idempotent_and_leaves_its_argument_alone():
+  config = _config(num_layers=2, num_decoder_layers=1)
+  once = resolution.resolve(config)
+  assert resolution.resolve(once) == once
+  assert config.num_encoder_layers == 0  # the caller's config is not changed
+
+
+def test_a_factory_window_is_recorded_and_a_conflicting_key_is_refused(factory_file, caplog):
+  config = _config(model=f'{factory_file}:win')
+  resolved = resolution.resolve(config)
+  assert resolved.decoder_window == 8
+  assert variant.from_config(resolved).cfg.decoder_window == 8  # the record rebuilds it
+  with pytest.raises(config_lib.ConfigError, match=(
+      r'^--config.model=.*myvar.py:win sets decoder_window=8, but the command line gives '
+      r'--config.decoder_window=16; drop one of the two$')):
+    resolution.resolve(_config(model=f'{factory_file}:win', decoder_window=16),
+                       explicit=['model', 'decoder_window'])
+  # Set in a config file rather than typed: the factory's value, with a warning naming both.
+  with caplog.at_level(logging.WARNING):
+    assert resolution.resolve(_config(model=f'{factory_file}:win', decoder_window=16)
+                              ).decoder_window == 8
+  assert 'sets decoder_window=8 (the config: 16)' in caplog.text
+
+
+def test_a_factory_that_changes_what_it_is_given_again_is_refused(tmp_path):
+  (tmp_path / 'grow.py').write_text('import t2t_jax\n\ndef f(cfg):\n  return t2t_jax.Transformer('
+                                    'cfg.replace(d_ff=cfg.d_ff * 2))\n')
+  with pytest.raises(config_lib.ConfigError, match=r'changes what it is given again \(d_ff=128 '
+                     r'becomes 256\)'):
+    resolution.resolve(_config(model=f'{tmp_path}/grow.py:f'))
+  # A checkpoint of one keeps its recorded values (the factory rebuilds what it trained).
+  saved = resolution.resolve(_config(model=f'{tmp_path}/grow.py:f'), saved=True)
+  assert saved.d_ff == 64
+
+
+@pytest.mark.parametrize('values, key, why', [
+    (dict(weight_decay=0.1), 'weight_decay', "only optimizer='adamw'"),
+    (dict(optimizer='adafactor', adam_b2=0.99), 'adam_b2', "optimizer='adafactor' uses"),
+    (dict(local_corpus_dir='/x'), 'local_corpus_dir', "only dataset='local'"),
+    (dict(eval_every_steps=0, eval_bleu_sentences=10), 'eval_bleu_sentences', 'eval_every_'),
+    (dict(decode_parallelism='sharded', decode_threads=3), 'decode_threads', "'sharded'"),
+])
+def test_a_key_that_does_nothing_is_refused_on_the_command_line_else_reset(values, key, why,
+                                                                            caplog):
+  with pytest.raises(config_lib.ConfigError, match=rf"^config key '{key}'=.* has no effect: "
+                     rf".*{why}.*; drop it$"):
+    resolution.resolve(_config(**values), explicit=[key])
+  with caplog.at_level(logging.WARNING):
+    resolved = resolution.resolve(_config(**values))
+  assert resolved[key] == default.get_config()[key]
+  assert f"config key '{key}'" in caplog.text and 'has no effect' in caplog.text
+  assert resolution.resolve(_config(**values), saved=True)[key] == default.get_config()[key]
+
+
+def test_overrides_of_a_saved_run_may_respell_the_model_but_not_change_it():
+  saved = resolution.resolve(_config(num_layers=2, num_decoder_layers=1))
+  same = _config(num_encoder_layers=2, num_decoder_layers=1, beam_size=2)
+  config = resolution.with_overrides(saved, same, ['num_encoder_layers', 'num_decoder_layers',
+                                                   'beam_size'])
+  assert (config.num_decoder_layers, config.beam_size) == (1, 2)
+  with pytest.raises(config_lib.ConfigError, match=(
+      r"^config key 'num_layers' would change the model the checkpoint fixes "
+      r'\(num_decoder_layers: checkpoint 1, command line 2\)')):
+    resolution.with_overrides(saved, _config(num_layers=2), ['num_layers'])
+  with pytest.raises(config_lib.ConfigError, match=r'num_kv_heads: checkpoint 4, command line 2'):
+    resolution.with_overrides(saved, _config(num_kv_heads=2), ['num_kv_heads'])
+
+
+def test_a_factory_file_moved_with_its_content_is_the_same_model(tmp_path, factory_file):
+  saved = resolution.resolve(_config(model=f'{factory_file}:win'))
+  record = variant.source_record(saved.model)
+  os.makedirs(tmp_path / 'new')
+  moved = str(tmp_path / 'new' / 'myvar.py')
+  os.rename(factory_file, moved)
+  config = resolution.with_overrides(saved, _config(model=f'{moved}:win'), ['model'], record)
+  assert config.model == f'{moved}:win' and config.decoder_window == 8
+  json = checkpoint.config_to_json(saved)
+  assert checkpoint.incompatible_keys(json, _config(model=f'{moved}:win'),
+                                      model_source=record) == []
+  with open(moved, 'a') as f:
+    f.write('# edited\n')
+  assert checkpoint.incompatible_keys(json, _config(model=f'{moved}:win'), model_source=record
+                                      ) == [('model', saved.model, f'{moved}:win')]
+  with pytest.raises(config_lib.ConfigError, match=r"^config key 'model' would change"):
+    resolution.with_overrides(saved, _config(model=f'{moved}:win'), ['model'], record)
+
+
+def test_a_moved_corpus_compares_by_content_when_both_sides_have_fingerprints():
+  saved = checkpoint.config_to_json(_config(dataset='local', local_corpus_dir='/a/corpus'))
+  moved = _config(dataset='local', local_corpus_dir='/b/corpus')
+  assert checkpoint.incompatible_keys(saved, moved) == [
+      ('local_corpus_dir', '/a/corpus', '/b/corpus')]
+  assert checkpoint.incompatible_keys(saved, moved, paths_by_content=True) == []
+
+
+def test_describe_prints_every_key():
+  text = resolution.describe(resolution.resolve(_config()))
+  lines = text.splitlines()
+  assert lines[0] == 'config (resolved):'
+  assert len(lines) == 1 + len(default.get_config().keys())
+  assert '  decoder_window' in text and "  model                     = ''" in text
