@@ -143,9 +143,8 @@ def _plan(config) -> None:
 # lives in the packages, this table only hands them the flags they read.
 def _info() -> None:
   config, header = inference_modes.info_config(FLAGS.workdir, _overrides())
-  print(header + model_info.describe(config) + '\n'
-        + optim.describe(config, recorded=bool(FLAGS.workdir)) + '\n'
-        + resolution.describe(config))
+  print(header + model_info.describe(config) + '\n' + resolution.describe(config) + '\n'
+        + optim.describe(config, recorded=bool(FLAGS.workdir)))
 
 
 MODE_FUNCTIONS = {

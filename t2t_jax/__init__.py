@@ -125,6 +125,7 @@ _EXPORTS = {
     't2t_jax.inference.translate': ('Hypothesis', 'Translator'),
     't2t_jax.inference.portable': ('ExportedTranslator',),
     't2t_jax.runtime.checkpoint': ('Checkpointer',),
+    't2t_jax.runtime.resolution': ('resolve',),
     't2t_jax.runtime.parallel': (
         'TrainState', 'apply_gradients', 'create_train_state', 'initialize_distributed',
         'make_accumulating_steps', 'make_eval_step', 'make_grad_fn', 'make_mesh',

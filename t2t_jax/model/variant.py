@@ -239,11 +239,11 @@ def same_source(saved_source, saved: str, spec: str) -> bool:
 
 
 def moved_hint(spec: str, saved_source=None) -> str:
-  """The advice for a recorded factory spec that cannot be loaded here: a file spec names
-  where to point `--config.model` (a file of the same content is accepted); a module spec, the
-  folder or PYTHONPATH that has it."""
+  """The advice for a factory spec that cannot be loaded here: an absolute file spec (as a
+  checkpoint records it) names where to point `--config.model` (a file of the same content is
+  accepted); a module or a relative file, the folder or PYTHONPATH that has it."""
   where, _, attr = spec.rpartition(':')
-  if not _is_file(where):
+  if not _is_file(where) or not os.path.isabs(os.path.expanduser(where)):
     return 'run from the folder that has it, or put it on PYTHONPATH'
   digest = (saved_source or {}).get('sha256')
   same = f' (sha256 {digest[:12]}...)' if digest else ''

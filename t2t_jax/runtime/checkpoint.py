@@ -31,7 +31,7 @@ from etils import epath
 
 from t2t_jax import config as config_lib
 from t2t_jax.runtime import damage, resolution, save_failures
-from t2t_jax.runtime.readable import CheckpointError, first_readable  # noqa: F401  (as before)
+from t2t_jax.runtime.readable import CheckpointError, first_readable, refuse_foreign  # noqa: F401
 from t2t_jax.runtime.save_failures import quiet_failed_save_reports  # noqa: F401  (as before)
 from t2t_jax.storage import layout, paths
 from t2t_jax.storage import workdir as workdir_lib
@@ -47,13 +47,9 @@ MODEL_ITEM = 'model_source'
 SETUP_ITEMS = (VOCAB_ITEM, MODEL_ITEM, FINGERPRINT_ITEM)
 _REMOVE_ATTEMPTS = 10  # of a failed save's partial folder (`_remove_partial`): ~2.7 s at most
 
-# Keys whose change makes an existing checkpoint unusable for this run: the parameter shapes,
-# the optimizer (its state is another tree), or the data order and batch shapes the saved
-# iterator position refers to.
-RESUME_KEYS = config_lib.MODEL_KEYS + (
-    'optimizer', 'dataset', 'source_lang', 'target_lang', 'local_corpus_dir', 'treebank_dir', 'train_split',
-    'max_length', 'tokens_per_batch', 'bucket_lengths', 'shuffle_seed', 'pack_examples',
-    'grad_accum_steps')
+# The keys whose change makes a checkpoint unusable, and their comparison (`resolution`).
+RESUME_KEYS = resolution.RESUME_KEYS
+incompatible_keys = resolution.incompatible_keys
 
 
 def save_whole_arrays_on_cpu() -> bool:
@@ -102,27 +98,6 @@ def read_config_item(item_dir: str) -> Dict[str, Any]:
 def config_to_json(config: ml_collections.ConfigDict) -> Dict[str, Any]:
   """The config as plain JSON values (tuples become lists)."""
   return {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.to_dict().items()}
-
-
-def incompatible_keys(saved: Dict[str, Any], config: ml_collections.ConfigDict,
-                      keys=RESUME_KEYS, model_source: Optional[Dict[str, Any]] = None,
-                      paths_by_content: bool = False) -> List[Tuple[str, Any, Any]]:
-  """[(key, saved value, current value)] for every `keys` entry that differs between the
-  canonical forms (`resolution.resolve`) of `saved` (a checkpoint's config JSON, any version's:
-  a key it lacks has its default) and `config`, so that equivalent spellings agree.
-
-  A `--config.model` file moved with its content is the same model (`model_source`: the
-  checkpoint's record of it). `paths_by_content`: the data folders (`config.PATH_KEYS`) are
-  left out, as the data fingerprint compares what they hold; a corpus moved byte-identical
-  then resumes.
-  """
-  obsolete = set(config_lib.obsolete_keys(saved))  # warned about by the caller (`_refusal`)
-  saved_config = resolution.from_saved({k: v for k, v in saved.items() if k not in obsolete},
-                                       'the checkpoint')
-  current = resolution.resolve(config, saved=True)
-  if paths_by_content:
-    keys = [k for k in keys if k not in config_lib.PATH_KEYS]
-  return resolution.differences(saved_config, current, keys, model_source)
 
 
 class Checkpointer:
@@ -224,12 +199,7 @@ class Checkpointer:
         reason.
     """
     steps = [s for s in reversed(self.all_steps()) if s not in self._damaged]
-    foreign = [(s, damage.foreign(self._step_dir(s))) for s in steps]
-    foreign = [f'step {s} {reason}' for s, reason in foreign if reason]
-    if foreign:  # another program's checkpoints: not ours to resume from or to move aside
-      raise CheckpointError(f'{self.directory} holds checkpoints t2t_jax did not write '
-                            f'({"; ".join(foreign)}); use another --workdir; nothing was '
-                            'changed.')
+    refuse_foreign(self.directory, {f'step {s}': self._step_dir(s) for s in steps})
     setup, step, skipped = first_readable(steps, self._read_setup, self._name)
     self._damaged.update(skipped)
     if setup is None:

@@ -1,7 +1,7 @@
 """The first of several checkpoints (newest first) that reads on every process, skipping
 damaged ones (`damage.is_damage`) and stopping at any other failure."""
 
-from typing import Callable, List, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import jax
 from absl import logging
@@ -59,3 +59,14 @@ def first_readable(candidates: Sequence[C], read: Callable[[C], T], name: Callab
                       error if gone else f'is damaged ({reason})')
     skipped.append((candidate, reason))
   return None, None, skipped
+
+
+def refuse_foreign(directory: str, candidates: Dict[str, str]) -> None:
+  """Raises CheckpointError when any of `candidates` ({name: checkpoint folder}) in
+  `directory` is another program's (`damage.foreign`): not ours to resume from, nor to move
+  aside as damaged."""
+  foreign = [f'{name} {reason}' for name, path in candidates.items()
+             if (reason := damage.foreign(path))]
+  if foreign:
+    raise CheckpointError(f'{directory} holds checkpoints t2t_jax did not write '
+                          f'({"; ".join(foreign)}); use another --workdir; nothing was changed.')

@@ -177,6 +177,36 @@ def differences(base: ml_collections.ConfigDict, config: ml_collections.ConfigDi
   return out
 
 
+# Keys whose change makes an existing checkpoint unusable for this run: the parameter shapes,
+# the optimizer (its state is another tree), or the data order and batch shapes the saved
+# iterator position refers to.
+RESUME_KEYS = config_lib.MODEL_KEYS + (
+    'optimizer', 'dataset', 'source_lang', 'target_lang', 'local_corpus_dir', 'treebank_dir', 'train_split',
+    'max_length', 'tokens_per_batch', 'bucket_lengths', 'shuffle_seed', 'pack_examples',
+    'grad_accum_steps')
+
+
+def incompatible_keys(saved: Dict[str, Any], config: ml_collections.ConfigDict,
+                      keys=RESUME_KEYS, model_source: Optional[Dict[str, Any]] = None,
+                      paths_by_content: bool = False) -> List[Tuple[str, Any, Any]]:
+  """[(key, saved value, current value)] for every `keys` entry that differs between the
+  canonical forms (`resolve`) of `saved` (a checkpoint's config JSON, any version's:
+  a key it lacks has its default) and `config`, so that equivalent spellings agree.
+
+  A `--config.model` file moved with its content is the same model (`model_source`: the
+  checkpoint's record of it). `paths_by_content`: the data folders (`config.PATH_KEYS`) are
+  left out, as the data fingerprint compares what they hold; a corpus moved byte-identical
+  then resumes.
+  """
+  obsolete = set(config_lib.obsolete_keys(saved))  # warned about by the caller (`_refusal`)
+  saved_config = from_saved({k: v for k, v in saved.items() if k not in obsolete},
+                                       'the checkpoint')
+  current = resolve(config, saved=True)
+  if paths_by_content:
+    keys = [k for k in keys if k not in config_lib.PATH_KEYS]
+  return differences(saved_config, current, keys, model_source)
+
+
 def with_overrides(saved: ml_collections.ConfigDict, source: ml_collections.ConfigDict,
                    keys: Iterable[str], model_source: Optional[Dict[str, Any]] = None
                    ) -> ml_collections.ConfigDict:
