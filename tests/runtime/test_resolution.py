@@ -153,3 +153,23 @@ def test_describe_prints_every_key():
   assert lines[0] == 'config (resolved):'
   assert len(lines) == 1 + len(default.get_config().keys())
   assert '  decoder_window' in text and "  model                     = ''" in text
+
+
+PRESETS = ['quickstart', 'wmt_base', 'wmt_big', 'wmt_enfr_big', 'parsing_synthetic',
+           'wsj_parsing'] + [f'table3:{row}' for row in ('A1', 'B1', 'C1', 'D1', 'E')]
+
+
+@pytest.mark.parametrize('preset', PRESETS)
+def test_every_preset_resolves_to_the_model_it_always_built(preset):
+  """The canonical form changes what a checkpoint records, never the model: the
+  `TransformerConfig` (hence parameters, programs and numbers) is the raw config's."""
+  import importlib  # pylint: disable=import-outside-toplevel
+  from t2t_jax.model.transformer_config import TransformerConfig  # pylint: disable=import-outside-toplevel
+  name, _, row = preset.partition(':')
+  module = importlib.import_module(f't2t_jax.configs.{name}')
+  config = module.get_config(row) if row else module.get_config()
+  resolved = resolution.resolve(config)
+  assert TransformerConfig.from_config(resolved) == TransformerConfig.from_config(config)
+  assert [k for k in config.keys() if config[k] != resolved[k]] == [
+      k for k in ('d_k', 'd_v', 'num_decoder_layers', 'num_encoder_layers', 'num_kv_heads')
+      if config[k] != resolved[k]]
