@@ -62,6 +62,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.adam_eps = 1e-9               # Adam epsilon
   c.warmup_steps = 4000           # warmup_steps of the learning-rate schedule (§5.3)
   c.learning_rate_scale = 1.0     # multiplies d_model^-0.5 * min(step^-0.5, step * warmup^-1.5); 1.0 = paper
+  c.lr_schedule = 'rsqrt'         # 'rsqrt' (the paper's, eq. 3), or linear warmup over warmup_steps to learning_rate then 'cosine' or 'linear' decay to min_learning_rate at num_train_steps, or 'constant'
+  c.learning_rate = 0.0           # peak rate of cosine, linear and constant; 0: the paper's peak, learning_rate_scale * (d_model * warmup_steps)^-0.5
+  c.min_learning_rate = 0.0       # the rate cosine and linear decay to at num_train_steps
+  c.clip_grad_norm = 0.0          # scale the gradients to a global L2 norm of at most this (0: off, the paper); the norm before clipping is logged
   c.grad_accum_steps = 1          # micro-batches summed per update, to emulate a larger batch on a small machine
   c.shard_optimizer_state = False  # ZeRO: Adam moments and gradients sharded over the 'data' axis (reduce-scatter + all-gather instead of an all-reduce)
   c.num_train_steps = 100_000     # training steps (base: 100K, big: 300K; §5.2)

@@ -33,6 +33,7 @@ CHOICES = {
     'train_split': SPLITS,
     'eval_split': SPLITS,
     'final_eval_split': ('',) + SPLITS,
+    'lr_schedule': ('rsqrt', 'cosine', 'linear', 'constant'),
 }
 _POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_layers', 'max_len',
              'max_length', 'tokens_per_batch', 'warmup_steps', 'grad_accum_steps',
@@ -45,7 +46,7 @@ _NON_NEGATIVE = ('d_k', 'd_v', 'num_kv_heads', 'num_encoder_layers', 'num_decode
                  'checkpoint_every_steps',
                  'checkpoint_every_minutes', 'eval_every_steps', 'eval_batches',
                  'eval_bleu_sentences', 'length_penalty_alpha', 'max_decode_extra',
-                 'decode_threads')
+                 'decode_threads', 'learning_rate', 'min_learning_rate', 'clip_grad_norm')
 _PROBABILITIES = ('dropout_rate', 'attention_dropout_rate', 'label_smoothing', 'adam_b1',
                   'adam_b2')
 
@@ -212,7 +213,19 @@ _NO_EFFECT = (
      'periodic evaluation off'),
     ('decode_threads', lambda c: c.decode_parallelism == 'sharded',
      "decode_parallelism='sharded' decodes one batch at a time over the devices"),
+    ('learning_rate', lambda c: c.lr_schedule == 'rsqrt', "lr_schedule='rsqrt' takes its "
+     'peak from d_model, warmup_steps and learning_rate_scale'),
+    ('min_learning_rate', lambda c: c.lr_schedule in ('rsqrt', 'constant'),
+     "only lr_schedule='cosine' or 'linear' decays to it"),
+    ('learning_rate_scale', lambda c: c.lr_schedule != 'rsqrt' and c.learning_rate,
+     'learning_rate sets the peak of the schedule itself'),
 )
+
+
+def paper_peak(d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
+  """The peak of the paper's schedule (§5.3, eq. 3, at step = warmup_steps):
+  scale * (d_model * warmup_steps)^-0.5 (6.99e-4 for the base model)."""
+  return float(scale) * (float(d_model) * float(warmup_steps)) ** -0.5
 
 
 def no_effect(config: ml_collections.ConfigDict) -> list:

@@ -13,6 +13,7 @@ and everything that runs:
 * a `--config.model` factory's settings (a window, a head count it sets) are reconciled with the
   keys: a key the command line gives and the factory sets otherwise is an error naming both;
   one that a config file set is taken from the factory with a warning;
+* the peak of a warmup-then-decay `lr_schedule` is written out as `learning_rate`;
 * paths are absolute (`config.absolute_paths`).
 
 The result is what a training checkpoint records, what resuming compares (`checkpoint.py`),
@@ -75,6 +76,20 @@ def _drop_no_effect(config: ml_collections.ConfigDict, explicit: set, quiet: boo
     config[key] = defaults[key]
 
 
+def _derive_peak(config: ml_collections.ConfigDict) -> None:
+  """Writes out the peak of a warmup-then-decay schedule: `learning_rate` 0 is the paper's
+  peak, whose `learning_rate_scale` is then folded in (recorded as 1.0)."""
+  if config.lr_schedule == 'rsqrt':
+    return
+  if not config.learning_rate:
+    config.learning_rate = config_lib.paper_peak(config.d_model, config.warmup_steps,
+                                                 config.learning_rate_scale)
+    config.learning_rate_scale = 1.0
+  if config.min_learning_rate > config.learning_rate:
+    raise ConfigError(f'config key \'min_learning_rate\': expected at most the peak '
+                      f'learning_rate={config.learning_rate:g}, got {config.min_learning_rate!r}')
+
+
 def _factory_settings(config: ml_collections.ConfigDict) -> Dict[str, Any]:
   """`model_settings` of the model `config.model`'s factory builds from `config`."""
   return model_settings(variant.build(config.model, TransformerConfig.from_config(config)).cfg)
@@ -135,6 +150,7 @@ def resolve(config: ml_collections.ConfigDict, explicit: Iterable[str] = (), *,
   defaults = default_config.get_config()
   written = {k for k in config.keys() if config[k] != defaults[k]}
   config.update(model_settings(TransformerConfig.from_config(config)))
+  _derive_peak(config)
   if config.model:
     recorded = _copy(config)
     try:
