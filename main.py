@@ -40,7 +40,7 @@ from t2t_jax.inference import modes as inference_modes  # noqa: E402
 from t2t_jax.inspect import attention_mode  # noqa: E402
 from t2t_jax.model import info as model_info  # noqa: E402
 from t2t_jax.plan import mode as plan_mode  # noqa: E402
-from t2t_jax.runtime import resolution  # noqa: E402
+from t2t_jax.runtime import interruptible, resolution  # noqa: E402
 from t2t_jax.storage import workdir as workdir_lib  # noqa: E402
 from t2t_jax.training import optim, plots, summary  # noqa: E402
 
@@ -210,6 +210,8 @@ def main(argv) -> None:
   if FLAGS.mode != 'train':
     cli.raise_on_sigterm()
   MODE_FUNCTIONS[FLAGS.mode](config)
+  if FLAGS.mode != 'train':
+    interruptible.raise_if_signalled()  # one swallowed by a finalizer: reported as any other
 
 
 if __name__ == '__main__':

@@ -8,6 +8,7 @@ paths a mode will use (`check_paths`) and keep library noise off the console
 (`QuietLibraries`) and off stdout (`native_stdout_to_stderr`).
 """
 
+import atexit
 import glob
 import importlib.machinery
 import importlib.util
@@ -24,7 +25,7 @@ from absl import flags
 from etils import epath
 
 from t2t_jax import config as config_lib
-from t2t_jax.runtime import backends
+from t2t_jax.runtime import backends, interruptible
 from t2t_jax.runtime.backends import native_stderr_to_debug_log
 from t2t_jax.storage import textio
 from t2t_jax.storage import workdir as workdir_lib
@@ -249,20 +250,57 @@ def raise_on_sigterm() -> None:
   decode removes its still-empty claim on `--output`, attention the output it began, export
   its temporary folder. Without it, SIGTERM ends the process before any of that, and a rerun
   of the same command is refused (the claimed output exists). For every mode but train,
-  whose `PreemptionHandler` replaces it to finish the step and checkpoint first."""
+  whose `PreemptionHandler` replaces it to finish the step and checkpoint first.
 
-  def interrupt(signum, frame):  # pylint: disable=unused-argument
-    raise KeyboardInterrupt(signal.Signals(signum).name)
+  Both signals go through `interruptible.raise_on_signals`, which never loses one: a
+  KeyboardInterrupt raised inside a finalizer (where Python prints and drops it) is raised
+  again, an export checks before its output takes its name, and a command that received one
+  never exits 0: should the interrupt still have been swallowed where nothing reported it,
+  the process ends at exit with one line saying so and status 130 (`_exit_if_signalled`).
+  """
+  interruptible.raise_on_signals((signal.SIGINT, signal.SIGTERM))
+  atexit.unregister(_exit_if_signalled)  # once, however often this is called
+  atexit.register(_exit_if_signalled)
 
-  signal.signal(signal.SIGTERM, interrupt)
+
+def _interrupted_line(name: str) -> str:
+  return (f'error: interrupted by {name}; what this command had not finished is not kept: '
+          'run the same command again\n')
+
+
+def _signal_name(signum: int) -> str:
+  return str(interruptible.interrupt(signum)) or 'SIGINT (Ctrl-C)'
+
+
+def _exit_if_signalled() -> None:
+  """At exit (atexit), after a signal whose KeyboardInterrupt never reached
+  `exit_interrupted` (swallowed where nothing reported it, so the command ran on): one line,
+  exit status 130, at once (`os._exit`: atexit cannot change the status otherwise; the
+  atexit functions registered before this one do not run)."""
+  signum = interruptible.signal_received()
+  if signum is None or interruptible.settled():
+    return
+  interruptible.settle()
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except (OSError, ValueError):
+      pass
+  try:
+    sys.stderr.write(f'error: interrupted by {_signal_name(signum)}, which this command '
+                     'noticed only as it ended (exit status 130): check what it wrote before '
+                     'using it\n')
+    sys.stderr.flush()
+  finally:
+    os._exit(130)  # pylint: disable=protected-access
 
 
 def exit_interrupted(interrupt: KeyboardInterrupt) -> NoReturn:
   """The one line of a command stopped by Ctrl-C or SIGTERM (exit status 130, the shell's
   for SIGINT), instead of the traceback of wherever it was."""
+  interruptible.settle()  # no signal raised again while the process ends
   from t2t_jax.inference import translate  # pylint: disable=import-outside-toplevel
   translate.end_progress_line()  # a decode's bar, stopped mid-line
   name = str(interrupt) or 'SIGINT (Ctrl-C)'
-  sys.stderr.write(f'error: interrupted by {name}; what this command had not finished is not '
-                   'kept: run the same command again\n')
+  sys.stderr.write(_interrupted_line(name))
   sys.exit(130)

@@ -19,6 +19,7 @@ from etils import epath
 
 from t2t_jax.data import tasks
 from t2t_jax.model import transformer as model_lib, variant
+from t2t_jax.runtime import interruptible
 from t2t_jax.storage import leftovers, outputs, paths
 from t2t_jax.storage import workdir as workdir_lib
 
@@ -38,6 +39,27 @@ def check_translation(config: Any, run: str) -> None:
   if tasks.get(config.dataset) is not None:
     raise ExportError(f'export supports translation runs; {run} is a parsing run (dataset='
                       f'{config.dataset}): use --mode=decode, which outputs trees')
+
+
+def check_vocabulary(path: str, pieces: int, vocab_size: int, prefix: str = '') -> None:
+  """Refuses a SentencePiece model of `pieces` pieces (`path`) for a model of `vocab_size`
+  ids unless the two are equal, as they are for the vocabulary a model was trained with.
+  More pieces: ids the model has no embedding for. Fewer: ids the model can output that have
+  no piece, which serve.py's (or CTranslate2's) decoding cannot turn into text
+  (`IndexError: OUT_OF_RANGE`); the self-check cannot see it, both sides decode to the same
+  ids. `prefix` starts the message (a library call's name).
+
+  Raises:
+    ExportError: one line naming the file, both sizes and the ids without a counterpart.
+  """
+  if pieces == vocab_size:
+    return
+  why = (f'ids {vocab_size}..{pieces - 1} have no embedding' if pieces > vocab_size else
+         f'the model can output ids {pieces}..{vocab_size - 1}, which have no piece, so the '
+         'export could not decode them')
+  raise ExportError(f'{prefix}{path} has {pieces} pieces but the model\'s vocab_size is '
+                    f'{vocab_size}: {why}; expected the SentencePiece model the model was '
+                    f'trained with ({vocab_size} pieces)')
 
 
 def _exists(path: str) -> bool:
@@ -82,13 +104,17 @@ def new_directory(output: str, argument: str = '--output') -> Iterator[str]:
   """Yields a local temporary directory that becomes `output` on success and is removed on
   failure (an exception inside the block, a failed self-check included): renamed when
   `output` is local (it is made beside it), uploaded file by file when `output` is a URI.
-  `output` is checked with `check_output(output, argument)` first."""
+  `output` is checked with `check_output(output, argument)` first. After a SIGTERM or Ctrl-C
+  (`interruptible.raise_if_signalled`, also one whose KeyboardInterrupt a finalizer
+  swallowed) nothing takes the name `output`: its KeyboardInterrupt is raised instead, and a
+  directory renamed just as the signal came is removed again."""
   path = check_output(output, argument)
   if not paths.is_local(path):
     with tempfile.TemporaryDirectory(prefix='t2t_jax_export.') as temp:
       yield temp
       if _exists(path):  # appeared while we were writing: keep it, upload nothing
         raise _appeared(output)
+      interruptible.raise_if_signalled()  # one a finalizer swallowed: upload nothing
       paths.upload_directory(temp, path)
     return
   # A killed export's folder (its pid gone) is removed by the next export to the same name.
@@ -98,14 +124,29 @@ def new_directory(output: str, argument: str = '--output') -> Iterator[str]:
   umask = os.umask(0)
   os.umask(umask)
   os.chmod(temp, 0o777 & ~umask)  # mkdtemp's 0700 would make the export private
+  ours = None
   try:
     yield temp
     if os.path.lexists(path):  # appeared while we were writing: keep it, drop ours
       raise _appeared(output)
+    interruptible.raise_if_signalled()  # one a finalizer swallowed: never take the name
+    ours = os.stat(temp)
     os.rename(temp, path)
   except BaseException:
-    shutil.rmtree(temp, ignore_errors=True)
+    if os.path.lexists(temp):
+      shutil.rmtree(temp, ignore_errors=True)
+    elif ours is not None and _same(path, ours):  # renamed as a signal came: not kept
+      shutil.rmtree(path, ignore_errors=True)
     raise
+
+
+def _same(path: str, stat: os.stat_result) -> bool:
+  """Whether `path` is the directory `stat` was taken of (moved there since)."""
+  try:
+    now = os.stat(path)
+  except OSError:
+    return False
+  return (now.st_dev, now.st_ino) == (stat.st_dev, stat.st_ino)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +178,13 @@ class ExportSource:
     return (model_lib.as_model(self.model) if self.model is not None
             else variant.from_config(self.config))
 
+  def check_vocabulary(self) -> None:
+    """`check_vocabulary` of the tokenizer file against the model's vocab_size (after
+    loading it: TokenizerError for a damaged one, or one with other special ids)."""
+    from t2t_jax.data import tokenizer
+    tok = tokenizer.load(self.tokenizer_path)
+    check_vocabulary(self.tokenizer_path, tok.vocab_size, self.model_config.vocab_size)
+
   def pieces(self) -> List[str]:
     """The SentencePiece piece of every id, in id order."""
     from t2t_jax.data import tokenizer
@@ -155,11 +203,11 @@ def load_source(workdir: str, checkpoint: Optional[str] = None,
     TokenizerError: no SentencePiece model in the workdir.
   """
   from t2t_jax.inference import checkpoint_choice
-  from t2t_jax import config as config_lib
   from t2t_jax.data import tokenizer
+  from t2t_jax.runtime import resolution
   path = tokenizer.vocab_path(workdir)
   inference = checkpoint_choice.load_inference_params(workdir, checkpoint)
-  config = config_lib.from_json(inference.config_json, f'checkpoint {inference.path}')
+  config = resolution.from_saved(inference.config_json, f'checkpoint {inference.path}')
   checkpoint_choice.check_built_from(config, inference, model_variant and model_lib.as_model(
       model_variant))
   tokenizer.load(path, config.vocab_size)  # one line when the vocabulary is missing or damaged

@@ -316,9 +316,11 @@ def convert(source: ExportSource, output: str, quantization: Optional[str] = Non
             argument: str = '--output') -> str:
   """`write_model` of a trained run, with its SentencePiece model (spm.model) and its decoding
   settings (t2t_jax_decoding.json) in the model directory, after the model is read
-  (`check_paper_layers`, `check_embedding_scale`, `build_spec`) and before it is kept, checked
-  by translating (`self_check`). Returns `output`'s absolute path."""
+  (`check_paper_layers`, `ExportSource.check_vocabulary`, `check_embedding_scale`,
+  `build_spec`) and before it is kept, checked by translating (`self_check`). Returns
+  `output`'s absolute path."""
   check_paper_layers(source.transformer)
+  source.check_vocabulary()  # padded with dummy tokens, a smaller one would translate to them
   check_embedding_scale(source.transformer, source.params)
   with tempfile.TemporaryDirectory() as scratch:
     options = os.path.join(scratch, DECODING_FILE)

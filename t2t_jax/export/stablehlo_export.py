@@ -42,8 +42,8 @@ from t2t_jax.model.transformer import as_model  # `model` is also export_stableh
 from t2t_jax.storage import paths
 from t2t_jax.storage import workdir as workdir_lib
 from t2t_jax.export import self_check
-from t2t_jax.export.common import (ExportError, ExportSource, check_output, load_source,
-                                   new_directory)
+from t2t_jax.export.common import (ExportError, ExportSource, check_output, check_vocabulary,
+                                   load_source, new_directory)
 
 PLATFORMS = ('cpu', 'cuda', 'tpu')
 KNOWN_PLATFORMS = ('cpu', 'cuda', 'rocm', 'tpu')  # what jax.export lowers for
@@ -129,11 +129,14 @@ def write_artifact(source: ExportSource, output: str,
   Raises:
     FileExistsError: `output` exists (nothing is written).
     ExportError: flatbuffers (needed by jax.export serialization) is missing, an unknown
-      platform, or the artifact translates otherwise than the model (nothing is kept).
+      platform, a vocabulary whose piece count is not the model's vocab_size
+      (`check_vocabulary`), or the artifact translates otherwise than the model (nothing is
+      kept).
   """
   check_serialization()
   platforms = check_platforms(platforms)
   check_output(output, argument)
+  source.check_vocabulary()  # serve.py must decode every id the model can output
   config, cfg = source.config, source.model_config
   params = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float32), source.params)
   names = _param_names(params)
@@ -291,24 +294,43 @@ def _flat(tree, prefix: str = ''):
 def _decoding_settings(beam_size: int, alpha: float, max_decode_extra: int,
                        batch_sentences: int, bucket_lengths: Sequence[int], max_len: int):
   """The run config keys `write_artifact` reads, from `Translator`'s argument names; an
-  ExportError names the first value a search cannot run with (`bucket_lengths`: one a batch
-  would be padded to beyond the model's max_len)."""
-  buckets = tuple(bucket_lengths)
-  checks = (('beam_size', beam_size, _count(beam_size, 1)),
-            ('alpha', alpha, isinstance(alpha, numbers.Real) and math.isfinite(alpha)),
-            ('max_decode_extra', max_decode_extra, _count(max_decode_extra, 0)),
-            ('batch_sentences', batch_sentences, _count(batch_sentences, 1)),
-            ('bucket_lengths', bucket_lengths, bool(buckets)
-             and all(_count(b, 1) for b in buckets) and list(buckets) == sorted(set(buckets))
-             and portable.source_lengths(buckets, max_len)[-1] <= max_len))
+  ExportError names the first value a search cannot run with, and what it expects."""
+  checks = (('beam_size', beam_size, _count(beam_size, 1) or 'an int >= 1 (1: greedy)'),
+            ('alpha', alpha, (isinstance(alpha, numbers.Real) and math.isfinite(alpha))
+             or 'a finite number, the length penalty\'s exponent (0: none; the paper\'s 0.6)'),
+            ('max_decode_extra', max_decode_extra,
+             _count(max_decode_extra, 0) or 'an int >= 0 (output tokens beyond the input\'s)'),
+            ('batch_sentences', batch_sentences, _count(batch_sentences, 1) or 'an int >= 1'),
+            ('bucket_lengths', bucket_lengths, _bucket_problem(bucket_lengths, max_len)))
   for name, value, ok in checks:
-    if not ok:
-      raise ExportError(f'{_CALL}: {name}={value!r} is not a valid setting '
-                        f'(the model\'s max_len is {max_len})')
+    if ok is not True:
+      raise ExportError(f'{_CALL}: {name}={value!r} is not a valid setting: expected {ok}')
   return types.SimpleNamespace(
       beam_size=beam_size, length_penalty_alpha=float(alpha),
       max_decode_extra=max_decode_extra, decode_batch_sentences=batch_sentences,
-      bucket_lengths=buckets)
+      bucket_lengths=tuple(bucket_lengths))
+
+
+def _bucket_problem(bucket_lengths: Sequence[int], max_len: int) -> 'bool | str':
+  """True when `bucket_lengths` can pad every batch of inputs cut to max_len - 1 tokens
+  within `max_len` positions; else what a valid value is (for `_decoding_settings`)."""
+  example = tuple(b for b in (16, 32, 64, 128, 256) if b < max_len) + (max_len,)
+  expected = (f'a non-empty, strictly increasing sequence of ints >= 1, e.g. {example} for '
+              f'the model\'s max_len {max_len}')
+  try:
+    buckets = tuple(bucket_lengths)
+  except TypeError:
+    return expected
+  if not (buckets and all(_count(b, 1) for b in buckets)
+          and list(buckets) == sorted(set(buckets))):
+    return expected
+  padded = portable.source_lengths(buckets, max_len)[-1]
+  if padded <= max_len:
+    return True
+  below = max([b for b in buckets if b < padded], default=0)
+  return (f'buckets a batch is padded to within the model\'s max_len {max_len}: a batch of '
+          f'{below + 1} to {max_len - 1} tokens would be padded to {padded}; e.g. '
+          f'{tuple(b for b in buckets if b < max_len) + (max_len,)}')
 
 
 def _count(value, least: int) -> bool:
@@ -317,8 +339,9 @@ def _count(value, least: int) -> bool:
 
 def _vocabulary(tokenizer: Any, vocab_size: int) -> str:
   """The path of the SentencePiece model `tokenizer` is (or was loaded from), after loading
-  it: a missing or damaged file, or more pieces than the model has embeddings, is refused in
-  the caller's terms (the argument, not a workdir's vocabulary)."""
+  it: a missing or damaged file, ids other than t2t_jax's (pad 0, EOS 1, unk 2, no BOS), or a
+  piece count other than the model's vocab_size (`check_vocabulary`) is refused in the
+  caller's terms (the argument, not a workdir's vocabulary)."""
   from t2t_jax.data import tokenizer as tokenizer_lib
   if isinstance(tokenizer, tokenizer_lib.Tokenizer):
     tokenizer = tokenizer.path
@@ -334,10 +357,9 @@ def _vocabulary(tokenizer: Any, vocab_size: int) -> str:
   try:
     size = tokenizer_lib.Tokenizer(path).vocab_size
   except tokenizer_lib.TokenizerError as e:
+    what = getattr(e, 'what', None) or str(e).removeprefix(f'{path}: ').rstrip('.')
     raise tokenizer_lib.TokenizerError(
         f'{_CALL}: tokenizer={path} is not a SentencePiece model t2t_jax can use '
-        f'({getattr(e, "what", e)})') from None
-  if size > vocab_size:
-    raise ExportError(f'{_CALL}: {path} has {size} pieces but the model\'s '
-                      f'vocab_size is {vocab_size}; is it the vocabulary it was trained with?')
+        f'({what})') from None
+  check_vocabulary(path, size, vocab_size, f'{_CALL}: ')
   return path

@@ -15,7 +15,7 @@ from t2t_jax import config as config_lib
 from t2t_jax.data import corpora, fingerprint, tasks, tokenizer
 from t2t_jax.inference import averaging, checkpoint_choice, evaluate, translate
 from t2t_jax.model import info as model_info, variant
-from t2t_jax.runtime import multihost, resolution
+from t2t_jax.runtime import interruptible, multihost, resolution
 from t2t_jax.storage import layout, outputs, textio
 from t2t_jax.storage import workdir as workdir_lib
 
@@ -169,6 +169,7 @@ def _decode_lines(workdir: str, overrides: Overrides, checkpoint: Optional[str],
     outputs = multihost.translate_all(translator, lines, progress=translate.print_progress)
   if not multihost.is_writer():
     return
+  interruptible.raise_if_signalled()  # a stop request swallowed meanwhile: nothing written
   # A full disk, a quota, a read-only file system: one line, nothing half-written.
   with workdir_lib.writing(output or '<stdout>'):
     if output:

@@ -27,7 +27,7 @@ from t2t_jax.model import transformer as model, variant
 from t2t_jax.runtime import parallel
 from t2t_jax.training import optim
 from t2t_jax.data import pipeline
-from t2t_jax.plan import cache as cache_lib, hlo
+from t2t_jax.plan import cache as cache_lib, hlo, progress
 
 
 class DoesNotFit(RuntimeError):
@@ -134,19 +134,24 @@ def compile_step(name: str, jitted, args: Sequence[Any], shapes: Dict[str, Tuple
   """Lowers and compiles `jitted(*args)` (abstract args with shardings); DoesNotFit when the
   compiler runs out of HBM. `shapes` name the batch arguments for the report. compile_s and
   compile_cpu_s count the lowering and the compilation. With `cache`, a program compiled by
-  an earlier plan (same lowered module, devices and compiler) is read back instead."""
+  an earlier plan (same lowered module, devices and compiler) is read back instead. Says
+  what it compiles, while it does and for how long on stderr (`progress.compiling`)."""
   start, cpu_start = time.monotonic(), time.process_time()
-  lowered = jitted.lower(*args)
-  lower_s, lower_cpu_s = time.monotonic() - start, time.process_time() - cpu_start
-  key = cache.key(lowered.as_text(), args) if cache else None
-  record = cache.get(key) if cache else None
-  cached = record is not None
-  if not cached:
-    record = _compile(lowered)
-    record['compile_s'] += lower_s
-    record['compile_cpu_s'] += lower_cpu_s
-    if cache:
-      cache.put(key, record)
+  with progress.compiling(progress.describe(name, shapes)) as shown:
+    lowered = jitted.lower(*args)
+    lower_s, lower_cpu_s = time.monotonic() - start, time.process_time() - cpu_start
+    key = cache.key(lowered.as_text(), args) if cache else None
+    record = cache.get(key) if cache else None
+    cached = record is not None
+    if not cached:
+      record = _compile(lowered)
+      record['compile_s'] += lower_s
+      record['compile_cpu_s'] += lower_cpu_s
+      if cache:
+        cache.put(key, record)
+    shown.note = ', '.join(
+        (['read from the plan cache'] if cached else [])
+        + (['too big for a chip'] if 'does_not_fit' in record else [])) or None
   if 'does_not_fit' in record:
     raise DoesNotFit(record['does_not_fit'], record['needed_bytes'], record['available_bytes'])
   fields = {k: v for k, v in record.items() if k in _FIELDS}

@@ -66,8 +66,10 @@ def run(config: ml_collections.ConfigDict, topology_name: Optional[str],
   plan = interruptible.call(_make_plan, report.make_plan, options, config, topology_name,
                             search_batch=search_batch, all_shapes=all_shapes,
                             cache_dir=cache_dir(compilation_cache))
+  interruptible.raise_if_signalled()  # one swallowed on the way: no plan printed or written
   stream.write(report.format_plan(plan, config_name) + '\n')
   if output:
+    interruptible.raise_if_signalled()
     with workdir.writing(output):  # a disk full by now: one line naming the file
       paths.write_atomic(output, (json.dumps(plan, indent=2, sort_keys=True) + '\n').encode())
     stream.write(f'wrote {output}\n')

@@ -139,3 +139,25 @@ def test_bad_quantization_and_existing_output_are_refused(tmp_path):
     export.write_model(CFG, _params(CFG), PIECES, str(tmp_path / 'taken'))
   assert sorted(os.listdir(tmp_path)) == ['taken']
   assert (tmp_path / 'taken' / 'keep').read_text() == 'keep me'
+
+
+def test_a_run_whose_vocabulary_is_not_the_models_is_refused(tmp_path):
+  """Issue 51 x8, CTranslate2's side: `vocabulary` pads the pieces to the embedding rows with
+  dummy tokens, so a vocabulary smaller than the model would translate into them; a run's
+  export (`convert`) refuses it before writing, as the StableHLO export does."""
+  import gzip
+  from conftest import BUNDLED
+  from t2t_jax.data import tokenizer
+  from t2t_jax.export import common
+  with gzip.open(os.path.join(BUNDLED, 'train.en.gz'), 'rt', encoding='utf-8') as f:
+    lines = [next(f).rstrip('\n') for _ in range(400)]
+  tok = tokenizer.train(lines, 120, str(tmp_path / 'spm.model'))
+  big = CFG.replace(vocab_size=150)
+  source = common.ExportSource(None, _params(big), tok.path, 'random weights', big)
+  with pytest.raises(ExportError) as error:
+    export.convert(source, str(tmp_path / 'ct2'))
+  assert str(error.value) == (
+      f"{tok.path} has 120 pieces but the model's vocab_size is 150: the model can output ids "
+      '120..149, which have no piece, so the export could not decode them; expected the '
+      'SentencePiece model the model was trained with (150 pieces)')
+  assert sorted(os.listdir(tmp_path)) == ['spm.model', 'spm.vocab']

@@ -115,16 +115,69 @@ def test_bad_requests_fail_in_one_line_and_write_nothing(tok, tmp_path):
       (dict(tokenizer=PieceTokenizer()), 'tokenizer is a PieceTokenizer; expected the SentencePiece .model '
        'path or a t2t_jax.data.tokenizer.Tokenizer'),
       (dict(model=CFG.replace(vocab_size=100), params=random_params(CFG.replace(
-          vocab_size=100))), f"{tok.path} has 120 pieces but the model's "
-       'vocab_size is 100'),
-      (dict(beam_size=0), 'beam_size=0 is not a valid setting'),
-      (dict(bucket_lengths=(32, 16)), r'bucket_lengths=\(32, 16\) is not a valid setting'),
-      (dict(alpha=float('nan')), 'alpha=nan is not a valid setting'),
+          vocab_size=100))), f"{tok.path} has 120 pieces but the model's vocab_size is 100: "
+       r'ids 100\.\.119 have no embedding; expected the SentencePiece model the model was '
+       r'trained with \(100 pieces\)$'),
+      # Each setting says what it expects, not only that it is not valid (issue 51 x7).
+      (dict(beam_size=0), r'beam_size=0 is not a valid setting: expected an int >= 1 \(1: '
+       r'greedy\)$'),
+      (dict(max_decode_extra=-1), 'max_decode_extra=-1 is not a valid setting: expected an '
+       'int >= 0'),
+      (dict(batch_sentences=2.0), 'batch_sentences=2.0 is not a valid setting: expected an '
+       'int >= 1$'),
+      (dict(alpha=float('nan')), 'alpha=nan is not a valid setting: expected a finite number'),
+      (dict(bucket_lengths=(32, 16)), r'bucket_lengths=\(32, 16\) is not a valid setting: '
+       r'expected a non-empty, strictly increasing sequence of ints >= 1, e.g. \(16, 32\) for '
+       "the model's max_len 32$"),
+      (dict(bucket_lengths=()), r'bucket_lengths=\(\) is not a valid setting: expected a '
+       'non-empty, strictly increasing sequence of ints >= 1, e.g. '),
+      (dict(bucket_lengths=16), 'bucket_lengths=16 is not a valid setting: expected a '
+       'non-empty, '),
       # A batch of 17 to 31 tokens would be padded to 64 > max_len.
-      (dict(bucket_lengths=(16, 64)), r'bucket_lengths=\(16, 64\) is not a valid setting '
-       r"\(the model's max_len is 32\)")]:
+      (dict(bucket_lengths=(16, 64)), r'bucket_lengths=\(16, 64\) is not a valid setting: '
+       "expected buckets a batch is padded to within the model's max_len 32: a batch of 17 "
+       r'to 31 tokens would be padded to 64; e.g. \(16, 32\)$')]:
     args = {**dict(model=CFG, params=params, tokenizer=tok, output=new), **bad}
     with pytest.raises(common.ExportError, match=f'^export_stablehlo_model: {message}'):
       export(**args)
   assert sorted(os.listdir(tmp_path)) == ['taken']
   assert os.listdir(tmp_path / 'taken') == ['text.model']
+
+
+def test_a_vocabulary_smaller_than_the_model_is_refused_before_anything_is_written(
+    tok, tmp_path):
+  """Issue 51 x8: a 120-piece vocabulary for a 150-id model was exported and passed its
+  self-check (both sides decode to the same ids), and serve.py died on the first id >= 120
+  (`IndexError: OUT_OF_RANGE`). The vocabulary must be the model's: as many pieces as ids."""
+  big = CFG.replace(vocab_size=150)
+  output = str(tmp_path / 'hlo')
+  with pytest.raises(common.ExportError) as error:
+    stablehlo_export.export_stablehlo_model(big, random_params(big), tok, output, **SETTINGS)
+  assert str(error.value) == (
+      f"export_stablehlo_model: {tok.path} has 120 pieces but the model's vocab_size is 150: "
+      'the model can output ids 120..149, which have no piece, so the export could not decode '
+      'them; expected the SentencePiece model the model was trained with (150 pieces)')
+  # The run's exports (`--mode=export`, `export_stablehlo`, `formats.export`) check their
+  # `ExportSource` the same way, whichever format.
+  source = common.ExportSource(None, random_params(big), tok.path, 'random weights', big)
+  with pytest.raises(common.ExportError, match=rf"^{tok.path} has 120 pieces but the model's "
+                     'vocab_size is 150: the model can output ids 120..149'):
+    stablehlo_export.write_artifact(source, output)
+  assert os.listdir(tmp_path) == []
+
+
+def test_a_vocabulary_with_other_special_ids_is_refused(tmp_path):
+  """The artifact pads with id 0 and ends with EOS id 1 (`portable.PAD_ID`, `EOS_ID`): a
+  SentencePiece model with other ids would translate to other pieces."""
+  import sentencepiece as spm
+  spm.SentencePieceTrainer.train(
+      sentence_iterator=iter(_lines('en', 300)), model_prefix=str(tmp_path / 'other'),
+      model_type='bpe', vocab_size=VOCAB, bos_id=0, eos_id=2, unk_id=1, pad_id=-1,
+      minloglevel=2)
+  with pytest.raises(tokenizer.TokenizerError, match=r'^export_stablehlo_model: tokenizer='
+                     rf'{tmp_path}/other.model is not a SentencePiece model t2t_jax can use '
+                     r'\(ids \(pad, eos, unk, bos\) are \(-1, 2, 1, 0\); t2t_jax needs '
+                     r'\(0, 1, 2, -1\)\)$'):
+    stablehlo_export.export_stablehlo_model(CFG, random_params(CFG), str(
+        tmp_path / 'other.model'), str(tmp_path / 'hlo'), **SETTINGS)
+  assert not os.path.exists(tmp_path / 'hlo')

@@ -120,3 +120,27 @@ def test_ctrl_c_during_a_real_compile_for_a_tpu_slice_ends_the_plan_within_secon
   for record in (cache / 'plan').iterdir():  # whole records, no temporary files
     assert record.suffix == '.json' and not record.name.startswith('.'), record
     assert cache_lib.valid_record(json.loads(record.read_text()))
+
+
+def test_a_signal_swallowed_during_the_plan_prints_and_writes_no_plan(tmp_path, monkeypatch):
+  """Issue 51 c7: a SIGTERM whose KeyboardInterrupt a finalizer swallowed (it is recorded
+  by `interruptible.raise_on_signals`) stops the plan before it is printed or written."""
+  import io
+  import ml_collections
+  from t2t_jax.plan import mode, topology
+  from t2t_jax.runtime import interruptible
+  state = interruptible._Signals()  # pylint: disable=protected-access
+  monkeypatch.setattr(interruptible, '_state', state)
+  monkeypatch.setattr(topology, 'check_compiler', lambda: None)
+
+  def plan_then_signal(*args, **kwargs):
+    del args, kwargs
+    state.signum = signal.SIGTERM  # received meanwhile, its KeyboardInterrupt dropped
+    return {'fits': True}
+
+  monkeypatch.setattr(interruptible, 'call', plan_then_signal)
+  output, stream = tmp_path / 'plan.json', io.StringIO()
+  with pytest.raises(KeyboardInterrupt, match='^SIGTERM$'):
+    mode.run(ml_collections.ConfigDict(), 'v5e:2x4', str(output), stream=stream,
+             compilation_cache='')
+  assert stream.getvalue() == '' and not output.exists()
