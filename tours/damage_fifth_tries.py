@@ -32,6 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
+from benchmarks.shared import harness  # noqa: E402
 from tours.common import MAIN, SMALL, corpus, error_line  # noqa: E402
 
 VERDICTS = ('OK', 'WRONG', 'TRACEBACK', 'UNCLEAR', 'HANG', 'LOST')
@@ -41,13 +42,13 @@ GROW = 'import t2t_jax\n\ndef f(cfg):\n  return t2t_jax.Transformer(cfg.replace(
 
 
 def _run(command, cwd, timeout=600, stdin=None):
-  start = time.monotonic()
+  clock = harness.timed().start()
   try:
     result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
                             input=stdin)
   except subprocess.TimeoutExpired:
-    return None, time.monotonic() - start
-  return result, time.monotonic() - start
+    return None, clock.seconds
+  return result, clock.seconds
 
 
 def main_py(cwd, *args, stdin=None, timeout=600):

@@ -25,7 +25,10 @@ the device and the CPU, every form of Eq. 1. Part 3: compile times, beam decodin
 the peer, the bucketed layout. Part 4: the embedded default with Adam, Adafactor and the
 switch MoE side by side. Boxes are the H200's measured times; a part's add up to its budget.
 
-`--smoke` runs every stage at tiny sizes on any backend (CI runs it in-process).
+`--smoke` runs every stage at tiny sizes on any backend (CI runs it in-process). A bad argument
+(an unknown `--part`, `--part` with `--stages`, `--budget` under 5 s, an `--out` or `--scratch`
+that cannot be written) stops it in one line before any stage; exit status 1 when no stage
+measured anything.
 """
 
 import argparse
@@ -42,7 +45,7 @@ if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
 from benchmarks.device import children  # noqa: E402  (no jax in the parent)
-from benchmarks.shared import harness  # noqa: E402  (no jax in the parent)
+from benchmarks.shared import harness, scripts  # noqa: E402  (no jax in the parent)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +112,7 @@ STAGES = (
 )
 PART_BUDGET_S = 270  # one command: under 4.5 minutes on one H100
 SMOKE_BUDGET_S = 420  # parts 1-4 at smoke size on a loaded 2-core CPU
+MIN_STAGE_S = 5  # the least time a stage is started with; a later one with less is skipped
 PARTS = (1, 2, 3, 4)
 
 
@@ -198,21 +202,9 @@ def _final_status(out: str, run: str, stage: str) -> Optional[str]:
   return status
 
 
-class Stopped(Exception):
-  """Ctrl-C or SIGTERM reached the parent."""
-
-  def __init__(self, signum: int):
-    super().__init__(signal.Signals(signum).name)
-    self.signum = signum
-
-
-def _raise_stopped(signum, frame):  # pylint: disable=unused-argument
-  raise Stopped(signum)
-
-
 def run_all(args: argparse.Namespace, wanted: List[Stage]) -> None:
   """Every stage of `wanted` in turn within the budget; a stop signal ends the running
-  stage's processes, records it and re-raises `Stopped`."""
+  stage's processes, records it and re-raises `scripts.Stopped`."""
   budget_end = harness.now() + args.budget
   log_path = os.path.join(os.path.dirname(args.out), 'device_check.log')
   with open(log_path, 'a', encoding='utf-8') as log:
@@ -220,7 +212,7 @@ def run_all(args: argparse.Namespace, wanted: List[Stage]) -> None:
       box = stage.smoke_box_s if args.smoke else stage.box_s
       deadline = min(harness.now() + box, budget_end)
       emit = _emitter(args.out, args.run, stage.name, args.smoke)
-      if deadline - harness.now() < 5:
+      if stage is not wanted[0] and deadline - harness.now() < MIN_STAGE_S:
         emit({'status': 'skipped', 'seconds': 0.0, 'why': 'the budget is spent'})
         continue
       start = harness.now()
@@ -232,7 +224,7 @@ def run_all(args: argparse.Namespace, wanted: List[Stage]) -> None:
         else:
           problem = children.run_stage(_child_command(stage, args, deadline),
                                        _child_env(stage), deadline, log)
-      except Stopped as stop:
+      except scripts.Stopped as stop:
         emit({'status': 'stopped', 'seconds': harness.now() - start,
               'error': f'{stop} during the stage: its processes were stopped'})
         raise
@@ -318,7 +310,7 @@ def _parse(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, List[Stage]]:
   parser.add_argument('--out', default=os.path.join(ROOT, 'benchmarks', 'results',
                                                     'device_check.jsonl'),
                       help='JSON-lines file the records are appended to')
-  parser.add_argument('--part', default='1,2', help='comma list of parts: 1 (the headline), '
+  parser.add_argument('--part', default=None, help='comma list of parts: 1 (the headline), '
                       '2 (the rest), 3 (compiles, decode, the bucketed layout), 4 (issue 44\'s '
                       'variants on the embedded default); default 1,2')
   parser.add_argument('--smoke', action='store_true', help='tiny sizes, any backend')
@@ -335,35 +327,38 @@ def _parse(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, List[Stage]]:
   parser.add_argument('--deadline', type=float, default=0.0, help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   stages = _stages(args)
+  try:  # checked with --stages too (where it is refused): a bad --part never goes unsaid
+    parts = {int(p) for p in ('1,2' if args.part is None else args.part).split(',') if p.strip()}
+  except ValueError:
+    parts = set()
+  if not parts or not parts <= set(PARTS):
+    parser.error(f'--part={args.part!r}: expected a comma list of {list(PARTS)}')
+  wanted = [s for s in stages if s.part in parts]
   if args.stages is not None:
     names = [n for n in args.stages.split(',') if n]
     unknown = sorted(set(names) - {s.name for s in stages})
     if unknown:
       parser.error(f'--stages: unknown stage(s) {unknown}; known: {[s.name for s in stages]}')
     if not names:
-      parser.error(f'--stages={args.stages!r} selects no stage; known: '
-                   f'{[s.name for s in stages]}')
+      parser.error(f'--stages={args.stages!r} selects no stage; known: {[s.name for s in stages]}')
+    if args.part is not None:
+      parser.error(f'--part={args.part} with --stages: give one (--stages runs the stages named, '
+                   f'of any part)')
     wanted = [s for s in stages if s.name in names]
-  else:
-    try:
-      parts = {int(p) for p in args.part.split(',') if p.strip()}
-    except ValueError:
-      parts = set()
-    if not parts or not parts <= set(PARTS):
-      parser.error(f'--part={args.part!r}: expected a comma list of {list(PARTS)}')
-    wanted = [s for s in stages if s.part in parts]
-    if args.budget is None and not args.smoke:
-      args.budget = PART_BUDGET_S * len(parts)
-  if args.budget is not None and not args.budget > 0:
-    parser.error(f'--budget={args.budget}: expected a positive number of seconds')
+  elif args.budget is None and not args.smoke:
+    args.budget = PART_BUDGET_S * len(parts)
+  if args.budget is not None and not args.budget >= MIN_STAGE_S:
+    parser.error(f'--budget={args.budget:g}: expected at least {MIN_STAGE_S} seconds (the '
+                 f'least a stage is started with)')
   if args.budget is None:
     args.budget = SMOKE_BUDGET_S if args.smoke else sum(s.box_s for s in wanted)
   args.run = args.run or harness.timestamp(compact=True)
   args.out = os.path.abspath(args.out)
   if not args.stage:
-    problem = children.unwritable_output(args.out)
-    if problem:
-      parser.error(f'--out={args.out}: {problem}')
+    for flag, path, folder in (('--out', args.out, False), ('--scratch', args.scratch, True)):
+      problem = path and scripts.unwritable(path, folder)
+      if problem:
+        parser.error(f'{flag}={path}: {problem}')
   return args, wanted
 
 
@@ -373,26 +368,26 @@ def main(argv: Optional[List[str]] = None) -> int:
   if args.stage:
     children.die_with_parent()
     return run_child(args)
-  handlers = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGINT, signal.SIGTERM)}
   code = 0
   try:
-    with children.scratch_folder(args.scratch) as scratch:
+    with scripts.stops_raise(), children.scratch_folder(args.scratch) as scratch:
       args.scratch = scratch
       run_all(args, wanted)
-  except (Stopped, KeyboardInterrupt) as stop:
-    signum = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
-    code = 128 + signum
-  finally:
-    for s, handler in handlers.items():
-      signal.signal(s, handler)
+  except scripts.Stopped as stop:
+    code = stop.exit_code
   write_table(args.out, args.run, args.smoke)
   with open(table_path(args.out), encoding='utf-8') as f:
     print(f.read(), flush=True)
+  records = read_records(args.out, args.run)
   if code:
-    kept = len(read_records(args.out, args.run))
-    print(f'device_check: stopped by {signal.Signals(code - 128).name}; the {kept} records '
-          f'measured so far are in {args.out} and the table in {table_path(args.out)}',
+    print(f'device_check: stopped by {signal.Signals(code - 128).name}; the {len(records)} '
+          f'records measured so far are in {args.out} and the table in {table_path(args.out)}',
           file=sys.stderr)
+  elif not any(r.get('status') in ('ok', 'partial') for r in records):
+    print(f'device_check: nothing was measured: every stage failed or was skipped (the table '
+          f'above; the children\'s output in {os.path.dirname(args.out)}/device_check.log)',
+          file=sys.stderr)
+    code = 1
   return code
 
 

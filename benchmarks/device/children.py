@@ -1,5 +1,5 @@
-"""The device check's processes: a stage child that cannot outlive its parent, and the checks
-on `--out` that run before any stage.
+"""The device check's processes: a stage child that cannot outlive its parent, and the
+stages' shared scratch folder.
 
 A stage runs in a process group of its own (so that a box, Ctrl-C or SIGTERM stops it and
 every process it started, e.g. main.py, at once), and asks the kernel to kill it when its
@@ -78,23 +78,6 @@ def log_tail(path: str, stage: str, chars: int = 2500) -> str:
   with open(path, encoding='utf-8', errors='replace') as f:
     text = f.read()
   return text[text.rfind(f'===== {stage} '):][-chars:]
-
-
-def unwritable_output(out: str) -> Optional[str]:
-  """Why the records file `out` cannot be written (None: it can), checked before any stage
-  runs: a folder in its place, a file where its folder should be, or no write permission."""
-  if os.path.isdir(out):
-    return 'is a folder; expected the path of a JSON-lines file'
-  if os.path.exists(out) and not os.access(out, os.W_OK):
-    return 'exists and is not writable'
-  folder = os.path.dirname(out)
-  while not os.path.exists(folder):
-    folder = os.path.dirname(folder)
-  if not os.path.isdir(folder):
-    return f'{folder} is a file, not a folder'
-  if not os.access(folder, os.W_OK | os.X_OK):
-    return f'the folder {folder} is not writable'
-  return None
 
 
 @contextlib.contextmanager

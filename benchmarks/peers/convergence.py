@@ -309,6 +309,7 @@ def _parse_args(argv):
   parser.add_argument('--plot', help="PNG (default docs/convergence.png; none with --smoke)")
   parser.add_argument('--smoke', action='store_true', help='tiny model, 20 steps, 8 sentences')
   args = parser.parse_args(argv)
+  common.require_peer(parser, args)
   if args.smoke:
     args.bleu_sentences = min(args.bleu_sentences, 8)
     if args.minutes is None and args.steps is None:

@@ -167,6 +167,7 @@ def main(argv=None):
   parser.add_argument('--torch-threads', default='auto',
                       help="'auto' (faster of 1 and the core count), or a number (0 = cores)")
   args = parser.parse_args(argv)
+  common.require_peer(parser, args)
   harness.start_jax()
   emit = harness.Emitter(args.out)
   counter = common.CompileCounter()

@@ -4,11 +4,13 @@ Every change to decoding runs this before it merges:
 
   python -m benchmarks.peers.decode_ab --base main --head WORKTREE [--workdir RUN] --out FILE
 
-Each side is a child process whose `t2t_jax` is that commit's (a `git worktree` checked out
-under a temporary folder and removed afterwards; `--head WORKTREE`, the default, is this
-checkout with its uncommitted changes). Both children get the same parameters (written once by
-this process; the parameter trees must match) and run the same shapes; the parent times them
-round by round, the order rotating (`harness.interleave`), and prints base/head ratios.
+Each side is a child process (`decode_ab_side.py`) whose `t2t_jax` is that commit's (a `git
+worktree` checked out under a temporary folder and removed afterwards, Ctrl-C and SIGTERM
+included; `--head WORKTREE`, the default, is this checkout with its uncommitted changes).
+Both children get the same parameters (written once by this process; the parameter trees must
+match) and run the same shapes; the parent times them round by round, the order rotating
+(`harness.interleave`), and prints base/head ratios. A bad argument stops it in one line
+before anything starts; Ctrl-C or SIGTERM ends it with 130 / 143, nothing left behind.
 
 Two measures per side, both through the commit's own public decoding path:
   serve  `translate.Translator(...).translate_ids` of the bundled test sentences (the first
@@ -32,7 +34,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -40,115 +41,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SHARED = os.path.join(ROOT, 'benchmarks', 'shared')  # harness.py, imported alone by a side
-CHILD_FLAG = '--child'
-
-
-# ----------------------------------------------------------------------------------- child
-
-
-def _child_main():
-  """A side: `sys.path[0]` is its commit's tree (set by the parent); JSON lines on a pipe."""
-  tree = os.environ['DECODE_AB_TREE']
-  sys.path.insert(0, tree)
-  sys.path.insert(1, SHARED)  # this checkout's harness (the commit may not have one like it)
-  import harness  # noqa: E402  (benchmarks/shared/harness.py of the parent's checkout)
-  spec, reply = harness.child_protocol()
-  side = _Side(spec, tree)
-  reply({'t2t_jax': side.t2t_file, 'hlo': side.hlo})
-  for request in harness.requests():
-    with harness.timed() as t:
-      out = side.run(request['what'], request.get('length'))
-    reply({'seconds': t.seconds, 'digest': out})
-
-
-class _Side:
-  """The commit's decoding on the shared parameters."""
-
-  def __init__(self, spec, tree):
-    import jax
-    import numpy as np
-    try:  # the commit's own start-up (quiet libtpu on CPU) where it has one
-      from t2t_jax import cli
-      cli.start_backends()
-    except (ImportError, AttributeError):
-      pass
-    import t2t_jax
-    from t2t_jax.inference import translate
-    from t2t_jax.model import transformer as model
-    self.t2t_file = t2t_jax.__file__
-    if not self.t2t_file.startswith(tree):
-      raise RuntimeError(f'the child imported {self.t2t_file}, not the tree {tree}')
-    self.np, self.jax, self.spec = np, jax, spec
-    size = spec['size']
-    cfg = model.TransformerConfig(
-        vocab_size=size['vocab_size'], d_model=size['d_model'], d_ff=size['d_ff'],
-        num_heads=size['num_heads'], d_k=size['d_model'] // size['num_heads'],
-        d_v=size['d_model'] // size['num_heads'], num_layers=size['num_layers'],
-        max_len=size['max_len'], dropout_rate=0.0, deterministic=True)
-    self.cfg = cfg
-    shapes = jax.eval_shape(lambda r: model.init_params(cfg, r), jax.random.PRNGKey(0))
-    self.params = {name: _filled(shapes, dict(np.load(spec[name])))
-                   for name in ('trained', 'random') if spec.get(name)}
-    self.translator = None
-    if spec.get('vocab'):
-      from t2t_jax.data import tokenizer
-      self.translator = translate.Translator(
-          cfg, self.params['trained'], tokenizer.load(spec['vocab']), beam_size=spec['beam'],
-          alpha=spec['alpha'], max_decode_extra=spec['max_decode_extra'],
-          batch_sentences=spec['rows'], bucket_lengths=tuple(spec['buckets']))
-      self.sentences = spec['sentences']
-    from t2t_jax.runtime import multihost
-    mesh = multihost.local_mesh(jax.local_devices()[:1])
-    self.decode = translate.sharded_decoder(cfg, spec['beam'], spec['alpha'], mesh)
-    rng = np.random.default_rng(0)
-    self.src = rng.integers(2, size['vocab_size'], (spec['rows'], spec['src_len'])).astype(
-        np.int32)
-    self.src[:, -1] = 1  # EOS-terminated
-    self.hlo = self._hlo(max(spec['lengths']))
-
-  def _step_args(self, length):
-    lengths = self.np.full((self.spec['rows'],), length, self.np.int32)
-    return self.params['random'], self.src, lengths, length
-
-  def _hlo(self, length):
-    text = self.decode.lower(*self._step_args(length)).compile().as_text()
-    count = lambda pattern: len(re.findall(pattern, text))  # noqa: E731
-    return {'instructions': count(r'\n\s+(?:ROOT )?%?[\w.\-]+ = '), 'fusions': count(r' fusion\('),
-            'copies': count(r' copy\('), 'transposes': count(r' transpose\('),
-            'while_loops': count(r' while\('), 'gathers': count(r' gather\('),
-            'chars': len(text)}
-
-  def run(self, what, length):
-    if what == 'serve':
-      ids = self.translator.translate_ids(self.sentences)
-      return _digest(json.dumps(ids))
-    out = self.np.asarray(self.decode(*self._step_args(length)))
-    assert out.shape[1] == length
-    return _digest(out.tobytes()) + f' full={float((out[:, -1] != 0).mean()):.2f}'
-
-
-def _filled(shapes, flat):
-  """The tree of `shapes` with each leaf from `flat` ({keystr: array})."""
-  import jax
-  leaves, treedef = jax.tree_util.tree_flatten_with_path(shapes)
-  values = []
-  for path, shape in leaves:
-    value = flat.pop(jax.tree_util.keystr(path))
-    if value.shape != shape.shape:
-      raise ValueError(f'{jax.tree_util.keystr(path)}: {value.shape} vs {shape.shape}')
-    values.append(value)
-  if flat:
-    raise ValueError(f'parameters this commit does not have: {sorted(flat)[:5]}')
-  return jax.tree_util.tree_unflatten(treedef, values)
-
-
-def _digest(data) -> str:
-  import hashlib
-  return hashlib.sha256(data if isinstance(data, bytes) else data.encode()).hexdigest()[:16]
-
-
-# ---------------------------------------------------------------------------------- parent
+SIDE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'decode_ab_side.py')  # a side
 
 
 def _git(*args) -> str:
@@ -158,39 +51,52 @@ def _git(*args) -> str:
 
 @contextlib.contextmanager
 def _tree(rev: str, scratch: str):
-  """(commit, a folder holding `rev`'s files): a temporary worktree, removed afterwards;
-  WORKTREE: this checkout as it is."""
+  """(commit, a folder holding `rev`'s files): a temporary worktree, removed afterwards
+  however the block ends; WORKTREE: this checkout as it is."""
   if rev == 'WORKTREE':
     dirty = bool(_git('status', '--porcelain', '--untracked-files=no'))
     yield _git('rev-parse', '--short', 'HEAD') + ('+changes' if dirty else ''), ROOT
     return
+  from benchmarks.shared import scripts
   commit = _git('rev-parse', '--short', rev)
-  path = os.path.join(scratch, f'tree_{commit}')
-  _git('worktree', 'add', '--detach', path, commit)
-  try:
+  with scripts.git_worktree(ROOT, os.path.join(scratch, f'tree_{commit}'), commit) as path:
     yield commit, path
-  finally:
-    _git('worktree', 'remove', '--force', path)
+
+
+class SideError(RuntimeError):
+  """A side's child process ended or refused the shared parameters (its stderr says why)."""
 
 
 class _Child:
   def __init__(self, tree: str, spec):
     env = dict(os.environ, DECODE_AB_TREE=tree, PYTHONPATH=tree)
-    self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), CHILD_FLAG],
+    self.tree = tree
+    self.proc = subprocess.Popen([sys.executable, SIDE],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                  cwd=tree, env=env)
-    self.hello = self.call(spec)
+    try:
+      self.hello = self.call(spec)
+    except BaseException:  # a stop while it starts: it goes too
+      self.close(kill=True)
+      raise
 
   def call(self, message):
     self.proc.stdin.write(json.dumps(message) + '\n')
     self.proc.stdin.flush()
     line = self.proc.stdout.readline()
     if not line:
-      raise RuntimeError(f'a decode_ab child exited with {self.proc.wait()} (see stderr)')
+      raise SideError(f'the side of {self.tree} exited with {self.proc.wait()}: its '
+                      f'messages are above')
     return json.loads(line)
 
-  def close(self):
-    self.proc.stdin.close()
+  def close(self, kill: bool = False):
+    """Ends the child: its input closed (it exits when done), or `kill`ed at once."""
+    if kill:
+      self.proc.kill()
+    try:
+      self.proc.stdin.close()
+    except OSError:  # a killed child's pipe
+      pass
     self.proc.wait(timeout=60)
 
 
@@ -234,36 +140,97 @@ def _write_params(run, size, scratch):
   return paths
 
 
-def main(argv=None):
-  argv = sys.argv[1:] if argv is None else argv
-  if argv == [CHILD_FLAG]:
-    return _child_main()
-  sys.path.insert(0, ROOT)
-  from benchmarks.shared import harness
+def _lengths(text: str):
+  """--lengths: two different output lengths >= 1, in increasing order."""
+  try:
+    lengths = sorted(int(x) for x in text.split(','))
+  except ValueError:
+    lengths = []
+  if len(lengths) != 2 or lengths[0] < 1 or lengths[0] == lengths[1]:
+    raise argparse.ArgumentTypeError(f'expected two different whole numbers >= 1 such as '
+                                     f'16,128, not {text!r}')
+  return lengths
+
+
+def _parse(argv):
+  """The arguments, every one checked before anything starts (a bad one: one line naming
+  it, exit status 2); what needs the model's size (`_check_size`) is checked once it is
+  known."""
+  from benchmarks.shared import harness, scripts, serving_common
+  count = scripts.positive_int
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--base', required=True, help='a commit (A)')
   parser.add_argument('--head', default='WORKTREE',
                       help='a commit (B); WORKTREE: this checkout, uncommitted changes included')
   parser.add_argument('--workdir', default=None,
                       help='a trained run (read only) for the serve measure and the model size')
-  parser.add_argument('--sentences', type=int, default=1010, help='first N test sentences')
-  parser.add_argument('--rows', type=int, default=4, help='sentences a batch (quickstart: 4)')
-  parser.add_argument('--beam', type=int, default=4)
-  parser.add_argument('--src-len', type=int, default=32)
-  parser.add_argument('--lengths', default='16,128',
-                      help='two output lengths of the step measure')
-  parser.add_argument('--rounds', type=int, default=6,
+  parser.add_argument('--sentences', type=count, default=1010, help='first N test sentences')
+  parser.add_argument('--rows', type=count, default=4, help='sentences a batch (quickstart: 4)')
+  parser.add_argument('--beam', type=count, default=4)
+  parser.add_argument('--src-len', type=count, default=32)
+  parser.add_argument('--lengths', type=_lengths, default=[16, 128],
+                      help='two output lengths of the step measure (default 16,128)')
+  parser.add_argument('--rounds', type=count, default=6,
                       help='interleaved rounds; the order rotates by one a round, so a multiple '
                       'of the systems (4 step + 2 serve) lets each lead equally often')
-  parser.add_argument('--step-repeats', type=int, default=3,
+  parser.add_argument('--step-repeats', type=count, default=3,
                       help='step-measure calls of a side in its turn, each timed')
   args = harness.add_out_argument(parser).parse_args(argv)
-  harness.start_jax()
-  emit = harness.Emitter(args.out)
-  run, size, c = _size(args)
-  lengths = sorted(int(x) for x in args.lengths.split(','))
-  scratch = tempfile.mkdtemp(prefix='decode_ab_')
+  for flag, rev in (('--base', args.base), ('--head', args.head)):
+    if rev != 'WORKTREE' and subprocess.run(
+        ['git', 'rev-parse', '--verify', '--quiet', f'{rev}^{{commit}}'], cwd=ROOT,
+        capture_output=True, check=False).returncode:
+      parser.error(f'{flag}={rev}: not a commit of {ROOT}')
+  if args.workdir is not None and not os.path.isdir(args.workdir):
+    parser.error(f'--workdir={args.workdir}: ' + ('is a file; expected a trained run\'s folder'
+                                                  if os.path.exists(args.workdir) else
+                                                  'no such folder'))
+  available = len(serving_common.test_set('en'))
+  if args.workdir is not None and args.sentences > available:
+    parser.error(f'--sentences={args.sentences}: the test set has {available}')
+  return parser, args
+
+
+def _check_size(parser, args, size):
+  """The source and output lengths within the model's positions."""
+  for flag, value in (('--src-len', args.src_len), ('--lengths', max(args.lengths))):
+    if value > size['max_len']:
+      parser.error(f'{flag}={value}: longer than the model\'s {size["max_len"]} positions '
+                   f'(max_len)')
+
+
+def main(argv=None):
+  """The A/B; 0 when measured, 2 for a refused argument, 130 / 143 when stopped by Ctrl-C /
+  SIGTERM (its worktrees, children and temporary files gone first)."""
+  sys.path.insert(0, ROOT)
+  from benchmarks.shared import harness, scripts
+  parser, args = _parse(argv)
   try:
+    with scripts.stops_raise():
+      _run(parser, args, harness, scripts)
+  except scripts.Stopped as stop:
+    print(f'decode_ab: stopped by {stop}; nothing was recorded', file=sys.stderr)
+    return stop.exit_code
+  except (SideError, scripts.WorktreeError) as e:
+    print(f'decode_ab: error: {e}', file=sys.stderr)
+    return 1
+  return 0
+
+
+def _run(parser, args, harness, scripts):
+  harness.start_jax()
+  from t2t_jax import errors
+  emit = harness.Emitter(args.out)
+  try:
+    run, size, c = _size(args)
+  except errors.user_errors() as e:
+    parser.error(f'--workdir={args.workdir}: {e}')
+  _check_size(parser, args, size)
+  lengths = args.lengths
+  scratch = ''
+  try:
+    with scripts.deferred_stops():
+      scratch = tempfile.mkdtemp(prefix='decode_ab_')
     spec = {'size': size, 'beam': args.beam, 'alpha': 0.6, 'rows': args.rows,
             'src_len': args.src_len, 'lengths': lengths,
             'max_decode_extra': c.max_decode_extra, 'buckets': list(c.bucket_lengths),
@@ -278,20 +245,36 @@ def main(argv=None):
       record = _measure(harness, spec, {'base': base_tree, 'head': head_tree}, args, run)
     record.update(base=base, head=head)
   finally:
-    shutil.rmtree(scratch, ignore_errors=True)
+    with scripts.deferred_stops():
+      if scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
   record.update(name='decode_ab', size=size, rows=args.rows, beam=args.beam,
                 src_len=args.src_len, lengths=lengths, rounds=args.rounds,
                 workdir=args.workdir, checkpoint=run.description if run else 'random')
   _print_summary(emit(record))
 
 
-def _measure(harness, spec, trees, args, run):
-  """Both children started, warmed up, timed interleaved: the record's numbers."""
-  load_before = harness.load_average()
+@contextlib.contextmanager
+def _sides(trees, spec):
+  """{side: its started `_Child`} for the block; afterwards each is closed (it exits when
+  done), or killed at once when the block failed or was stopped."""
   children = {}
   try:
     for side, tree in trees.items():
       children[side] = _Child(tree, spec)
+    yield children
+  except BaseException:
+    for child in children.values():
+      child.close(kill=True)
+    raise
+  for child in children.values():
+    child.close()
+
+
+def _measure(harness, spec, trees, args, run):
+  """Both children started, warmed up, timed interleaved: the record's numbers."""
+  load_before = harness.load_average()
+  with _sides(trees, spec) as children:
     measures = (['serve'] if run is not None else []) + ['step']
     systems, digests = {}, {}
     for side, child in children.items():
@@ -308,9 +291,6 @@ def _measure(harness, spec, trees, args, run):
       call()
     repeats = {n: args.step_repeats for n in systems if ':step' in n}
     times = harness.interleave(systems, args.rounds, warmup=0, repeats=repeats)
-  finally:
-    for child in children.values():
-      child.close()
   med = {n: statistics.median(ts) for n, ts in times.items()}
   short, long_ = spec['lengths']
   out = {'load_average_before': load_before, 'times_s': times, 'median_s': med,
@@ -365,4 +345,4 @@ def _print_summary(record):
 
 
 if __name__ == '__main__':
-  main()
+  sys.exit(main())

@@ -6,6 +6,8 @@ number (torch.mm, interleaved call by call with ours) is context for the peer: w
 reaches on this machine.
 
   python -m benchmarks.peers.matmul_peak [--n 2048] [--dtype float32] [--out FILE]
+
+Without torch it stops in one line saying how to install it (`--no-peer`: ours alone).
 """
 
 import argparse
@@ -17,7 +19,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from benchmarks.shared import common, harness  # noqa: E402
+from benchmarks.shared import common, harness, scripts  # noqa: E402
+
+DTYPES = ('float32', 'bfloat16', 'float16')  # what both jax and torch compute as named
 
 
 _CACHE = {}
@@ -67,11 +71,16 @@ def jax_matmul_peak(n: int = 2048, dtype: str = 'float32', repeats: int = 10) ->
 
 
 def main(argv=None):
-  parser = common.add_common_args(argparse.ArgumentParser(description=__doc__))
-  parser.add_argument('--n', type=int, default=2048)
-  parser.add_argument('--dtype', default='float32')
-  parser.add_argument('--repeats', type=int, default=10, help='timed calls of each side')
+  parser = common.add_common_args(argparse.ArgumentParser(
+      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+  parser.add_argument('--n', type=scripts.positive_int, default=2048,
+                      help='the matrices are n x n (n >= 1)')
+  # float64 is not offered: without jax_enable_x64 jax would compute float32 under its name.
+  parser.add_argument('--dtype', default='float32', choices=DTYPES)
+  parser.add_argument('--repeats', type=scripts.positive_int, default=10,
+                      help='timed calls of each side (>= 1)')
   args = parser.parse_args(argv)
+  common.require_peer(parser, args)
   harness.start_jax()
   emit = harness.Emitter(args.out)
   systems = {'jax': _jax_matmul(args.n, args.dtype)}

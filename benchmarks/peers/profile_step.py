@@ -271,6 +271,7 @@ def main(argv=None):
   parser.add_argument('--calls', type=int, default=2)
   parser.add_argument('--torch-threads', default='auto')
   args = parser.parse_args(argv)
+  common.require_peer(parser, args)
   harness.start_jax()
   emit = harness.Emitter(args.out)
   record = {'name': f'profile_{args.what}', 'config': dict(size=args.size,

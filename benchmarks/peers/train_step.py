@@ -336,6 +336,7 @@ def main(argv=None):
                       help="config.attention_impl: '' (backend default), xla, cudnn (GPU)")
   parser.add_argument('--peer-server', action='store_true', help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
+  common.require_peer(parser, args)
   if args.peer_server:
     return _serve_peer()
   harness.start_jax()

@@ -67,10 +67,24 @@ def known_peak(device_kind: str) -> Optional[float]:
 
 
 def add_common_args(parser):
-  """--out (the harness's Emitter) and --no-peer, which the benchmarks with a peer take."""
+  """--out (the harness's Emitter) and --no-peer, which the benchmarks with a peer take
+  (`require_peer` after parsing)."""
   harness.add_out_argument(parser)
   parser.add_argument('--no-peer', action='store_true', help='skip the PyTorch peer')
   return parser
+
+
+def require_peer(parser, args) -> None:
+  """Unless --no-peer: torch imports, else the script stops in one line naming the package
+  and how to install it (requirements-bench.txt), before anything is measured."""
+  if getattr(args, 'no_peer', False):
+    return
+  try:
+    import torch  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+  except ImportError as e:
+    parser.error(f'the PyTorch peer needs torch, which does not import here '
+                 f'({str(e).splitlines()[0] if str(e) else type(e).__name__}): '
+                 f'pip install -r requirements-bench.txt, or pass --no-peer to measure ours alone')
 
 
 class CompileCounter:

@@ -338,8 +338,11 @@ def start_jax() -> None:
 
 
 def add_out_argument(parser):
-  """The --out option every benchmark takes (where its Emitter appends)."""
-  parser.add_argument('--out', default=None, help='append the JSON lines to this file')
+  """The --out option every benchmark takes (where its Emitter appends), refused at once in
+  one line where a file cannot be written (`scripts.unwritable`), not after the measuring."""
+  from benchmarks.shared import scripts  # pylint: disable=import-outside-toplevel
+  parser.add_argument('--out', default=None, type=scripts.writable_file,
+                      help='append the JSON lines to this file')
   return parser
 
 

@@ -9,7 +9,8 @@ therefore no baseline: this script makes both runs here, one after the other.
 
 Each revision is checked out with `git worktree add --detach` into a temporary folder and run
 there as `python main.py --workdir=...` (its own main.py and t2t_jax, this machine's Python
-and packages); the worktrees are removed at the end (`--keep` keeps them and the workdirs).
+and packages); the worktrees and the workdirs are removed at the end however the script ends,
+Ctrl-C and SIGTERM included (`--keep` keeps them). `--repo` compares another clone's revisions.
 
   python benchmarks/studies/same_machine.py HEAD~1 HEAD            # full run, ~10 min each, 2 cores
   python benchmarks/studies/same_machine.py main HEAD --steps 400  # a quick check: 400 steps each
@@ -19,10 +20,12 @@ and packages); the worktrees are removed at the end (`--keep` keeps them and the
 Prints the dev BLEU of every evaluation (the config's `eval_every_steps`; with `--steps N`,
 four evaluations over the N steps) and the final test BLEU (average of the last checkpoints)
 of both revisions side by side, and whether they are identical. Exit status: 0 identical,
-1 different, 2 a run failed.
+1 different, 2 a run failed or an argument was refused (in one line, before anything is made),
+130 / 143 stopped by Ctrl-C / SIGTERM.
 """
 
 import argparse
+import contextlib
 import glob
 import json
 import os
@@ -33,13 +36,20 @@ import tempfile
 from typing import Dict, List, Optional, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+  sys.path.insert(0, ROOT)
+
+from benchmarks.shared import scripts  # noqa: E402  (stdlib only, as this script)
 
 
 def step_overrides(steps: Optional[int]) -> List[str]:
-  """main.py flags for a shorter run of the embedded default: `steps` steps, four dev
-  evaluations, checkpoints often enough to average the last 3 (the full run: 1300 / 400)."""
-  if not steps:
+  """main.py flags for a shorter run of the embedded default: `steps` (>= 1) steps, four dev
+  evaluations, checkpoints often enough to average the last 3 (the full run: 1300 / 400);
+  None: none, the config's own run."""
+  if steps is None:
     return []
+  if steps < 1:
+    raise ValueError(f'steps={steps}: expected at least 1 (None: the config\'s own)')
   return [f'--config.num_train_steps={steps}',
           f'--config.eval_every_steps={max(1, steps // 4)}',
           f'--config.checkpoint_every_steps={max(1, steps // 13)}',
@@ -97,12 +107,16 @@ def compare(a: Dict[str, object], b: Dict[str, object], names: Sequence[str]) ->
   return same
 
 
-def run(argv: Optional[Sequence[str]] = None) -> int:
+def _parse(argv: Optional[Sequence[str]]):
+  """(args, main.py flags, the two revisions' commits), or exits in one line naming what
+  cannot be honoured: nothing is made before every argument has been checked."""
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('revisions', nargs=2, metavar='REV', help='two git revisions (A, then B)')
-  parser.add_argument('--steps', type=int, default=0,
-                      help='train N steps instead of the config\'s (a quick check)')
+  parser.add_argument('--steps', type=scripts.positive_int, default=None,
+                      help='train N >= 1 steps instead of the config\'s (a quick check)')
+  parser.add_argument('--repo', default=ROOT, help='the git repository whose revisions are '
+                      'compared (default: this checkout)')
   parser.add_argument('--root', default='', help='folder for the worktrees and workdirs '
                       '(default: a new temporary folder)')
   parser.add_argument('--keep', action='store_true', help='keep the worktrees and workdirs')
@@ -113,80 +127,103 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
   unknown = [a for a in extra if not a.startswith('--config')]
   if unknown:
     parser.error(f'only --config flags are passed to main.py, not {unknown}')
-  if args.steps < 0:
-    parser.error('--steps must be positive')
-
+  if subprocess.run(['git', '-C', args.repo, 'rev-parse', '--git-dir'], capture_output=True,
+                    check=False).returncode:
+    parser.error(f'--repo={args.repo}: not a git repository')
+  args.repo = os.path.abspath(args.repo)
+  if not shutil.which(args.python):
+    parser.error(f'--python={args.python}: no such executable')
+  if args.root:
+    problem = scripts.unwritable(args.root, folder=True)
+    if problem:
+      parser.error(f'--root={args.root}: {problem}')
+    args.root = os.path.abspath(args.root)
+    for name in ('src0', 'src1', 'run0', 'run1'):
+      if os.path.lexists(os.path.join(args.root, name)):
+        parser.error(f'--root={args.root}: {name} exists in it; give a new or empty folder')
   shas = []
   for rev in args.revisions:
-    result = subprocess.run(['git', '-C', ROOT, 'rev-parse', '--verify', f'{rev}^{{commit}}'],
-                            capture_output=True, text=True)
+    result = subprocess.run(['git', '-C', args.repo, 'rev-parse', '--verify', f'{rev}^{{commit}}'],
+                            capture_output=True, text=True, check=False)
     if result.returncode:
-      print(f'error: {rev!r} is not a git revision of {ROOT}', file=sys.stderr)
-      return 2
+      parser.error(f'{rev!r} is not a git revision of {args.repo}')
     shas.append(result.stdout.strip())
-  root = os.path.abspath(args.root) if args.root else tempfile.mkdtemp(prefix='t2t_same_machine_')
-  for name in ('src0', 'src1', 'run0', 'run1'):
-    if os.path.exists(os.path.join(root, name)):
-      print(f'error: {os.path.join(root, name)} exists: give --root a new or empty folder',
-            file=sys.stderr)
-      return 2
-  flags = step_overrides(args.steps) + extra
+  return args, step_overrides(args.steps) + extra, shas
+
+
+def run(argv: Optional[Sequence[str]] = None) -> int:
+  """Both runs and their comparison; the exit status (see the module's docstring; 130 / 143:
+  stopped by Ctrl-C / SIGTERM, with the worktrees and what the runs wrote removed)."""
+  args, flags, shas = _parse(argv)
   threads = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
   print(f'{threads} CPU(s) available to both runs; XLA_FLAGS={os.environ.get("XLA_FLAGS", "")!r}')
-  plans = []
-  for i, (rev, sha) in enumerate(zip(args.revisions, shas)):
-    worktree = os.path.join(root, f'src{i}')
-    workdir = os.path.join(root, f'run{i}')
-    plans.append((rev, sha, worktree, workdir,
-                  ['git', '-C', ROOT, 'worktree', 'add', '--detach', worktree, sha],
-                  main_command(args.python, worktree, workdir, flags)))
   if args.dry_run:
-    for rev, sha, _, _, add, train in plans:
+    root = args.root or os.path.join(tempfile.gettempdir(), 't2t_same_machine_XXXXXX')
+    for i, (rev, sha) in enumerate(zip(args.revisions, shas)):
+      worktree = os.path.join(root, f'src{i}')
       print(f'# {rev} ({sha[:12]})')
-      print(' '.join(add))
-      print(f'(cd {add[-2]} && ' + ' '.join(train) + ')')
-    if not args.root:
-      os.rmdir(root)
+      print(' '.join(['git', '-C', args.repo, 'worktree', 'add', '--detach', worktree, sha]))
+      train = main_command(args.python, worktree, os.path.join(root, f'run{i}'), flags)
+      print(f'(cd {worktree} && ' + ' '.join(train) + ')')
     return 0
+  try:
+    with scripts.stops_raise():
+      return _both(args, flags, shas)
+  except scripts.Stopped as stop:
+    print(f'same_machine: stopped by {stop}; ' + ('kept what it made' if args.keep else
+          'the worktrees and workdirs it made were removed'), file=sys.stderr)
+    return stop.exit_code
 
+
+def _both(args: argparse.Namespace, flags: Sequence[str], shas: Sequence[str]) -> int:
+  """Both runs in worktrees under `args.root` (or a new temporary folder); whatever ends
+  them, the worktrees, the workdirs and a folder this made are removed, unless `--keep`."""
+  made = not args.root or not os.path.exists(args.root)
+  root = args.root
   env = dict(os.environ)
   env.pop('PYTHONPATH', None)
-  results, added = [], []
   try:
-    for rev, sha, worktree, workdir, add, train in plans:
-      subprocess.run(add, check=True, capture_output=True, text=True)
-      added.append(worktree)
-      print(f'{rev} ({sha[:12]}): {" ".join(train)}', flush=True)
-      where = subprocess.run([args.python, '-c', 'import os, t2t_jax\n'
-                              'print(os.path.realpath(t2t_jax.__file__))'],
-                             cwd=worktree, env=dict(env, PYTHONPATH=worktree),
-                             capture_output=True, text=True)
-      if not where.stdout.startswith(os.path.realpath(worktree) + os.sep):
-        print(f'error: {args.python} imports t2t_jax from {where.stdout.strip() or where.stderr}'
-              f', not from {worktree}', file=sys.stderr)
-        return 2
-      result = subprocess.run(train, cwd=worktree, env=dict(env, PYTHONPATH=worktree),
-                              capture_output=True, text=True)
-      if result.returncode:
-        print(f'error: {rev} failed (exit {result.returncode}):\n{result.stderr[-3000:]}',
-              file=sys.stderr)
-        return 2
-      results.append(read_run(workdir))
+    with scripts.deferred_stops():
+      root = args.root or tempfile.mkdtemp(prefix='t2t_same_machine_')
+      os.makedirs(root, exist_ok=True)
+    results = []
+    with contextlib.ExitStack() as worktrees:
+      for i, (rev, sha) in enumerate(zip(args.revisions, shas)):
+        worktree, workdir = os.path.join(root, f'src{i}'), os.path.join(root, f'run{i}')
+        try:
+          worktrees.enter_context(scripts.git_worktree(args.repo, worktree, sha, args.keep))
+        except scripts.WorktreeError as e:
+          print(f'error: {e}', file=sys.stderr)
+          return 2
+        train = main_command(args.python, worktree, workdir, flags)
+        print(f'{rev} ({sha[:12]}): {" ".join(train)}', flush=True)
+        where = subprocess.run([args.python, '-c', 'import os, t2t_jax\n'
+                                'print(os.path.realpath(t2t_jax.__file__))'],
+                               cwd=worktree, env=dict(env, PYTHONPATH=worktree),
+                               capture_output=True, text=True, check=False)
+        if not where.stdout.startswith(os.path.realpath(worktree) + os.sep):
+          print(f'error: {args.python} imports t2t_jax from '
+                f'{where.stdout.strip() or where.stderr}, not from {worktree}', file=sys.stderr)
+          return 2
+        result = subprocess.run(train, cwd=worktree, env=dict(env, PYTHONPATH=worktree),
+                                capture_output=True, text=True, check=False)
+        if result.returncode:
+          print(f'error: {rev} failed (exit {result.returncode}):\n{result.stderr[-3000:]}',
+                file=sys.stderr)
+          return 2
+        results.append(read_run(workdir))
     same = compare(results[0], results[1], args.revisions)
     print('identical' if same else 'DIFFERENT')
     return 0 if same else 1
   finally:
-    for worktree in added:
-      if not args.keep:
-        subprocess.run(['git', '-C', ROOT, 'worktree', 'remove', '--force', worktree],
-                       capture_output=True)
-    if args.keep:
-      print(f'kept: {root}')
-    elif not args.root:
-      shutil.rmtree(root, ignore_errors=True)
-    else:
-      for i in range(2):
-        shutil.rmtree(os.path.join(root, f'run{i}'), ignore_errors=True)
+    with scripts.deferred_stops():
+      if args.keep:
+        print(f'kept: {root}')
+      elif made:
+        shutil.rmtree(root, ignore_errors=True)
+      else:
+        for i in range(2):
+          shutil.rmtree(os.path.join(root, f'run{i}'), ignore_errors=True)
 
 
 if __name__ == '__main__':

@@ -119,6 +119,32 @@ def test_a_failing_stage_is_recorded_and_the_next_one_runs(tmp_path, monkeypatch
   assert 'MISSED fine' in (tmp_path / 'device_check.txt').read_text()
 
 
+def test_the_first_stage_runs_on_the_least_budget_and_nothing_measured_exits_1(
+    tmp_path, monkeypatch, capsys):
+  module = types.ModuleType('fake_device_stages')
+  module.boom = lambda ctx: 1 / 0
+  module.fine = lambda ctx: {'summary': {'answer': 42}}
+  monkeypatch.setitem(sys.modules, 'fake_device_stages', module)
+  monkeypatch.setattr(device_check, 'STAGES', (
+      device_check.Stage('fine', 'fake_device_stages:fine', 10, 10),
+      device_check.Stage('later', 'fake_device_stages:fine', 10, 10)))
+  out = tmp_path / 'check.jsonl'
+  # The least budget allowed: the first stage runs (with 5 s), the next has none left.
+  assert device_check.main(['--in-process', '--budget', '5', '--out', str(out)]) == 0
+  assert [(r['stage'], r['status']) for r in _records(out)] == [('fine', 'ok'),
+                                                                ('later', 'skipped')]
+  capsys.readouterr()
+  # Every stage failed: the run says so in one line and exits 1, the table still written.
+  monkeypatch.setattr(device_check, 'STAGES', (
+      device_check.Stage('boom', 'fake_device_stages:boom', 10, 10),))
+  out = tmp_path / 'boom.jsonl'
+  assert device_check.main(['--in-process', '--out', str(out)]) == 1
+  captured = capsys.readouterr()
+  assert captured.err.strip().splitlines()[-1].startswith(
+      'device_check: nothing was measured: every stage failed or was skipped')
+  assert 'boom' in captured.out and 'division by zero' in captured.out
+
+
 def test_a_stage_runs_in_a_child_process_of_its_own(tmp_path):
   out = tmp_path / 'check.jsonl'
   device_check.main(['--stages', 'environment', '--out', str(out)])
@@ -134,8 +160,15 @@ def test_a_stage_runs_in_a_child_process_of_its_own(tmp_path):
     (['--stages', ''], "--stages='' selects no stage"),
     (['--part', '5'], "--part='5': expected a comma list of [1, 2, 3, 4]"),
     (['--part', 'x'], "--part='x': expected"),
-    (['--budget', '-5', '--smoke'], '--budget=-5.0: expected a positive number of seconds'),
-    (['--budget', '0'], '--budget=0.0: expected a positive number of seconds'),
+    (['--budget', '-5', '--smoke'], '--budget=-5: expected at least 5 seconds'),
+    (['--budget', '0'], '--budget=0: expected at least 5 seconds'),
+    # Too little for any stage: refused, not a run whose every stage is "skipped", exit 0.
+    (['--budget', '4.9', '--smoke'], '--budget=4.9: expected at least 5 seconds'),
+    (['--budget', 'nan', '--smoke'], '--budget=nan: expected at least 5 seconds'),
+    # --part is checked with --stages too, and the two are not given together.
+    (['--part', '9', '--stages', 'numerics'], "--part='9': expected a comma list"),
+    (['--part', '', '--stages', 'numerics'], "--part='': expected a comma list"),
+    (['--part', '1', '--stages', 'numerics'], '--part=1 with --stages: give one'),
 ])
 def test_bad_selection_is_refused_in_one_line(argv, says, capsys):
   with pytest.raises(SystemExit) as exit_:
@@ -163,6 +196,20 @@ def test_out_is_checked_before_any_stage(tmp_path, capsys):
   assert not (tmp_path / 'device_check.log').exists()  # no stage ran
 
 
+def test_scratch_is_checked_before_any_stage(tmp_path, capsys):
+  afile = tmp_path / 'a_file'
+  afile.write_text('x')
+  for scratch, says in ((afile, 'is a file; expected a folder'),
+                        (afile / 'sub', f'{afile} is a file, not a folder')):
+    with pytest.raises(SystemExit) as exit_:
+      device_check.main(['--smoke', '--stages', 'environment', '--scratch', str(scratch),
+                         '--out', str(tmp_path / 'check.jsonl')])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and 'Traceback' not in err
+    assert err.strip().splitlines()[-1].endswith(f'--scratch={scratch}: {says}')
+  assert sorted(os.listdir(tmp_path)) == ['a_file'] and afile.read_text() == 'x'
+
+
 # A stage that records one measurement, starts a grandchild, then hangs: the run is stopped
 # in the middle of it.
 _HANGING = '''
@@ -181,7 +228,8 @@ STAGES = (device_check.Stage('hang', 'hanging_stage:hang', 60, 60),)
 def _start_hanging(tmp_path):
   pids = tmp_path / 'pids'
   (tmp_path / 'hanging_stage.py').write_text(textwrap.dedent(_HANGING.format(pids=str(pids))))
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT]))
+  # TMPDIR: the scratch folder a SIGKILLed parent cannot remove stays in the test's folder.
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT]), TMPDIR=str(tmp_path))
   parent = subprocess.Popen([sys.executable, SCRIPT, '--stage-table', 'hanging_stage:STAGES',
                              '--stages', 'hang', '--out', str(tmp_path / 'check.jsonl')],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
