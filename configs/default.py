@@ -77,6 +77,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.checkpoint_every_steps = 0    # save every N steps (0: off)
   c.checkpoint_every_minutes = 10.0  # save every T minutes (0: off); the paper: 10-minute intervals
   c.keep_checkpoints = 20         # keep the last K training checkpoints
+  c.keep_best = 0                 # also keep the K best periodic evaluations' parameters in <workdir>/best/ by best_metric (0: off); --checkpoint=best reads the best
+  c.best_metric = 'loss'          # what ranks evaluations for keep_best and early_stop_patience: 'loss' (dev loss, lower is better) or 'bleu' (dev BLEU of eval_bleu_sentences, a treebank's F1; higher is better)
+  c.early_stop_patience = 0       # stop after this many periodic evaluations in a row without improving best_metric, then average, evaluate and report as a finished run (0: off)
   c.log_every_steps = 100         # console/metrics line every N steps
   c.eval_every_steps = 1000       # teacher-forced dev loss every N steps (0: off)
   c.eval_batches = 0              # dev batches per periodic eval (0: the whole split)

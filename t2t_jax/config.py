@@ -34,6 +34,7 @@ CHOICES = {
     'eval_split': SPLITS,
     'final_eval_split': ('',) + SPLITS,
     'lr_schedule': ('rsqrt', 'cosine', 'linear', 'constant'),
+    'best_metric': ('loss', 'bleu'),
 }
 _POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_layers', 'max_len',
              'max_length', 'tokens_per_batch', 'warmup_steps', 'grad_accum_steps',
@@ -46,7 +47,8 @@ _NON_NEGATIVE = ('d_k', 'd_v', 'num_kv_heads', 'num_encoder_layers', 'num_decode
                  'checkpoint_every_steps',
                  'checkpoint_every_minutes', 'eval_every_steps', 'eval_batches',
                  'eval_bleu_sentences', 'length_penalty_alpha', 'max_decode_extra',
-                 'decode_threads', 'learning_rate', 'min_learning_rate', 'clip_grad_norm')
+                 'decode_threads', 'learning_rate', 'min_learning_rate', 'clip_grad_norm',
+                 'keep_best', 'early_stop_patience')
 _PROBABILITIES = ('dropout_rate', 'attention_dropout_rate', 'label_smoothing', 'adam_b1',
                   'adam_b2')
 
@@ -175,6 +177,10 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     # Most likely a forgotten --config.dataset=treebank: the run would train on other data.
     _fail('treebank_dir', f"'' unless dataset='treebank' (dataset is {config.dataset!r})",
           config.treebank_dir)
+  if (config.best_metric == 'bleu' and (config.keep_best or config.early_stop_patience)
+      and config.eval_every_steps and not config.eval_bleu_sentences):
+    _fail('best_metric', "'loss', or 'bleu' with eval_bleu_sentences > 0 (no dev BLEU is "
+          'decoded without it)', config.best_metric)
   _check_optimizer(config.optimizer)
   _check_buckets(tuple(config.bucket_lengths), config.max_length)
   # One row of the largest bucket a run uses (the first >= max_length, as
@@ -219,6 +225,12 @@ _NO_EFFECT = (
      "only lr_schedule='cosine' or 'linear' decays to it"),
     ('learning_rate_scale', lambda c: c.lr_schedule != 'rsqrt' and c.learning_rate,
      'learning_rate sets the peak of the schedule itself'),
+    ('keep_best', lambda c: not c.eval_every_steps, 'eval_every_steps=0: no evaluation ranks '
+     'checkpoints'),
+    ('early_stop_patience', lambda c: not c.eval_every_steps, 'eval_every_steps=0: no '
+     'evaluation to be patient with'),
+    ('best_metric', lambda c: not c.keep_best and not c.early_stop_patience,
+     'only keep_best and early_stop_patience rank by it'),
 )
 
 

@@ -7,6 +7,7 @@ restored without the optimizer or the model, as float32 on the default device.
 
 import dataclasses
 import os
+import re
 from typing import Any, Dict, List, Optional, Tuple
 
 import jax
@@ -78,6 +79,43 @@ def latest_training_setup(workdir: str) -> Tuple[Dict[str, Any], Optional[Dict[s
   return setup
 
 
+# Best checkpoints (`training/best.py` writes them): <workdir>/best/step_<step>, each with a
+# `best` JSON item {'step', 'metric', 'value', 'metrics'}.
+BEST_NAME = re.compile(r'step_(\d+)')
+BEST_ITEM = 'best'
+LOWER_IS_BETTER = {'loss': True, 'bleu': False}
+
+
+def best_dir(workdir: str) -> str:
+  return layout.of(workdir).best
+
+
+def best_checkpoints(workdir: str) -> List[Tuple[int, Dict[str, Any], str]]:
+  """[(step, its `best` record, path)] of the finalized best checkpoints of `workdir`, best
+  first (by the metric each was kept by)."""
+  folder = best_dir(workdir)
+  if not epath.Path(folder).is_dir():
+    return []
+  found = []
+  for child in epath.Path(folder).iterdir():
+    match = BEST_NAME.fullmatch(child.name)
+    if not match or not is_finalized(str(child)):
+      continue
+    try:
+      record = read_json_item(str(child / BEST_ITEM))
+    except Exception:  # noqa: BLE001  a damaged record: not a candidate (eval says so if named)
+      logging.warning('%s: its %s record does not read; not counted among the best', child,
+                      BEST_ITEM)
+      continue
+    found.append((int(match.group(1)), record, str(child)))
+  return sorted(found, key=lambda f: rank(f[1]['metric'], f[1]['value'], f[0]))
+
+
+def rank(metric: str, value: float, step: int) -> Tuple[float, int]:
+  """Sort key, best first; a tie goes to the earlier step (it reached the value first)."""
+  return (value if LOWER_IS_BETTER[metric] else -value, step)
+
+
 def _default_candidates(workdir: str) -> List[str]:
   """Eval/decode's preference: the averaged checkpoints, newest first (highest last step,
   then largest N), then the training checkpoints, newest first."""
@@ -92,6 +130,12 @@ def _resolve(workdir: str, checkpoint: str) -> str:
   available = training_steps(workdir)
   listing = (f'training steps available in {source}: '
              f'{", ".join(map(str, available)) if available else "none"}')
+  if checkpoint == 'best':
+    best = best_checkpoints(workdir)
+    if not best:
+      raise CheckpointError(f'--checkpoint=best: no best checkpoint in {best_dir(workdir)} '
+                            '(train with --config.keep_best=K and eval_every_steps > 0)')
+    return best[0][2]
   if checkpoint.isdigit():
     if int(checkpoint) not in available:
       raise CheckpointError(f'no training checkpoint at step {checkpoint}; {listing}')
@@ -112,7 +156,11 @@ def _resolve(workdir: str, checkpoint: str) -> str:
 
 def _read_inference(path: str) -> InferenceParams:
   """Params (float32, on the default device), config and origin of the checkpoint `path`."""
-  if epath.Path(path, 'averaging').is_dir():
+  if epath.Path(path, BEST_ITEM).is_dir():
+    record = read_json_item(os.path.join(path, BEST_ITEM))
+    step = int(record['step'])
+    description = f'best checkpoint step {step} (dev {record["metric"]} {record["value"]:.4g})'
+  elif epath.Path(path, 'averaging').is_dir():
     steps = [int(s) for s in read_json_item(os.path.join(path, 'averaging'))['steps']]
     description, step = f'averaged steps {",".join(map(str, steps))}', steps[-1]
   else:

@@ -50,8 +50,8 @@ class ForeignCheckpointError(DamagedCheckpointError):
 
 
 # Items every checkpoint t2t_jax writes has one of: a training checkpoint `config` and `data`,
-# an average `config` and `averaging`.
-OUR_ITEMS = ('config', 'data', 'averaging')
+# an average `config` and `averaging`, a best one `config` and `best`.
+OUR_ITEMS = ('config', 'data', 'averaging', 'best')
 
 
 def foreign(path: str) -> Optional[str]:

@@ -71,6 +71,15 @@ AVERAGED = Entry(
     'averaged/step_<last>_last_<n>', DERIVED, 'average; train at its end',
     'eval, decode, attention, export (preferred over training checkpoints)',
     'skipped with one warning line for the next candidate; the next average writes it again')
+BEST = Entry(
+    'best/step_<step>', PRECIOUS, 'train with keep_best (the K best periodic evaluations)',
+    'eval, decode, attention, export (--checkpoint=best); train (what is kept)',
+    'one whose record does not read is not counted, with one warning line; only folders of '
+    'this name under best/ are ever deleted, by the policy that wrote them')
+EARLY_STOP = Entry(
+    'best/early_stop.json', WRITTEN, 'train, when early_stop_patience stops it',
+    'train (a rerun does not train further and says why)',
+    'removed by the user to train on')
 METRICS = Entry(
     'metrics.jsonl', PRECIOUS, 'train (one JSON object per line, appended)',
     'plot, train (dev BLEU history), the final report',
@@ -115,7 +124,8 @@ RUN_LEASE = Entry(
     'unreadable or stale: taken over with one warning line (`storage/lease.py`)')
 
 ENTRIES: Tuple[Entry, ...] = (
-    VOCAB, VOCAB_RECORD, VOCAB_LISTING, CHECKPOINTS, UNREADABLE, AVERAGED, METRICS,
+    VOCAB, VOCAB_RECORD, VOCAB_LISTING, CHECKPOINTS, UNREADABLE, AVERAGED, BEST, EARLY_STOP,
+    METRICS,
     METRICS_SET_ASIDE, TENSORBOARD, PLOTS, EVAL_RESULT, TOKEN_STORE, PREPARED, DOWNLOADS,
     STORE_LOCK, RUN_LOCK, RUN_LEASE)
 
@@ -163,6 +173,10 @@ class Workdir(os.PathLike):
   @property
   def unreadable(self) -> str:
     return self.join('checkpoints_unreadable')
+
+  @property
+  def best(self) -> str:
+    return self.join('best')
 
   @property
   def averaged(self) -> str:

@@ -27,7 +27,8 @@ from t2t_jax.model import transformer as model, variant
 from t2t_jax.runtime import checkpoint, first_fit, parallel, resolution
 from t2t_jax.storage import layout
 from t2t_jax.storage import workdir as workdir_lib
-from t2t_jax.training import dev_eval, log_window, metrics, optim, preemption, save_policy
+from t2t_jax.training import (best, dev_eval, log_window, metrics, optim, preemption,
+                              save_policy)
 
 
 class TrainError(RuntimeError):
@@ -266,6 +267,7 @@ class _Run:
     self.evaluator = (dev_eval.DevEvaluator(config, net, self.mesh, self.data, self.writer,
                                             workdir, self.start_time)
                       if self.data.eval_batches is not None else None)
+    self.best = best.for_run(workdir, config, self.checkpointer) if self.evaluator else None
     self.steps = _Steps(net, optimizer, self.mesh, config)
     self.watch = _NonfiniteWatch(config.max_consecutive_nonfinite)
     self.window = log_window.LogWindow(config.num_train_steps, schedule, self.start_time)
@@ -320,6 +322,8 @@ class _Run:
   def loop(self, handler: preemption.PreemptionHandler) -> Dict[str, float]:
     """Steps until the end or a stop request; returns the last metrics."""
     total, delay = self.config.num_train_steps, _test_step_delay()
+    if best.stopped_before(self.workdir):
+      total = self.step  # it stopped early: no more steps (best.stopped_before says why)
     try:
       if self.evaluator is not None and self.step == 0:
         self._evaluate()
@@ -337,7 +341,8 @@ class _Run:
           self._log()
         if (self.evaluator is not None and self.step % self.config.eval_every_steps == 0
             and not stopping):
-          self._evaluate()
+          final = self._evaluate() or final  # early stopping ends the run as a finished one
+          total = self.step if final else total
         if self.policy.should_save(self.step, final=final):
           self._save()
         if stopping:
@@ -363,9 +368,15 @@ class _Run:
     self.writer.write(self.step, m)
     self.last.update(m)
 
-  def _evaluate(self) -> None:
+  def _evaluate(self) -> bool:
+    """Evaluates on dev; returns whether the run stops early (`best.BestKeeper`)."""
     result = self.evaluator(self.step, self.state.params)
     self.last.update({f'eval_{k}': v for k, v in result.items()})
+    if self.best is None or not self.best.observe(self.step, result, self.state.params,
+                                                  checkpoint.config_to_json(self.config)):
+      return False
+    self.best.write_stop(self.step)
+    return True
 
   def _save(self) -> None:
     self.watch.flush()  # never checkpoint past a run of failures that should stop training

@@ -22,7 +22,8 @@ from t2t_jax.inference import averaging, checkpoint_choice, evaluate
 from t2t_jax.storage import layout
 from t2t_jax.storage import lease as lease_lib
 from t2t_jax.storage import workdir as workdir_lib
-from t2t_jax.training import metrics, plots, summary
+from t2t_jax.runtime import checkpoint
+from t2t_jax.training import best, metrics, plots, summary
 
 # orbax's failed read of damaged files can leave a callback for a closed asyncio loop.
 pytestmark = pytest.mark.filterwarnings('ignore::pytest.PytestUnraisableExceptionWarning')
@@ -37,6 +38,8 @@ EXPECTED = {
     layout.CHECKPOINTS: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
     layout.UNREADABLE: WORKS,
     layout.AVERAGED: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
+    layout.BEST: STOP,  # --checkpoint=best names it: nothing else would do
+    layout.EARLY_STOP: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
     layout.METRICS: {'missing': STOP, 'truncated': WARN, 'garbled': STOP},
     layout.METRICS_SET_ASIDE: WORKS,
     layout.TENSORBOARD: WORKS, layout.PLOTS: WORKS,
@@ -66,6 +69,12 @@ def trained(tiny_workdir, tmp_path_factory):
   wd = layout.Workdir(root)
   shutil.copytree(os.path.join(wd.checkpoints, '10'), os.path.join(wd.checkpoints, '5'))
   averaging.average_checkpoints(wd, 2)
+  config = _config(root)
+  config.update(dict(keep_best=1, early_stop_patience=1, eval_every_steps=10))
+  keeper = best.BestKeeper(wd, config)
+  params = checkpoint_choice.load_inference_params(wd, '10').params
+  keeper.observe(10, {'loss': 3.0}, params, checkpoint.config_to_json(config))
+  keeper.write_stop(20)
   evaluate.write_result(wd, 'dev', 10, RESULT)
   writer = metrics.MetricsWriter(wd)  # more records: a truncated file keeps some whole ones
   for step in range(20, 220, 10):
@@ -134,6 +143,10 @@ def _exercise(wd, entry, config):
     assert checkpoint_choice.load_inference_params(wd).step in (5, 10)
   elif entry is layout.AVERAGED:
     checkpoint_choice.load_inference_params(wd)
+  elif entry is layout.BEST:
+    assert checkpoint_choice.load_inference_params(wd, 'best').step == 10
+  elif entry is layout.EARLY_STOP:
+    best.stopped_before(wd)  # missing: a run that did not stop early
   elif entry in (layout.METRICS, layout.METRICS_SET_ASIDE):  # plots read metrics.jsonl only
     plots.load_curves(wd.metrics)
   elif entry is layout.TENSORBOARD:
