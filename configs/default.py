@@ -70,6 +70,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.shard_optimizer_state = False  # ZeRO: Adam moments and gradients sharded over the 'data' axis (reduce-scatter + all-gather instead of an all-reduce)
   c.num_train_steps = 100_000     # training steps (base: 100K, big: 300K; §5.2)
   c.seed = 0                      # parameter initialisation and dropout seed
+  c.init_from = ''                # fine-tune: start from another run's parameters, 'WORKDIR' (its newest average, else its last checkpoint), 'WORKDIR:STEP' or 'WORKDIR:best', with its vocabulary as it is; the optimizer, schedule and step start fresh
   c.max_consecutive_nonfinite = 10  # stop after this many consecutive skipped (non-finite) steps
   c.debug_nonfinite_steps = (0,)  # test hook: 1-based steps whose loss is forced to NaN; (0,) = none
 

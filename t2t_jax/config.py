@@ -7,7 +7,7 @@ expected and what was given, so a typo in `--config.key=value` fails in millisec
 import difflib
 import math
 import os
-from typing import Any, Iterable, Sequence, get_args
+from typing import Any, Iterable, Optional, Sequence, Tuple, get_args
 
 import ml_collections
 from absl import logging
@@ -279,10 +279,22 @@ def absolute_model(spec: str) -> str:
   return f'{absolute_path(where)}:{attr}'
 
 
+def init_from_parts(spec: str) -> Tuple[str, Optional[str]]:
+  """(workdir, checkpoint) of `--config.init_from`: 'WORKDIR' (checkpoint None: its newest
+  average, else its last checkpoint), 'WORKDIR:STEP' or 'WORKDIR:best'."""
+  where, sep, which = spec.rpartition(':')
+  if sep and where and (which.isdigit() or which == 'best'):
+    return where, which
+  return spec, None
+
+
 def absolute_value(key: str, value: Any) -> Any:
   """`value` of `key` as `absolute_paths` stores it (other keys' values as given)."""
   if key in PATH_KEYS and isinstance(value, str):
     return absolute_path(value)
+  if key == 'init_from' and isinstance(value, str) and value:
+    where, which = init_from_parts(value)
+    return absolute_path(where) + (f':{which}' if which else '')
   return absolute_model(value) if key in FACTORY_KEYS and isinstance(value, str) else value
 
 
@@ -291,7 +303,7 @@ def absolute_paths(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
   when it starts: its checkpoints then name the files it read, and eval or decode run from
   another folder read those, not that folder's files of the same relative name."""
   config = ml_collections.ConfigDict(config.to_dict())
-  for key in PATH_KEYS + FACTORY_KEYS:
+  for key in PATH_KEYS + FACTORY_KEYS + ('init_from',):
     if key in config:
       config[key] = absolute_value(key, config[key])
   return config

@@ -273,8 +273,10 @@ def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable
     return tok
   if process_index == 0:
     if stale != _MISSING:
-      logging.warning('The vocabulary %s must be trained again: %s; no checkpoint depends on '
-                      'it yet', path, stale)
+      logging.warning('The vocabulary %s must be %s again: %s; no checkpoint depends on it '
+                      'yet', path, 'taken' if 'given' in want else 'trained', stale)
+    if 'given' in want:
+      return _take_given(config, workdir, want)
     return _train_recorded(config, workdir, want, sentences_fn, symbols_fn)
   logging.info('Process %d/%d waits for the vocabulary %s', process_index, process_count,
                path)
@@ -288,6 +290,19 @@ def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable
 
 
 _MISSING = 'there is none'
+
+
+def _take_given(config: Any, workdir: str, want: dict) -> Tokenizer:
+  """Copies the given vocabulary (`vocab_record.given`) into the workdir byte for byte, its
+  record `want` written just before the model, as a trained one's."""
+  model = paths.read_bytes(want['given'])
+  _checked(Tokenizer(want['given']), config.vocab_size)  # its size is the model's
+  paths.makedirs(os.path.dirname(vocab_path(workdir)))
+  vocab_record.write(workdir, want, vocab_record.sha256(model))
+  paths.write_atomic(vocab_path(workdir), model, overwrite=True)
+  logging.info('Took the vocabulary %s as it is (sha256 %s...) into %s', want['given'],
+               want['given_sha256'][:12], vocab_path(workdir))
+  return _checked(Tokenizer(vocab_path(workdir)), config.vocab_size)
 
 
 def _train_recorded(config: Any, workdir: str, want: dict,

@@ -21,6 +21,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from etils import epath
 
+from t2t_jax import config as config_lib
 from t2t_jax.data import fingerprint as fingerprint_lib
 from t2t_jax.storage import layout, paths
 
@@ -33,8 +34,26 @@ def path(workdir: str) -> str:
   return layout.of(workdir).vocab_record
 
 
+def given(config: Any) -> Optional[str]:
+  """The vocabulary file a run takes as it is instead of training one, or None: that of the run
+  `config.init_from` names (`<workdir>/vocab/spm.model`)."""
+  spec = getattr(config, 'init_from', '')
+  if not spec:
+    return None
+  return layout.of(config_lib.init_from_parts(spec)[0]).vocab
+
+
 def wanted(config: Any, data_fingerprint: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-  """The record a vocabulary trained now for `config` would have (without its sha256)."""
+  """The record a vocabulary made now for `config` would have (without its sha256): trained
+  from its data and settings, or taken as it is (`given`: its path and sha256)."""
+  source = given(config)
+  if source is not None:
+    try:
+      digest = sha256(paths.read_bytes(source))
+    except OSError as e:
+      raise config_lib.ConfigError(f'--config.init_from={config.init_from}: its vocabulary {source} cannot '
+                       f'be read ({type(e).__name__}: {e})') from None
+    return {'given': source, 'given_sha256': digest}
   return dict({k: int(config[k]) for k in SETTINGS}, data=data_fingerprint)
 
 
@@ -65,6 +84,13 @@ def read(workdir: str) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
 
 def difference(saved: Dict[str, Any], current: Dict[str, Any]) -> Optional[str]:
   """What differs between the record `saved` and the run's `wanted` one, or None."""
+  if 'given_sha256' in saved or 'given_sha256' in current:  # taken as it is: its bytes count
+    if saved.get('given_sha256') == current.get('given_sha256'):
+      return None
+    return (f'the vocabulary given then ({saved.get("given") or "trained here"}) is not the '
+            f'one given now ({current.get("given") or "trained here"}): sha256 '
+            f'{str(saved.get("given_sha256") or saved.get("sha256"))[:12]}... then, '
+            f'{str(current.get("given_sha256"))[:12]}... now')
   diffs = [f'{k} {saved.get(k)!r} then, {current[k]!r} now' for k in SETTINGS
            if saved.get(k) != current[k]]
   before, now = saved.get('data'), current.get('data')

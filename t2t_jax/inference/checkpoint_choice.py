@@ -42,6 +42,7 @@ class InferenceParams:
       (`variant.source_record`; None: the paper's model, or a checkpoint from before).
     data_fingerprint: what its training data was (`data/fingerprint.py`; None: a checkpoint
       from before it was saved, or an average from before averages carried it).
+    init_record: where a fine-tuned run started (`training/init_from.py`; None: not one).
   """
   params: Any
   config_json: Dict[str, Any]
@@ -51,6 +52,7 @@ class InferenceParams:
   vocabulary: Optional[Dict[str, Any]] = None
   model_source: Optional[Dict[str, Any]] = None
   data_fingerprint: Optional[Dict[str, Any]] = None
+  init_record: Optional[Dict[str, Any]] = None
 
 
 def latest_training_config(workdir: str) -> Dict[str, Any]:
@@ -59,16 +61,16 @@ def latest_training_config(workdir: str) -> Dict[str, Any]:
   return latest_training_setup(workdir)[0]
 
 
-def latest_training_setup(workdir: str) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
-  """(config JSON, `model_source` record or None) of the newest training checkpoint whose
-  config reads, as `latest_training_config`."""
+def latest_training_setup(workdir: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+  """(config JSON, its `checkpoint.SETUP_ITEMS` present) of the newest training checkpoint
+  whose config reads, as `latest_training_config`."""
   source = layout.of(workdir).checkpoints
   steps = training_steps(workdir)
   if not steps:
     raise CheckpointError(f'no training checkpoint in {source}')
 
   def read(path):
-    return checkpoint_config(path), setup_items(path).get(checkpoint_lib.MODEL_ITEM)
+    return checkpoint_config(path), setup_items(path)
 
   setup, _, skipped = first_readable(
       [os.path.join(source, str(s)) for s in reversed(steps)], unless_vanished(read),

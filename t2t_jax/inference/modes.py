@@ -15,6 +15,7 @@ from t2t_jax import config as config_lib
 from t2t_jax.data import corpora, fingerprint, tasks, tokenizer
 from t2t_jax.inference import averaging, checkpoint_choice, evaluate, translate
 from t2t_jax.model import info as model_info, variant
+from t2t_jax.runtime import checkpoint as checkpoint_lib
 from t2t_jax.runtime import interruptible, multihost, resolution
 from t2t_jax.storage import layout, outputs, textio
 from t2t_jax.storage import workdir as workdir_lib
@@ -105,14 +106,18 @@ def info_config(workdir: Optional[str], overrides: Overrides) -> Tuple[Any, str]
   if not workdir:
     return overrides.config, ''
   try:
-    saved, model_source = checkpoint_choice.latest_training_setup(workdir)
+    saved, setup = checkpoint_choice.latest_training_setup(workdir)
     source = f'the latest training checkpoint in {layout.of(workdir).checkpoints}'
+    model_source = setup.get(checkpoint_lib.MODEL_ITEM)
+    start = setup.get(checkpoint_lib.INIT_ITEM)
   except checkpoint_choice.CheckpointError:
     inference = checkpoint_choice.load_inference_params(workdir, None)
     saved, source = inference.config_json, checkpoint_choice.checkpoint_name(inference.path)
-    model_source = inference.model_source
+    model_source, start = inference.model_source, inference.init_record
   config = run_config(workdir, saved, source, overrides, model_source)
-  return config, f'{workdir}: the model recorded in {source}\n'
+  started = (f'fine-tuned from {start["checkpoint"]} ({start["description"]}, parameters '
+             f'sha256 {start["params_sha256"][:12]}...)\n' if start else '')
+  return config, f'{workdir}: the model recorded in {source}\n{started}'
 
 
 def info(workdir: Optional[str], overrides: Overrides) -> str:
@@ -123,10 +128,10 @@ def info(workdir: Optional[str], overrides: Overrides) -> str:
 
 def average(workdir: str, overrides: Overrides) -> None:
   """Averages the last `average_last` training checkpoints (a collective save)."""
-  saved, model_source = checkpoint_choice.latest_training_setup(workdir)
+  saved, setup = checkpoint_choice.latest_training_setup(workdir)
   source = f'the latest training checkpoint in {layout.of(workdir).checkpoints}'
   # Its factory checked too: what averaging is for, eval and decode, needs it.
-  config = run_config(workdir, saved, source, overrides, model_source)
+  config = run_config(workdir, saved, source, overrides, setup.get(checkpoint_lib.MODEL_ITEM))
   result = averaging.average_checkpoints(workdir, config.average_last)  # a collective save
   if multihost.is_writer():
     print(f'averaged steps {", ".join(map(str, result.steps))} into {result.path}')

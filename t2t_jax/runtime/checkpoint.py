@@ -43,8 +43,10 @@ FINGERPRINT_ITEM = 'data_fingerprint'
 VOCAB_ITEM = 'vocabulary'  # the sha256 and size of the vocabulary (`data/vocab_record.py`)
 # The file and sha256 of a `--config.model` factory's module (`variant.source_record`).
 MODEL_ITEM = 'model_source'
+# Where a fine-tuned run started (`training/init_from.py`): saved with each of its checkpoints.
+INIT_ITEM = 'init_from'
 # What averaging copies from the newest training checkpoint beside the config.
-SETUP_ITEMS = (VOCAB_ITEM, MODEL_ITEM, FINGERPRINT_ITEM)
+SETUP_ITEMS = (VOCAB_ITEM, MODEL_ITEM, FINGERPRINT_ITEM, INIT_ITEM)
 _REMOVE_ATTEMPTS = 10  # of a failed save's partial folder (`_remove_partial`): ~2.7 s at most
 
 # The keys whose change makes a checkpoint unusable, and their comparison (`resolution`).
@@ -118,6 +120,7 @@ class Checkpointer:
     self.data_fingerprint = data_fingerprint
     self.vocabulary: Optional[Dict[str, Any]] = None  # saved with every step once set
     self.model_source: Optional[Dict[str, Any]] = None  # likewise
+    self.init_record: Optional[Dict[str, Any]] = None  # likewise, the start of a fine-tune
     self._damaged: Dict[int, str] = {}  # step -> reason, found (and agreed on) while reading
     self._pending: Optional[int] = None  # the step being saved in the background
     self._last_saved: Optional[int] = None  # the step of the latest save started
@@ -151,8 +154,9 @@ class Checkpointer:
       items[FINGERPRINT_ITEM] = ocp.args.JsonSave(self.data_fingerprint)
     if self.vocabulary is not None:
       items[VOCAB_ITEM] = ocp.args.JsonSave(self.vocabulary)
-    if self.model_source is not None:
-      items[MODEL_ITEM] = ocp.args.JsonSave(self.model_source)
+    for name, value in ((MODEL_ITEM, self.model_source), (INIT_ITEM, self.init_record)):
+      if value is not None:
+        items[name] = ocp.args.JsonSave(value)
     with self._writing(step):
       self._manager.save(step, args=ocp.args.Composite(**items), force=True)
     self._pending = self._last_saved = step

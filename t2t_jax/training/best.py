@@ -58,7 +58,8 @@ def for_run(workdir: str, config: Any, checkpointer: Any) -> Optional['BestKeepe
     return None
   setup = {checkpoint.VOCAB_ITEM: checkpointer.vocabulary,
            checkpoint.MODEL_ITEM: checkpointer.model_source,
-           checkpoint.FINGERPRINT_ITEM: checkpointer.data_fingerprint}
+           checkpoint.FINGERPRINT_ITEM: checkpointer.data_fingerprint,
+           checkpoint.INIT_ITEM: checkpointer.init_record}
   return BestKeeper(workdir, config, setup)
 
 

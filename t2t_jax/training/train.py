@@ -27,8 +27,8 @@ from t2t_jax.model import transformer as model, variant
 from t2t_jax.runtime import checkpoint, first_fit, parallel, resolution
 from t2t_jax.storage import layout
 from t2t_jax.storage import workdir as workdir_lib
-from t2t_jax.training import (best, dev_eval, log_window, metrics, optim, preemption,
-                              save_policy)
+from t2t_jax.training import (best, dev_eval, init_from, log_window, metrics, optim,
+                              preemption, save_policy)
 
 
 class TrainError(RuntimeError):
@@ -212,6 +212,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
   # show only after training, at the final evaluation.
   split_check.check_splits(config, ['train_split', 'final_eval_split']
                        + (['eval_split'] if config.eval_every_steps else []))
+  init_from.check(config)  # a fine-tune's source run, before any work
   net = variant.from_config(config)  # a --config.model that cannot be used: before any work
   optimizer = optim.make(config)  # likewise a --config.optimizer factory
   is_chief = jax.process_index() == 0
@@ -275,11 +276,14 @@ class _Run:
 
   def _restore(self, state):
     if self.checkpointer.latest_step() is None:
-      return state
+      return init_from.start(self.config, state, self.checkpointer)  # fresh, or a fine-tune
     self._check_parameters(state.params)
     state, data_state, start = self.checkpointer.restore_latest_good(
         checkpoint.abstract_like(state))
     self._check_vocabulary(start)
+    # A fine-tune's start, carried on by every later checkpoint.
+    self.checkpointer.init_record = self.checkpointer.saved_fingerprint(start,
+                                                                        checkpoint.INIT_ITEM)
     change = variant.source_change(
         self.checkpointer.saved_fingerprint(start, checkpoint.MODEL_ITEM), self.config.model)
     if change:
