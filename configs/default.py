@@ -47,6 +47,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.train_split = 'train'         # split used for training
   c.eval_split = 'dev'            # split used for periodic evaluation ('dev' maps to the dataset's validation split)
   c.vocab_sample_sentences = 1_000_000  # sentences per language sampled to train the SentencePiece model
+  c.vocab_model = ''              # a SentencePiece .model to use as it is instead of training one (copied into the workdir byte for byte; ids pad 0, eos 1, unk 2, no bos); vocab_size follows it
   c.max_length = 256              # drop training pairs whose source or target exceeds this many tokens (counted)
   c.tokens_per_batch = 25000      # padded target slots (rows x bucket length) per step over all devices, as many source; real tokens are fewer (padding efficiency is logged) (§5.1)
   c.bucket_lengths = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # padded lengths; bounds the number of compiled shapes

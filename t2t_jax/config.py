@@ -181,6 +181,9 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
       and config.eval_every_steps and not config.eval_bleu_sentences):
     _fail('best_metric', "'loss', or 'bleu' with eval_bleu_sentences > 0 (no dev BLEU is "
           'decoded without it)', config.best_metric)
+  if config.vocab_model and config.init_from:
+    _fail('vocab_model', "'' with init_from, which takes the source run's vocabulary",
+          config.vocab_model)
   _check_optimizer(config.optimizer)
   _check_buckets(tuple(config.bucket_lengths), config.max_length)
   # One row of the largest bucket a run uses (the first >= max_length, as
@@ -225,6 +228,8 @@ _NO_EFFECT = (
      "only lr_schedule='cosine' or 'linear' decays to it"),
     ('learning_rate_scale', lambda c: c.lr_schedule != 'rsqrt' and c.learning_rate,
      'learning_rate sets the peak of the schedule itself'),
+    ('vocab_sample_sentences', lambda c: c.vocab_model or c.init_from, 'the vocabulary is '
+     'given (vocab_model or init_from), not trained'),
     ('keep_best', lambda c: not c.eval_every_steps, 'eval_every_steps=0: no evaluation ranks '
      'checkpoints'),
     ('early_stop_patience', lambda c: not c.eval_every_steps, 'eval_every_steps=0: no '
@@ -257,7 +262,7 @@ MODEL_KEYS = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_kv_heads', 'd_k
 
 
 # The keys that name a local folder or file a run reads; `absolute_paths` resolves them.
-PATH_KEYS = ('local_corpus_dir', 'treebank_dir', 'data_dir')
+PATH_KEYS = ('local_corpus_dir', 'treebank_dir', 'data_dir', 'vocab_model')
 # The keys that may name a factory 'path/to/file.py:factory'; its file is made absolute.
 FACTORY_KEYS = ('model', 'optimizer')
 

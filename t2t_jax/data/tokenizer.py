@@ -3,15 +3,14 @@
 Ids: pad = 0, eos = 1, unk = 2, no bos. The decoder starts from EOS (id 1), so no BOS
 symbol is needed; `encode` adds no EOS (the pipeline appends it).
 
-The model is trained once per workdir, from a deterministic sample of the training text of
-both languages, into `<workdir>/vocab/spm.model` (+ `spm.vocab`). SentencePiece writes only
-local files, so it trains in a local temp folder; both files are then written atomically into
-place (`paths.write_atomic`; the workdir may be remote) with `spm.model` last, so the presence
-of `spm.model` means the vocabulary is complete. Models are read as bytes through epath. Process 0 trains; the other processes wait for
-that file. What it was trained from is recorded beside it first (`vocab/spm.meta.json`,
-`vocab_record.py`): an existing model is reused when its record matches the run (or it has
-none: a vocabulary from before records), trained again with a warning when it does not and
-no checkpoint depends on it yet, and refused when one does.
+The model is trained once per workdir (or a given one copied: `vocab_model`, `init_from`),
+from a deterministic sample of the training text of both languages, into
+`<workdir>/vocab/spm.model` (+ `spm.vocab`), in a local temp folder (SentencePiece writes
+only local files), then written atomically into place with `spm.model` last, so its presence
+means the vocabulary is complete. Process 0 trains; the others wait for that file. What it
+was made from is recorded beside it first (`vocab/spm.meta.json`, `vocab_record.py`): an
+existing model is reused when its record matches the run (or it has none), made again with a
+warning when it does not and no checkpoint depends on it yet, and refused when one does.
 
 Normalisation is 'identity' and character coverage 1.0, so `decode(encode(s)) == s` for any
 text whose characters were in the sample (up to whitespace: SentencePiece strips leading and
@@ -41,8 +40,7 @@ class TokenizerError(ValueError):
   """A vocabulary that cannot be used, trained or found."""
 
 
-# What a damaged or missing vocabulary of a trained run means (`storage/layout.VOCAB`).
-_PRECIOUS = ('the checkpoints of this workdir were trained with it, so a new vocabulary '
+_PRECIOUS = ('the checkpoints of this workdir were trained with it, so a new vocabulary '  # layout.VOCAB
              'cannot replace it: restore the file from a copy, or train in a new --workdir')
 
 
@@ -50,7 +48,7 @@ def _damaged(path: str, what: str) -> TokenizerError:
   """The error of a file that is no usable SentencePiece model; its `what` attribute says why
   without the advice to a workdir's owner (a library caller may have no workdir)."""
   error = TokenizerError(f'{path} is damaged ({what}); {_PRECIOUS}')
-  error.what = what
+  error.what = what  # pylint: disable=attribute-defined-outside-init
   return error
 
 
@@ -73,7 +71,8 @@ class Tokenizer:
     ids = (self._sp.pad_id(), self._sp.eos_id(), self._sp.unk_id(), self._sp.bos_id())
     if ids != (PAD_ID, EOS_ID, UNK_ID, -1):
       raise TokenizerError(f'{self.path}: ids (pad, eos, unk, bos) are {ids}; t2t_jax needs '
-                           f'({PAD_ID}, {EOS_ID}, {UNK_ID}, -1).')
+                           f'({PAD_ID}, {EOS_ID}, {UNK_ID}, -1): train it with '
+                           f'--pad_id={PAD_ID} --eos_id={EOS_ID} --unk_id={UNK_ID} --bos_id=-1')
 
   def __getstate__(self) -> dict[str, Any]:
     return {'path': self.path, 'proto': self._proto}
@@ -236,10 +235,10 @@ def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable
                   timeout_s: float = 7200.0, poll_s: float = 1.0) -> Tokenizer:
   """The workdir's vocabulary: loaded if `<workdir>/vocab/spm.model` exists, else trained.
 
-  An existing vocabulary whose record (`vocab/spm.meta.json`, `vocab_record.py`) says it was
-  trained from other data or settings than this run's is trained again, with one warning,
-  while no checkpoint depends on it (`trained` False), and refused otherwise; one from
-  before records existed is reused.
+  A given vocabulary (`vocab_record.given`: `vocab_model`, `init_from`'s) is copied, not
+  trained. An existing one whose record (`vocab_record.py`) says it was made from other data,
+  settings or file is made again, with one warning, while no checkpoint depends on it
+  (`trained` False), and refused otherwise; one from before records existed is reused.
 
   Args:
     config: uses `vocab_size` and `vocab_sample_sentences`.
@@ -247,8 +246,8 @@ def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable
     sentences_fn: returns an iterable of training sentences of both languages (e.g.
       `lambda: sample_sentences(train_source, config.vocab_sample_sentences)`); called only
       by process 0 and only when training; at most 2 * vocab_sample_sentences are used.
-    process_index, process_count: `jax.process_index()`, `jax.process_count()`.
-    symbols_fn: returns the user-defined symbols of `train` (called like `sentences_fn`).
+    process_index, process_count: `jax.process_index()`, `jax.process_count()`; symbols_fn:
+      the user-defined symbols of `train` (called like `sentences_fn`).
     trained: the workdir has checkpoints: its vocabulary must exist, match
       `config.vocab_size` and its record (TokenizerError naming the file otherwise), never be
       trained anew.
@@ -257,8 +256,7 @@ def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable
     checkpoint_vocabulary: with `trained`, what the newest checkpoint saved of its
       vocabulary (`vocab_record.of_tokenizer`; None: unknown): it tells a replaced file from
       a damaged record when the two disagree.
-    timeout_s: how long processes other than 0 wait for process 0's file.
-    poll_s: how often they look.
+    timeout_s, poll_s: how long processes other than 0 wait for the file, how often they look.
 
   Returns:
     The Tokenizer, whose vocab_size equals config.vocab_size (TokenizerError otherwise).
@@ -275,9 +273,8 @@ def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable
     if stale != _MISSING:
       logging.warning('The vocabulary %s must be %s again: %s; no checkpoint depends on it '
                       'yet', path, 'taken' if 'given' in want else 'trained', stale)
-    if 'given' in want:
-      return _take_given(config, workdir, want)
-    return _train_recorded(config, workdir, want, sentences_fn, symbols_fn)
+    return (_take_given(config, workdir, want) if 'given' in want else
+            _train_recorded(config, workdir, want, sentences_fn, symbols_fn))
   logging.info('Process %d/%d waits for the vocabulary %s', process_index, process_count,
                path)
   deadline = time.monotonic() + timeout_s
@@ -293,15 +290,13 @@ _MISSING = 'there is none'
 
 
 def _take_given(config: Any, workdir: str, want: dict) -> Tokenizer:
-  """Copies the given vocabulary (`vocab_record.given`) into the workdir byte for byte, its
-  record `want` written just before the model, as a trained one's."""
-  model = paths.read_bytes(want['given'])
-  _checked(Tokenizer(want['given']), config.vocab_size)  # its size is the model's
+  """Copies the given vocabulary (`vocab_record.given`, checked) into the workdir byte for
+  byte, its record `want` written just before the model, as a trained one's."""
+  model = _checked(Tokenizer(want['given']), config.vocab_size)._proto  # pylint: disable=protected-access
   paths.makedirs(os.path.dirname(vocab_path(workdir)))
   vocab_record.write(workdir, want, vocab_record.sha256(model))
   paths.write_atomic(vocab_path(workdir), model, overwrite=True)
-  logging.info('Took the vocabulary %s as it is (sha256 %s...) into %s', want['given'],
-               want['given_sha256'][:12], vocab_path(workdir))
+  logging.info('Took the vocabulary %s as it is into %s', want['given'], vocab_path(workdir))
   return _checked(Tokenizer(vocab_path(workdir)), config.vocab_size)
 
 

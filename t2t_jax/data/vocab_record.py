@@ -35,8 +35,10 @@ def path(workdir: str) -> str:
 
 
 def given(config: Any) -> Optional[str]:
-  """The vocabulary file a run takes as it is instead of training one, or None: that of the run
-  `config.init_from` names (`<workdir>/vocab/spm.model`)."""
+  """The vocabulary file a run takes as it is instead of training one, or None: `vocab_model`,
+  or that of the run `config.init_from` names (`<workdir>/vocab/spm.model`)."""
+  if getattr(config, 'vocab_model', ''):
+    return config.vocab_model
   spec = getattr(config, 'init_from', '')
   if not spec:
     return None
@@ -51,8 +53,9 @@ def wanted(config: Any, data_fingerprint: Optional[Dict[str, Any]]) -> Dict[str,
     try:
       digest = sha256(paths.read_bytes(source))
     except OSError as e:
-      raise config_lib.ConfigError(f'--config.init_from={config.init_from}: its vocabulary {source} cannot '
-                       f'be read ({type(e).__name__}: {e})') from None
+      key = 'vocab_model' if getattr(config, 'vocab_model', '') else 'init_from'
+      raise config_lib.ConfigError(f'--config.{key}={config[key]}: the vocabulary {source} '
+                                   f'cannot be read ({type(e).__name__}: {e})') from None
     return {'given': source, 'given_sha256': digest}
   return dict({k: int(config[k]) for k in SETTINGS}, data=data_fingerprint)
 

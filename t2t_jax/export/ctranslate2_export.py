@@ -61,11 +61,12 @@ def quantizations() -> Tuple[str, ...]:
   return tuple(model_spec.ACCEPTED_MODEL_TYPES)
 
 
-def check_quantization(quantization: Optional[str]) -> None:
-  """Raises ExportError for a quantization CTranslate2 does not know (None: keep float32)."""
+def check_quantization(quantization: Optional[str], argument: str = '--quantization') -> None:
+  """Raises ExportError for a quantization CTranslate2 does not know (None: keep float32);
+  `argument` names it (main.py's flag, or a library call's argument)."""
   _ctranslate2()
   if quantization is not None and quantization not in quantizations():
-    raise ExportError(f'--quantization={quantization}: unknown; CTranslate2 accepts '
+    raise ExportError(f'{argument}={quantization}: unknown; CTranslate2 accepts '
                       f'{", ".join(quantizations())}')
 
 
@@ -357,6 +358,6 @@ def export_ctranslate2(workdir: str, output: str, *, checkpoint: Optional[str] =
       is written.
   """
   check_output(output, 'export_ctranslate2: output')
-  check_quantization(quantization)
+  check_quantization(quantization, 'export_ctranslate2: quantization')
   return convert(load_source(workdir, checkpoint), output, quantization,
                  'export_ctranslate2: output')

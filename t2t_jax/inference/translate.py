@@ -22,7 +22,7 @@ from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from t2t_jax.inference import portable
-from t2t_jax.model import beam_decode, transformer as model_lib, search, variant
+from t2t_jax.model import array_checks, beam_decode, transformer as model_lib, search, variant
 from t2t_jax.runtime import multihost
 
 
@@ -157,6 +157,9 @@ class Translator:
 
   @params.setter
   def params(self, params) -> None:
+    if params is not None:  # None: allowed until used (the settings alone need none)
+      array_checks.check_tree_shapes('Translator', 'params', params, model_lib.param_shapes(
+          self.model), 'the model', "the parameters of this model (init_params', a checkpoint's)")
     self._params, self._placed = params, None
 
   def _placed_params(self):

@@ -9,8 +9,9 @@ values when they are known, are `id_arrays.check_ids`.
 """
 
 import numbers
-from typing import Any, Optional, Tuple
+from typing import Any, Mapping, Optional, Tuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -92,3 +93,71 @@ def check_search_arguments(where: str, logits_fn: Any, batch_size: int, beam_siz
                       ('max_decode_len', max_decode_len)):
     if isinstance(value, int) and value < 1:
       raise ValueError(f'{where}: {name}={value}; expected 1 or more')
+
+
+def check_real(where: str, name: str, value: Any, *, minimum: Optional[float] = None,
+               hint: str = '') -> None:
+  """Refuses `value` unless it is a real number (a Python or numpy scalar, or a 0-d array),
+  finite and >= `minimum` when its value is known; a traced 0-d array is checked for its
+  dtype alone. `hint` completes 'expected a finite number' (e.g. '(0.6 in the paper)').
+
+  Raises:
+    TypeError: not a number (a string, None, a bool, an array of more than one value).
+    ValueError: not finite (nan, inf) or below `minimum`.
+  """
+  dtype = _dtype(value)
+  if (isinstance(value, (bool, np.bool_)) or dtype is None or dtype == np.dtype(object)
+      or not jnp.issubdtype(dtype, jnp.number) or jnp.issubdtype(dtype, jnp.complexfloating)
+      or np.ndim(value) != 0):
+    raise TypeError(f'{where}: {name} is a {type(value).__name__} ({value!r}); expected a '
+                    f'finite number {hint}'.rstrip())
+  if _is_tracer(value):
+    return
+  number = float(value)
+  if not np.isfinite(number) or (minimum is not None and number < minimum):
+    least = '' if minimum is None else f' >= {minimum}'
+    raise ValueError(f'{where}: {name}={number}; expected a finite number{least} '
+                     f'{hint}'.rstrip())
+
+
+def _is_tracer(x: Any) -> bool:
+  """Whether `x` is traced (under `jit`): its values are unknown, only shape and dtype."""
+  return isinstance(x, jax.core.Tracer)
+
+
+def _flat_shapes(tree: Any) -> dict:
+  """{'[key][key]...': shape} of every leaf of `tree` (arrays or ShapeDtypeStructs)."""
+  return {jax.tree_util.keystr(path): tuple(np.shape(leaf))
+          for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def check_tree_shapes(where: str, name: str, tree: Any, reference: Any, reference_name: str,
+                      expected: str) -> None:
+  """Refuses `tree` unless it holds a leaf at every path of `reference`, of the same shape,
+  and none elsewhere (static: shapes alone, under `jit` at trace time). The message names
+  the first path that differs, how many more do, and `expected` (what `tree` should be).
+
+  Raises:
+    TypeError: `tree` is no dict where `reference` is one.
+    ValueError: a leaf missing, one `reference` lacks, or one of another shape.
+  """
+  if isinstance(reference, Mapping) and not isinstance(tree, Mapping):
+    raise TypeError(f'{where}: {name} is a {type(tree).__name__}; expected {expected}')
+  leaves, structure = jax.tree_util.tree_flatten(tree)
+  reference_leaves, reference_structure = jax.tree_util.tree_flatten(reference)
+  if structure == reference_structure and all(
+      np.shape(a) == np.shape(b) for a, b in zip(leaves, reference_leaves)):
+    return  # the common case, without the paths
+  want, got = _flat_shapes(reference), _flat_shapes(tree)
+  differ = [p for p in sorted(want.keys() | got.keys()) if want.get(p) != got.get(p)]
+  if not differ:
+    return
+  path = differ[0]
+  if path not in got:
+    what = f'{name}{path} is missing ({reference_name} has it, of shape {want[path]})'
+  elif path not in want:
+    what = f'{name}{path} (of shape {got[path]}) is not in {reference_name}'
+  else:
+    what = f'{name}{path} has shape {got[path]}, {reference_name} {want[path]}'
+  more = f' ({len(differ) - 1} more differ)' if len(differ) > 1 else ''
+  raise ValueError(f'{where}: {what}{more}; expected {expected}')

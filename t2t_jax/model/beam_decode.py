@@ -9,10 +9,14 @@ call it without importing inference.
 """
 
 import functools
+from typing import Mapping
 
 import jax
+import numpy as np
 
 from t2t_jax.model import incremental, scoring, search
+from t2t_jax.model.array_checks import check_array, check_int, check_real
+from t2t_jax.model.id_arrays import check_ids
 from t2t_jax.model.transformer import BOS_ID, EOS_ID, PAD_ID, ModelLike, as_model
 
 
@@ -36,7 +40,15 @@ def beam_decode(model: ModelLike, beam_size: int, alpha: float, params, inputs: 
     (sequences `[rows, K, L]` int32, best first, EOS-terminated then 0s; scores `[rows, K]`
     float32, descending: log p / length_penalty, `search.NEG_INF` for an empty slot), as
     `search.beam_search`. Jittable with everything but params, inputs and max_lengths static.
+
+  Raises (before any work, from Python values, shapes and dtypes; each naming the argument):
+    TypeError: a `beam_size` or `max_decode_len` that is no integer, an `alpha` that is no
+      number, `params` that are no dict, `inputs` or `max_lengths` that are no integers.
+    ValueError: `beam_size` or `max_decode_len` below 1, `max_decode_len` beyond the model's
+      `max_len`, a non-finite `alpha`, `inputs` not `[rows, src_len]` or (values known, not
+      under `jit`) holding an id outside the vocabulary, `max_lengths` not `[rows]`.
   """
+  _check_arguments(model, beam_size, alpha, params, inputs, max_lengths, max_decode_len)
   # Per sentence, closed over: the encoder-decoder keys/values and the transposed vocabulary.
   # Only the self-attention cache goes through the search, which tiles it over beams and
   # reorders it at every step.
@@ -54,3 +66,26 @@ def beam_decode(model: ModelLike, beam_size: int, alpha: float, params, inputs: 
       grow_cache=functools.partial(incremental.grow_cache,
                                    window=as_model(model).cfg.decoder_window)
       if grow_cache else None)
+
+
+def _check_arguments(model: ModelLike, beam_size: int, alpha: float, params, inputs: jax.Array,
+                     max_lengths: jax.Array, max_decode_len: int) -> None:
+  """`beam_decode`'s argument checks: static ones (trace time under `jit`), and the ids'
+  values when they are known."""
+  cfg = as_model(model).cfg
+  check_int('beam_decode', 'beam_size', beam_size, minimum=1)
+  check_real('beam_decode', 'alpha', alpha, hint="(the length penalty's exponent; 0.6 in the "
+             'paper, 0: none)')
+  max_decode_len = check_int('beam_decode', 'max_decode_len', max_decode_len, minimum=1)
+  if max_decode_len > cfg.max_len:
+    raise ValueError(f'beam_decode: max_decode_len={max_decode_len}; expected at most the '
+                     f"model's max_len={cfg.max_len}")
+  if not isinstance(params, Mapping):
+    raise TypeError(f'beam_decode: params is a {type(params).__name__}; expected the model\'s '
+                    "parameter tree (init_params' nested dict)")
+  check_ids('beam_decode', 'inputs', inputs, cfg.vocab_size)
+  rows = check_array('beam_decode', 'max_lengths', max_lengths, kind='int', rank=1,
+                     layout='[rows], the most output tokens of each source row')[0]
+  if rows != np.shape(inputs)[0]:
+    raise ValueError(f'beam_decode: max_lengths has shape {np.shape(max_lengths)}; expected '
+                     f'[rows] = ({np.shape(inputs)[0]},), one per source row')

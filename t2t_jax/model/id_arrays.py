@@ -40,7 +40,14 @@ def check_ids(where: str, name: str, ids: Any, vocab_size: Optional[int] = None)
   if len(shape) != 2 or 0 in shape:
     raise ValueError(f'{where}: {name} of shape {shape}; expected [batch, length] token ids '
                      'with batch and length >= 1')
-  if vocab_size is None or is_traced(ids):
+  if vocab_size is not None:
+    check_id_values(where, name, ids, vocab_size)
+
+
+def check_id_values(where: str, name: str, ids: Any, vocab_size: int) -> None:
+  """ValueError for an id outside [0, vocab_size), when the values can be read here (not
+  traced inside jit, held whole by this process, not empty)."""
+  if is_traced(ids) or not getattr(ids, 'is_fully_addressable', True) or not np.size(ids):
     return
   values = np.asarray(ids)
   low, high = int(values.min()), int(values.max())

@@ -13,11 +13,14 @@ Conventions: `targets` are `[batch, length]` int32 token ids with padding id 0;
 Everything is computed in float32, whatever the dtype of the logits.
 """
 
-from typing import Dict, NamedTuple, Union
+import numbers
+from typing import Any, Dict, Mapping, NamedTuple, Union
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from t2t_jax.choices import ConfigError
 from t2t_jax.model.array_checks import check_array, check_number
 
 Array = jax.Array
@@ -85,6 +88,27 @@ def _masked_sum(values: Array, weights: Array) -> Array:
   return jnp.sum(jnp.where(weights != 0.0, values * weights, 0.0))
 
 
+def check_label_smoothing(where: str, label_smoothing: Any) -> float:
+  """epsilon_ls as a Python float, refused unless a number in [0, 1) (static: under `jit` it
+  is a Python value, a constant of the program). `where`: the function, for the message.
+
+  Raises:
+    TypeError: not a number (a string, None, a bool).
+    ValueError: outside [0, 1), or not finite.
+  """
+  at = f'{where}: ' if where else ''
+  if (isinstance(label_smoothing, (bool, np.bool_))
+      or not isinstance(label_smoothing, (numbers.Real, np.ndarray, jax.Array))
+      or not jnp.issubdtype(jnp.result_type(label_smoothing), jnp.number)
+      or jnp.ndim(label_smoothing) != 0):
+    raise TypeError(f'{at}label_smoothing is a {type(label_smoothing).__name__} '
+                    f'({label_smoothing!r}); expected a number in [0, 1) (0.1 in the paper)')
+  eps = float(label_smoothing)
+  if not 0.0 <= eps < 1.0:
+    raise ValueError(f'{at}label_smoothing must be in [0, 1), got {eps}')
+  return eps
+
+
 def _smoothed_xent_per_token(z: _Logits, label_smoothing: float) -> Array:
   """`[batch, length]` float32 cross entropy against the smoothed targets.
 
@@ -103,9 +127,7 @@ def _smoothed_xent_per_token(z: _Logits, label_smoothing: float) -> Array:
     z: the logits' reductions (`_reduce_logits`).
     label_smoothing: epsilon_ls in [0, 1) (a Python float, static under jit).
   """
-  eps = float(label_smoothing)
-  if not 0.0 <= eps < 1.0:
-    raise ValueError(f'label_smoothing must be in [0, 1), got {eps}')
+  eps = check_label_smoothing('', label_smoothing)
   if eps == 0.0:
     return z.lse - z.target
   if z.vocab < 2:
@@ -237,21 +259,47 @@ AUX_LOSSES = 'losses'
 AUX_PREFIX = 'aux_'
 
 
-def sown_losses(collection) -> Dict[str, Array]:
+class SownLossError(ConfigError):
+  """A module sowed into `AUX_LOSSES` what the step cannot add to the objective (a
+  non-scalar, or no number): a ValueError naming the sowing module's path; a `ConfigError`,
+  so that main.py reports it in one line, as a variant's other mistakes."""
+
+
+def sown_losses(collection: Mapping[str, Any], prefix: str = '') -> Dict[str, Array]:
   """{name: float32 scalar} of an `AUX_LOSSES` collection (what `apply(..., mutable=
   [AUX_LOSSES])` returned under that key): every value sown under `name`, by any module and
   any number of times (e.g. once per layer), summed.
 
-  Raises:
-    ValueError (while tracing): a sown value that is not a scalar, naming its path; a loss
-      the step would otherwise have to reduce in a way it cannot guess.
+  Args:
+    collection: the collection, a nested dict `{module: ... {name: (value, ...)}}`.
+    prefix: the path of the module whose `apply` returned `collection`, prepended to the
+      paths the messages name: '' for a whole model's, e.g. 'encoder/layer_*' for the body
+      of a scanned stack's layers (applied alone, they sow under paths such as 'ffn/...').
+
+  Raises (while tracing, from shapes and dtypes alone):
+    TypeError: `collection` is not a dict.
+    SownLossError (a ValueError): a sown value that is not a scalar number, naming the path
+      of the module that sowed it; a loss the step would otherwise have to reduce in a way it
+      cannot guess.
   """
+  if not isinstance(collection, Mapping):
+    raise TypeError(f'sown_losses: collection is a {type(collection).__name__}; expected the '
+                    f"'{AUX_LOSSES}' collection, a dict (apply(..., mutable=['{AUX_LOSSES}'])"
+                    f"[1]['{AUX_LOSSES}'])")
   totals: Dict[str, Array] = {}
   for path, value in jax.tree_util.tree_leaves_with_path(collection):
     keys = [str(k.key) for k in path if hasattr(k, 'key')]
+    where = '/'.join([prefix] + keys if prefix else keys)
+    dtype = getattr(value, 'dtype', None)
+    if dtype is None and isinstance(value, (int, float)) and not isinstance(value, bool):
+      dtype = jnp.result_type(value)
+    if dtype is None or not jnp.issubdtype(dtype, jnp.number):
+      raise SownLossError(f"auxiliary loss {where} sown into '{AUX_LOSSES}' is a "
+                          f'{type(value).__name__}{f" of {dtype}" if dtype else ""}; sow a '
+                          'float scalar (e.g. its mean over the batch)')
     if jnp.ndim(value) != 0:
-      raise ValueError(f"auxiliary loss {'/'.join(keys)} sown into '{AUX_LOSSES}' has shape "
-                       f'{jnp.shape(value)}; sow a scalar (e.g. its mean over the batch)')
+      raise SownLossError(f"auxiliary loss {where} sown into '{AUX_LOSSES}' has shape "
+                          f'{jnp.shape(value)}; sow a scalar (e.g. its mean over the batch)')
     value = jnp.asarray(value, jnp.float32)
     totals[keys[-1]] = totals[keys[-1]] + value if keys[-1] in totals else value
   return totals

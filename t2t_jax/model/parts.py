@@ -39,6 +39,10 @@ config and a module name; the name fixes where its parameters live in the tree.
     part (and no `shared=` keyword). A model with one runs its stacks unrolled
     (`scan_layers` is ignored).
 
+Each contract is checked when the model is built (`check_parts`, from `Transformer`): a part
+without a method the model calls is named there, with the docs section of its contract, not
+when a later mode first calls it.
+
 Where parameters live: a part built by a factory under the name it is given (`ffn`,
 `shared_embedding`,
 `attention_block/norm`, `positions`, ...); `attention_fn` and `qk_transform` are called inside
@@ -48,9 +52,11 @@ each layer's `MultiHeadAttention`, so a linen module they build there is that la
 
 import dataclasses
 import functools
+import inspect
 from typing import Callable, Optional
 
 import flax.linen as nn
+from flax.core.scope import Scope
 from flax.linen import module as linen_module
 
 from t2t_jax.model import attention, layers
@@ -100,18 +106,23 @@ class Parts:
   embedding: Factory = embedding
 
 
+def _unbound(factory: Callable, *args, name: str):
+  """`factory(*args, name=name)` built unbound (no parent module, whatever module is being
+  set up around the call), only to be asked: nothing is registered or initialised."""
+  stack = linen_module._context.module_stack  # noqa: SLF001
+  stack.append(None)
+  try:
+    return factory(*args, name=name)
+  finally:
+    stack.pop()
+
+
 def norm_position(parts: Parts, cfg) -> str:
   """'pre' or 'post': where `parts.residual`'s blocks normalise, as the module it builds
   declares (its `norm_position` attribute); the encoder and decoder stacks end with a final
   `parts.norm` exactly when it is 'pre'. Raises ValueError in one line when the module does
   not declare 'pre' or 'post'."""
-  # Built unbound (no parent module), only to be asked: nothing is registered or initialised.
-  stack = linen_module._context.module_stack  # noqa: SLF001
-  stack.append(None)
-  try:
-    block = parts.residual(cfg, parts.norm, name='residual')
-  finally:
-    stack.pop()
+  block = _unbound(parts.residual, cfg, parts.norm, name='residual')
   position = getattr(block, 'norm_position', None)
   if position not in ('pre', 'post'):
     factory = getattr(parts.residual, '__name__', repr(parts.residual))
@@ -123,3 +134,74 @@ def norm_position(parts: Parts, cfg) -> str:
 
 PAPER = Parts()
 NAMES = tuple(field.name for field in dataclasses.fields(Parts))
+
+
+# Where each part's contract is written (named by `check_parts`' messages).
+_EMBEDDING_DOCS = 'docs/extension_points.md, "Depth and embeddings"'
+_VARIANT_DOCS = 'docs/architecture.md, "A new model variant"'
+# The methods the model calls on what `embedding` builds: the forward pass (`__call__`,
+# `attend`), decoding (`transposed`, once per batch) and the CTranslate2 export (`tables`).
+EMBEDDING_METHODS = ('__call__', 'attend', 'transposed', 'tables')
+
+
+def _label(factory) -> str:
+  return getattr(factory, '__name__', None) or type(factory).__name__
+
+
+def check_parts(parts: Parts, cfg) -> None:
+  """Refuses, when a model is built, a part that breaks its contract (the module docstring):
+  a function part (`attention_fn`, `qk_transform`) that is not callable, a factory that
+  cannot be called as the model calls it, a module without a method the model calls
+  (`EMBEDDING_METHODS` for `embedding`, `__call__` for the others) or a residual part without
+  `norm_position`; so a part written before a method existed fails here, not when training
+  is over and decoding first calls it. Each factory is built once, unbound; a factory that
+  raises is left for the model's own call to report.
+
+  Raises:
+    TypeError: one line naming the part, the factory and the missing method or the expected
+      call, and the docs section of the contract.
+    ValueError: a residual part without `norm_position` 'pre' or 'post' (`norm_position`).
+  """
+  for name in ('attention_fn', 'qk_transform'):
+    fn = getattr(parts, name)
+    if not callable(fn) and not (fn is None and name == 'qk_transform'):
+      raise TypeError(f'Transformer: {name} is a {type(fn).__name__}; expected a function '
+                      f'({_VARIANT_DOCS})')
+  probes = (('feed_forward', (cfg,), 'ffn'), ('positions', (cfg,), 'positions'),
+            ('norm', (cfg,), 'norm'), ('residual', (cfg, parts.norm), 'residual'),
+            ('shared', (cfg,), 'shared'), ('embedding', (cfg,), 'shared_embedding'))
+  for part, args, module_name in probes:
+    factory = getattr(parts, part)
+    if factory is None and part in ('positions', 'shared'):
+      continue
+    docs = _EMBEDDING_DOCS if part == 'embedding' else _VARIANT_DOCS
+    call = f"factory({', '.join(('cfg', 'norm')[:len(args)])}, name={module_name!r})"
+    if not callable(factory):
+      raise TypeError(f'Transformer: the {part} part is a {type(factory).__name__}; expected '
+                      f'a factory called as {call} ({docs})')
+    try:
+      inspect.signature(factory).bind(*args, name=module_name)
+    except TypeError as e:
+      raise TypeError(f'Transformer: the {part} part {_label(factory)} cannot be called as '
+                      f'{call} ({e}); expected that call ({docs})') from None
+    except ValueError:
+      pass  # no signature to read (a builtin): the model's call says
+    try:
+      module = _unbound(factory, *args, name=module_name)
+    except Exception:  # noqa: BLE001  a user's factory: its own call reports it with context
+      continue
+    methods = EMBEDDING_METHODS if part == 'embedding' else ('__call__',)
+    missing = [m for m in methods if not callable(getattr(module, m, None))]
+    if missing:
+      raise TypeError(f'Transformer: the {part} part {_label(factory)}: its module '
+                      f'({type(module).__name__}) has no {", ".join(m + "()" for m in missing)}; '
+                      f'the model calls {", ".join(m + "()" for m in methods)} ({docs})')
+  norm_position(parts, cfg)
+
+
+def check_built(model: nn.Module) -> None:
+  """`check_parts` of a `Transformer` being built (its `__post_init__`): when it is made,
+  cloned (`as_model`) or nested in a module of the user's; not when flax binds it for an
+  `apply` (its parent then a `Scope`: checked when it was made)."""
+  if not isinstance(model.parent, Scope):
+    check_parts(model.parts, model.cfg)

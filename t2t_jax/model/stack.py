@@ -174,7 +174,8 @@ def scan_layers(stack: nn.Module, layer_cls: type, cfg: Any, parts: Any, x: Arra
     with intercepting:  # the auxiliary losses a layer sows come out of the scan, sown below
       y, state = layer_cls(cfg, parts).apply({'params': p}, y, *args,
                                              mutable=[losses.AUX_LOSSES])
-    return y, losses.sown_losses(state.get(losses.AUX_LOSSES, {}))
+    return y, losses.sown_losses(state.get(losses.AUX_LOSSES, {}),
+                                 '/'.join((*stack.path, 'layer_*')))
 
   remat = _body_remat(cfg)
   if remat is not None:

@@ -293,6 +293,7 @@ class Transformer(nn.Module):
       raise TypeError(f'Transformer: cfg is a {type(self.cfg).__name__}; expected a '
                       'TransformerConfig (TransformerConfig.from_config(config) for a run '
                       'config)')
+    parts_lib.check_built(self)  # each part's contract, refused in one line when it breaks
     super().__post_init__()
 
   @property

@@ -127,6 +127,8 @@ class Checkpointer:
     self._failed: Optional[int] = None  # the step whose failed save was raised
     save_failures.quiet_failed_save_reports()
     save_whole_arrays_on_cpu()
+    if paths.is_local(self.directory):  # a folder under a file, read-only: one line naming it
+      workdir_lib.check_writable(os.path.dirname(self.directory))
     self._manager = ocp.CheckpointManager(
         self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
 

@@ -34,13 +34,16 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from t2t_jax.model import losses, transformer as model_lib
+from t2t_jax.model.array_checks import check_real
+from t2t_jax.runtime.step_checks import (  # noqa: F401  (re-exported)
+    DATA, PACKING_KEYS, check_batch, check_mesh, check_metrics, check_optimizer, check_params,
+    check_shard_arguments, check_update_arguments)
 # The multi-process start-up, where every caller has always found it.
 from t2t_jax.runtime.distributed import (  # noqa: F401  (re-exported)
     DistributedError, initialize_distributed)
 
 Array = jax.Array
 Batch = Dict[str, np.ndarray]
-DATA = 'data'
 
 
 def make_mesh(devices=None) -> Mesh:
@@ -69,20 +72,6 @@ def replicate(tree, mesh: Mesh):
   """Places every leaf of `tree` on all devices of `mesh` (every process passes the same
   values; they go through host memory, so process-local device arrays are accepted)."""
   return jax.device_put(jax.tree_util.tree_map(np.asarray, tree), replicated(mesh))
-
-
-def check_optimizer(where: str, optimizer) -> None:
-  """TypeError unless `optimizer` is an optax GradientTransformation (has init and update)."""
-  if not (callable(getattr(optimizer, 'init', None))
-          and callable(getattr(optimizer, 'update', None))):
-    raise TypeError(f'{where}: optimizer is a {type(optimizer).__name__}; expected an optax '
-                    'GradientTransformation (make_optimizer(config), optax.adam(...))')
-
-
-def check_mesh(where: str, mesh) -> None:  # TypeError unless a jax.sharding.Mesh
-  if not isinstance(mesh, Mesh):
-    raise TypeError(f'{where}: mesh is a {type(mesh).__name__}; expected a '
-                    'jax.sharding.Mesh (make_mesh())')
 
 
 def shard_batch(batch: Batch, mesh: Mesh) -> Dict[str, Array]:
@@ -169,11 +158,6 @@ def create_train_state(model: model_lib.ModelLike, optimizer: optax.GradientTran
   return jax.jit(init, out_shardings=shardings)()
 
 
-# Batch keys of packed rows (pipeline with config.pack_examples), passed on when present.
-PACKING_KEYS = ('inputs_segmentation', 'targets_segmentation', 'inputs_position',
-                'targets_position')
-
-
 def metric_sums(model: model_lib.ModelLike, params, batch, dropout_rng,
                 label_smoothing: float) -> Dict[str, Array]:
   """Per-device sums of loss, nll, correct tokens and token count for one shard, and of each
@@ -184,11 +168,16 @@ def metric_sums(model: model_lib.ModelLike, params, batch, dropout_rng,
   (`losses.sown_losses`, summed over the modules that sow it) gives `aux_<name>`, the value
   times the shard's token count `weight`, so that it sums over devices and micro-batches as
   the cross entropy does and `aux_<name> / weight` is its token-weighted mean.
+  Checked while tracing (`step_checks.check_batch`), ids against the vocabulary only when
+  their values are known (not under `jit`, where they give a non-finite loss).
   """
+  net = model_lib.as_model(model)
+  check_shard_arguments('metric_sums', net.cfg, params, batch, dropout_rng)
+  label_smoothing = losses.check_label_smoothing('metric_sums', label_smoothing)
   packing = {k: batch[k] for k in PACKING_KEYS if k in batch}
-  logits, state = model_lib.as_model(model).apply(
+  logits, state = net.apply(
       {'params': params}, batch['inputs'], batch['targets'], **packing,
-      rngs={'dropout': dropout_rng}, mutable=[losses.AUX_LOSSES])
+      rngs={} if dropout_rng is None else {'dropout': dropout_rng}, mutable=[losses.AUX_LOSSES])
   weights = losses.padding_weights(batch['targets'])
   metrics = losses.compute_metrics(logits, batch['targets'], weights, label_smoothing)
   for name, value in losses.sown_losses(state.get(losses.AUX_LOSSES, {})).items():
@@ -204,7 +193,9 @@ def aux_keys(metrics: Dict[str, Array]) -> Tuple[str, ...]:
 def objective(metrics: Dict[str, Array], aux_loss_weight: float = 1.0) -> Array:
   """The summed loss the gradient is of: `loss` (label-smoothed cross entropy), plus
   `aux_loss_weight` times the sum of the `aux_<name>` sums; `loss` itself (the same array)
-  when the model sows none."""
+  when the model sows none. `metrics`: a dict of scalar sums holding 'loss'."""
+  check_metrics('objective', metrics, ('loss',))
+  check_real('objective', 'aux_loss_weight', aux_loss_weight)
   aux = aux_keys(metrics)
   if not aux:
     return metrics['loss']
@@ -232,6 +223,8 @@ def make_grad_fn(model: model_lib.ModelLike, mesh: Mesh, label_smoothing: float,
   (`zero_spec`) of each leaf. `metrics` are `metric_sums` summed over devices.
   """
   check_mesh('make_grad_fn', mesh)
+  label_smoothing = losses.check_label_smoothing('make_grad_fn', label_smoothing)
+  check_real('make_grad_fn', 'aux_loss_weight', aux_loss_weight)
   train_model = model_lib.as_model(model, deterministic=False, decode=False)
   num_devices = mesh.shape[DATA]
 
@@ -248,6 +241,8 @@ def make_grad_fn(model: model_lib.ModelLike, mesh: Mesh, label_smoothing: float,
             jax.lax.psum(metrics, DATA))
 
   def grad_fn(params, batch, rng):
+    check_params('make_grad_fn', params)
+    check_batch('make_grad_fn', batch, train_model.cfg.vocab_size, row_multiple=num_devices)
     # The gradients' out_specs follow the parameter shapes, known once `params` is traced.
     grad_specs = (jax.tree_util.tree_map(lambda p: zero_spec(p.shape, num_devices), params)
                   if shard_gradients else P())
@@ -265,9 +260,10 @@ def apply_gradients(state: TrainState, optimizer: optax.GradientTransformation, 
   optimizer state stay as they were (the step counter still advances past the batch), the
   step's metric sums are zeroed and `metrics['nonfinite']` is 1. `grad_sums` and `metrics`
   are what `make_grad_fn` returns (summed over micro-batches, if any); `state` is a
-  `TrainState` of `optimizer`.
+  `TrainState` of `optimizer`: each is checked while tracing (`check_update_arguments`:
+  gradients shaped as the parameters, the optimizer state as `optimizer.init` makes it).
   """
-  check_optimizer('apply_gradients', optimizer)
+  check_update_arguments('apply_gradients', state, TrainState, optimizer, grad_sums, metrics)
   grads = jax.tree_util.tree_map(lambda g: g / jnp.maximum(metrics['weight'], 1.0), grad_sums)
   finite = jnp.isfinite(metrics['loss']) & jnp.all(jnp.stack(
       [jnp.all(jnp.isfinite(g)) for g in jax.tree_util.tree_leaves(grads)]))
@@ -320,6 +316,7 @@ def make_train_step(model: model_lib.ModelLike, optimizer: optax.GradientTransfo
   """
   check_optimizer('make_train_step', optimizer)
   check_mesh('make_train_step', mesh)
+  losses.check_label_smoothing('make_train_step', label_smoothing)
   grad_fn = make_grad_fn(model, mesh, label_smoothing, shard_gradients=shard_optimizer_state,
                          aux_loss_weight=aux_loss_weight)
   state_shardings = train_state_shardings(_abstract_state(model, optimizer), mesh,
@@ -348,6 +345,7 @@ def make_accumulating_steps(model: model_lib.ModelLike, optimizer: optax.Gradien
   """
   check_optimizer('make_accumulating_steps', optimizer)
   check_mesh('make_accumulating_steps', mesh)
+  losses.check_label_smoothing('make_accumulating_steps', label_smoothing)
   grad_fn = make_grad_fn(model, mesh, label_smoothing, shard_gradients=shard_optimizer_state,
                          aux_loss_weight=aux_loss_weight)
   abstract = _abstract_state(model, optimizer)
@@ -376,6 +374,7 @@ def make_eval_step(model: model_lib.ModelLike, mesh: Mesh, *,
   paper's 0.1 (§5.4, `configs/default.py`), the run's value is `config.label_smoothing`.
   """
   check_mesh('make_eval_step', mesh)
+  label_smoothing = losses.check_label_smoothing('make_eval_step', label_smoothing)
   eval_model = model_lib.as_model(model, deterministic=True, decode=False)
 
   def per_device(params, batch):

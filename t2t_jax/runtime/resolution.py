@@ -13,7 +13,8 @@ and everything that runs:
 * a `--config.model` factory's settings (a window, a head count it sets) are reconciled with the
   keys: a key the command line gives and the factory sets otherwise is an error naming both;
   one that a config file set is taken from the factory with a warning;
-* the peak of a warmup-then-decay `lr_schedule` is written out as `learning_rate`;
+* the peak of a warmup-then-decay `lr_schedule` is written out as `learning_rate`, and
+  `vocab_size` is a given `vocab_model`'s piece count;
 * paths are absolute (`config.absolute_paths`).
 
 The result is what a training checkpoint records, what resuming compares (`checkpoint.py`),
@@ -74,6 +75,24 @@ def _drop_no_effect(config: ml_collections.ConfigDict, explicit: set, quiet: boo
       logging.warning('config key %r=%r has no effect (%s); the run records its default %r',
                       key, config[key], why, defaults[key])
     config[key] = defaults[key]
+
+
+def _vocab_size_of_model(config: ml_collections.ConfigDict, explicit: set) -> None:
+  """`vocab_size` follows a given `vocab_model`: its piece count, unless the command line
+  gives another (an error naming both)."""
+  if not config.vocab_model:
+    return
+  from t2t_jax.data import tokenizer  # pylint: disable=import-outside-toplevel  (sentencepiece)
+  try:
+    pieces = tokenizer.Tokenizer(config.vocab_model).vocab_size
+  except OSError as e:
+    raise ConfigError(f'--config.vocab_model={config.vocab_model} cannot be read '
+                      f'({type(e).__name__}: {e})') from None
+  if pieces != config.vocab_size and 'vocab_size' in explicit:
+    raise ConfigError(f'--config.vocab_model={config.vocab_model} has {pieces} pieces, but the '
+                      f'command line gives --config.vocab_size={config.vocab_size}; drop one '
+                      'of the two')
+  config.vocab_size = pieces
 
 
 def _derive_peak(config: ml_collections.ConfigDict) -> None:
@@ -149,6 +168,7 @@ def resolve(config: ml_collections.ConfigDict, explicit: Iterable[str] = (), *,
   _drop_no_effect(config, explicit, quiet=saved)
   defaults = default_config.get_config()
   written = {k for k in config.keys() if config[k] != defaults[k]}
+  _vocab_size_of_model(config, explicit)
   config.update(model_settings(TransformerConfig.from_config(config)))
   _derive_peak(config)
   if config.model:

@@ -177,7 +177,8 @@ def test_a_vocabulary_with_other_special_ids_is_refused(tmp_path):
   with pytest.raises(tokenizer.TokenizerError, match=r'^export_stablehlo_model: tokenizer='
                      rf'{tmp_path}/other.model is not a SentencePiece model t2t_jax can use '
                      r'\(ids \(pad, eos, unk, bos\) are \(-1, 2, 1, 0\); t2t_jax needs '
-                     r'\(0, 1, 2, -1\)\)$'):
+                     r'\(0, 1, 2, -1\): train it with --pad_id=0 --eos_id=1 --unk_id=2 '
+                     r'--bos_id=-1\)$'):
     stablehlo_export.export_stablehlo_model(CFG, random_params(CFG), str(
         tmp_path / 'other.model'), str(tmp_path / 'hlo'), **SETTINGS)
   assert not os.path.exists(tmp_path / 'hlo')

@@ -131,12 +131,54 @@ def test_train_step_logs_and_guards_the_sown_loss():
   jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(state.params), before)
 
 
-def test_a_non_scalar_sown_loss_is_an_error():
+@pytest.mark.parametrize('scan, layer', [(False, 'layer_0'), (True, r'layer_\*')],
+                         ids=['unrolled', 'scanned'])
+def test_a_non_scalar_sown_loss_is_an_error(scan, layer):
   mesh = parallel.make_mesh()
-  net = model.Transformer(CFG, feed_forward=_sowing_ffn(shape=(3,)))
+  net = model.Transformer(CFG.replace(scan_layers=scan), feed_forward=_sowing_ffn(shape=(3,)))
   params = model.init_params(net, jax.random.PRNGKey(0))
-  with pytest.raises(ValueError, match=r"auxiliary loss (en|de)coder/layer_0/ffn/l2 sown into "
+  with pytest.raises(ValueError, match=rf"auxiliary loss (en|de)coder/{layer}/ffn/l2 sown into "
                      r"'losses' has shape \(3,\); sow a scalar"):
     # Refused while tracing (un-jitted, shard_map ran every operation eagerly: 17 s).
     jax.jit(parallel.make_grad_fn(net, mesh, 0.1))(params, parallel.shard_batch(_batch(), mesh),
                                                    jax.random.PRNGKey(0))
+
+
+_VECTOR_VARIANT = '''
+import flax.linen as nn
+import jax.numpy as jnp
+import t2t_jax
+from t2t_jax.model import parts
+
+
+class VecFFN(nn.Module):
+  cfg: t2t_jax.TransformerConfig
+
+  @nn.compact
+  def __call__(self, x):
+    y = parts.feed_forward(self.cfg, name='ffn')(x)
+    self.sow('losses', 'vec', jnp.mean(y, axis=(0, 1))[:3])
+    return y
+
+
+def vec(cfg):
+  return t2t_jax.Transformer(cfg, feed_forward=VecFFN)
+'''
+
+
+def test_a_non_scalar_sown_loss_through_main_is_one_line(corpus, tmp_path):
+  """main.py reports it as a user's mistake (a ConfigError): one line naming the module path,
+  no traceback, nothing trained."""
+  from conftest import TINY, run_main  # pylint: disable=import-outside-toplevel
+  variants = tmp_path / 'vector_loss.py'
+  variants.write_text(_VECTOR_VARIANT)
+  workdir = tmp_path / 'run'
+  result = run_main(f'--workdir={workdir}', f'--config.local_corpus_dir={corpus}', *TINY,
+                    f'--config.model={variants}:vec', '--config.num_train_steps=2',
+                    '--config.eval_every_steps=0')
+  assert result.returncode == 1
+  assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+  assert result.stderr.splitlines()[-1] == (
+      "error: auxiliary loss decoder/layer_0/ffn/vec sown into 'losses' has shape (3,); sow a "
+      'scalar (e.g. its mean over the batch)')
+  assert not (workdir / 'checkpoints').exists() or not any((workdir / 'checkpoints').iterdir())

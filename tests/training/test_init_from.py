@@ -12,6 +12,10 @@ from t2t_jax.inference import checkpoint_choice, evaluate
 from t2t_jax.runtime import resolution
 from t2t_jax.training import init_from
 
+# TINY without the vocabulary's training settings, which a given vocabulary makes ineffective
+# (refused on the command line).
+GIVEN = [a for a in TINY if not a.startswith('--config.vocab_sample')]
+
 
 def _sha(path):
   with open(path, 'rb') as f:
@@ -29,7 +33,7 @@ def test_the_spec_names_a_workdir_and_a_checkpoint():
 def test_a_fine_tune_starts_from_the_source_and_resumes_as_itself(tiny_workdir, corpus,
                                                                   tmp_path):
   run = str(tmp_path / 'ft')
-  args = [f'--workdir={run}', f'--config.local_corpus_dir={corpus}', *TINY,
+  args = [f'--workdir={run}', f'--config.local_corpus_dir={corpus}', *GIVEN,
           f'--config.init_from={tiny_workdir}:10', '--config.eval_every_steps=10',
           '--config.num_train_steps=10']
   first = run_main(*args)
@@ -51,7 +55,7 @@ def test_a_fine_tune_starts_from_the_source_and_resumes_as_itself(tiny_workdir, 
   again = run_main(*args[:-1], '--config.num_train_steps=20')
   assert again.returncode == 0 and 'resumed from step 10' in again.stderr
   assert 'fine-tuning from' not in again.stderr
-  info = run_main('--mode=info', f'--workdir={run}', *TINY)
+  info = run_main('--mode=info', f'--workdir={run}', *GIVEN)
   assert f'fine-tuned from {tiny_workdir}/checkpoints/10' in info.stdout
 
 
@@ -62,6 +66,23 @@ def test_a_fine_tune_starts_from_the_source_and_resumes_as_itself(tiny_workdir, 
 def test_a_source_that_does_not_fit_is_refused_in_one_line(tiny_workdir, corpus, tmp_path,
                                                            extra, says):
   result = run_main(f'--workdir={tmp_path / "ft"}', f'--config.local_corpus_dir={corpus}',
-                    *TINY, f'--config.init_from={tiny_workdir}', *extra)
+                    *GIVEN, f'--config.init_from={tiny_workdir}', *extra)
   assert result.returncode == 1 and 'Traceback' not in result.stderr
   assert says in result.stderr.splitlines()[-1]
+
+
+def test_a_given_vocabulary_is_used_as_it_is(tiny_workdir, corpus, tmp_path):
+  """--config.vocab_model: copied byte for byte, vocab_size follows it, bad ones refused."""
+  given = os.path.join(tiny_workdir, 'vocab', 'spm.model')
+  tiny = [a for a in GIVEN if not a.startswith('--config.vocab_size')]
+  result = run_main(f'--workdir={tmp_path / "own"}', f'--config.local_corpus_dir={corpus}',
+                    *tiny, f'--config.vocab_model={given}', '--config.num_train_steps=2',
+                    '--config.checkpoint_every_steps=2')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert _sha(tmp_path / 'own' / 'vocab' / 'spm.model') == _sha(given)
+  assert checkpoint_choice.load_inference_params(str(tmp_path / 'own')).params[
+      'shared_embedding']['embedding'].shape[0] == 400  # vocab_size followed the model
+  clash = run_main(f'--workdir={tmp_path / "clash"}', *tiny, f'--config.vocab_model={given}',
+                   '--config.vocab_size=500')
+  assert clash.returncode == 1 and clash.stderr.splitlines()[-1].endswith(
+      'has 400 pieces, but the command line gives --config.vocab_size=500; drop one of the two')
