@@ -166,8 +166,8 @@ LIBRARY = (
      'opt_state=tx.init(params))\n'
      'bad = jax.tree_util.tree_map(lambda p: jnp.ones(p.shape[:-1] + (p.shape[-1] + 1,)), '
      'params)\n'
-     'out = t2t_jax.apply_gradients(state, tx, bad, {"weight": jnp.array(4.0)})',
-     ('grad',)),
+     'out = t2t_jax.apply_gradients(state, tx, bad, {"loss": jnp.array(1.0), '
+     '"weight": jnp.array(4.0)})', ('grad_sums', 'shape')),
     ('L2 metric_sums with 1 source row and 2 target rows', SETUP +
      'batch = {"inputs": ids, "targets": jnp.concatenate([ids, ids]), '
      '"weights": jnp.ones((2, 4))}\n'
@@ -190,7 +190,7 @@ LIBRARY = (
      'out = t2t_jax.make_grad_fn(t2t_jax.Transformer(cfg), mesh, "x")', ('label_smoothing',)),
     ('L9 resolve a non-idempotent factory',
      f'import ml_collections, os\nopen("grow.py", "w").write({GROW!r})\n'
-     'c = t2t_jax.configs.default.get_config()\nc.model = "grow.py:f"\n'
+     'from t2t_jax.configs import default\nc = default.get_config()\nc.model = "grow.py:f"\n'
      'out = t2t_jax.resolve(c)', ('again',)),
 )
 
@@ -260,7 +260,8 @@ def relocation_tries(tour, s):
   tour.main('M2 resume, corpus, factory and workdir moved', s,
             ['--workdir=W2', '--config.dataset=local', '--config.local_corpus_dir=B', model,
              '--config.num_train_steps=20'], 'ok')
-  for mode, extra in (('eval', ['--config.local_corpus_dir=B']), ('average', []),
+  for mode, extra in (('eval', ['--config.local_corpus_dir=B']),
+                      ('average', ['--config.average_last=2']),
                       ('info', []), ('plot', [])):
     tour.main(f'M3 {mode} in the moved workdir', s, [f'--mode={mode}', '--workdir=W2', model,
                                                      *extra], 'ok')
@@ -322,22 +323,26 @@ def export_tries(tour, s, trained):
                                                   f'--output={s}/x2'], 'error', ('beam_size',))
 
 
-def signal_tries(tour, s, trained, tries=6):
+def signal_tries(tour, s, trained, tries=8):
   for i in range(tries):
     name = f'S{i + 1} SIGTERM during --mode=export --format=stablehlo'
     if tour.only and not any(o in name for o in tour.only):
       continue
     output = os.path.join(s, f'sig{i}')
+    shutil.rmtree(output, ignore_errors=True)  # a --scratch of an earlier tour: a fresh output
     process = subprocess.Popen([sys.executable, MAIN, CONFIG, *SMALL, '--mode=export',
                                 '--format=stablehlo', f'--workdir={trained}',
                                 f'--output={output}'], cwd=s, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
-    time.sleep(2.0 + 1.5 * i)
+    time.sleep(0.5 + 0.7 * i)
+    running = process.poll() is None  # else it finished first: nothing to stop
     process.send_signal(signal.SIGTERM)
     try:
       _, stderr = process.communicate(timeout=120)
       result = subprocess.CompletedProcess(process.args, process.returncode, '', stderr)
-      if process.returncode == 0:
+      if not running:
+        outcome = 'OK' if process.returncode == 0 and os.path.isdir(output) else 'WRONG'
+      elif process.returncode == 0:
         outcome = 'WRONG'  # a stop request that ends in success: the signal was lost
       else:
         outcome = 'WRONG' if os.path.isdir(output) else (
@@ -345,7 +350,8 @@ def signal_tries(tour, s, trained, tries=6):
     except subprocess.TimeoutExpired:
       os.killpg(process.pid, signal.SIGKILL)
       result, outcome = None, 'HANG'
-    tour.record(name, outcome, result, note=f'signal after {2.0 + 1.5 * i:.1f} s')
+    tour.record(name, outcome, result, note=f'signal after {0.5 + 0.7 * i:.1f} s' + (
+        '' if running else ' (the export had finished)'))
 
 
 def script_tries(tour, s):
@@ -355,8 +361,8 @@ def script_tries(tour, s):
         '--steps', '0'], ('--steps',)),
       ('B2 decode_ab --rows 0', ['-m', 'benchmarks.peers.decode_ab', '--rows', '0'],
        ('--rows',)),
-      ('B3 check.py --smoke --budget 5', [os.path.join(ROOT, 'benchmarks', 'device', 'check.py'),
-                                         '--smoke', '--budget', '5'], ('--budget',)),
+      ('B3 check.py --smoke --budget 4', [os.path.join(ROOT, 'benchmarks', 'device', 'check.py'),
+                                         '--smoke', '--budget', '4'], ('--budget',)),
       ('B4 check.py --smoke --scratch <a file>',
        [os.path.join(ROOT, 'benchmarks', 'device', 'check.py'), '--smoke',
         f'--scratch={s}/in.txt'], ('--scratch',)),
