@@ -38,6 +38,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -307,9 +308,9 @@ def goal(text: str, value: Any, met: bool) -> Dict[str, Any]:
 
 def _parse(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, List[Stage]]:
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('--out', default=os.path.join(ROOT, 'benchmarks', 'results',
-                                                    'device_check.jsonl'),
-                      help='JSON-lines file the records are appended to')
+  parser.add_argument('--out', default=None,
+                      help='JSON-lines file the records are appended to (default: benchmarks/'
+                           'results/device_check.jsonl; --smoke: the temp folder\'s)')
   parser.add_argument('--part', default=None, help='comma list of parts: 1 (the headline), '
                       '2 (the rest), 3 (compiles, decode, the bucketed layout), 4 (issue 44\'s '
                       'variants on the embedded default); default 1,2')
@@ -353,6 +354,9 @@ def _parse(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, List[Stage]]:
   if args.budget is None:
     args.budget = SMOKE_BUDGET_S if args.smoke else sum(s.box_s for s in wanted)
   args.run = args.run or harness.timestamp(compact=True)
+  if args.out is None:
+    args.out = (os.path.join(tempfile.gettempdir(), 'device_check_smoke.jsonl') if args.smoke
+                else os.path.join(ROOT, 'benchmarks', 'results', 'device_check.jsonl'))
   args.out = os.path.abspath(args.out)
   if not args.stage:
     for flag, path, folder in (('--out', args.out, False), ('--scratch', args.scratch, True)):

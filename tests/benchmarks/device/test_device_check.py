@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import types
@@ -276,3 +277,10 @@ def test_a_killed_parent_takes_its_stage_along_and_the_table_is_on_disk(tmp_path
   assert _gone(child)
   os.kill(grandchild, signal.SIGKILL)  # a plain `sleep` asks for no parent-death signal
   assert 'hang/first' in (tmp_path / 'device_check.txt').read_text()
+
+
+def test_a_smoke_rehearsal_never_writes_the_recorded_results():
+  args, _ = device_check._parse(['--smoke'])
+  assert args.out == os.path.join(tempfile.gettempdir(), 'device_check_smoke.jsonl')
+  args, _ = device_check._parse([])
+  assert args.out.endswith(os.path.join('benchmarks', 'results', 'device_check.jsonl'))
