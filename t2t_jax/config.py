@@ -207,34 +207,34 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 # A value other than the default is refused when typed on the command line, else warned
 # about; the canonical form (`runtime/resolution.py`) records the default in its place.
 _NO_EFFECT = (
-    ('weight_decay', lambda c: c.optimizer in ('adam', 'adafactor'),
+    ('weight_decay', ('optimizer',), lambda c: c.optimizer in ('adam', 'adafactor'),
      "only optimizer='adamw' (or an optimizer factory) decays weights"),
-    ('adam_b1', lambda c: c.optimizer == 'adafactor', "optimizer='adafactor' uses "
+    ('adam_b1', ('optimizer',), lambda c: c.optimizer == 'adafactor', "optimizer='adafactor' uses "
      "tensor2tensor's settings, not Adam's"),
-    ('adam_b2', lambda c: c.optimizer == 'adafactor', "optimizer='adafactor' uses "
+    ('adam_b2', ('optimizer',), lambda c: c.optimizer == 'adafactor', "optimizer='adafactor' uses "
      "tensor2tensor's settings, not Adam's"),
-    ('adam_eps', lambda c: c.optimizer == 'adafactor', "optimizer='adafactor' uses "
+    ('adam_eps', ('optimizer',), lambda c: c.optimizer == 'adafactor', "optimizer='adafactor' uses "
      "tensor2tensor's settings, not Adam's"),
-    ('local_corpus_dir', lambda c: c.dataset != 'local', "only dataset='local' reads it"),
-    ('eval_batches', lambda c: not c.eval_every_steps, 'eval_every_steps=0 turns the '
+    ('local_corpus_dir', ('dataset',), lambda c: c.dataset != 'local', "only dataset='local' reads it"),
+    ('eval_batches', ('eval_every_steps',), lambda c: not c.eval_every_steps, 'eval_every_steps=0 turns the '
      'periodic evaluation off'),
-    ('eval_bleu_sentences', lambda c: not c.eval_every_steps, 'eval_every_steps=0 turns the '
+    ('eval_bleu_sentences', ('eval_every_steps',), lambda c: not c.eval_every_steps, 'eval_every_steps=0 turns the '
      'periodic evaluation off'),
-    ('decode_threads', lambda c: c.decode_parallelism == 'sharded',
+    ('decode_threads', ('decode_parallelism',), lambda c: c.decode_parallelism == 'sharded',
      "decode_parallelism='sharded' decodes one batch at a time over the devices"),
-    ('learning_rate', lambda c: c.lr_schedule == 'rsqrt', "lr_schedule='rsqrt' takes its "
+    ('learning_rate', ('lr_schedule',), lambda c: c.lr_schedule == 'rsqrt', "lr_schedule='rsqrt' takes its "
      'peak from d_model, warmup_steps and learning_rate_scale'),
-    ('min_learning_rate', lambda c: c.lr_schedule in ('rsqrt', 'constant'),
+    ('min_learning_rate', ('lr_schedule',), lambda c: c.lr_schedule in ('rsqrt', 'constant'),
      "only lr_schedule='cosine' or 'linear' decays to it"),
-    ('learning_rate_scale', lambda c: c.lr_schedule != 'rsqrt' and c.learning_rate,
+    ('learning_rate_scale', ('lr_schedule', 'learning_rate'), lambda c: c.lr_schedule != 'rsqrt' and c.learning_rate,
      'learning_rate sets the peak of the schedule itself'),
-    ('vocab_sample_sentences', lambda c: c.vocab_model or c.init_from, 'the vocabulary is '
+    ('vocab_sample_sentences', ('vocab_model', 'init_from'), lambda c: c.vocab_model or c.init_from, 'the vocabulary is '
      'given (vocab_model or init_from), not trained'),
-    ('keep_best', lambda c: not c.eval_every_steps, 'eval_every_steps=0: no evaluation ranks '
+    ('keep_best', ('eval_every_steps',), lambda c: not c.eval_every_steps, 'eval_every_steps=0: no evaluation ranks '
      'checkpoints'),
-    ('early_stop_patience', lambda c: not c.eval_every_steps, 'eval_every_steps=0: no '
+    ('early_stop_patience', ('eval_every_steps',), lambda c: not c.eval_every_steps, 'eval_every_steps=0: no '
      'evaluation to be patient with'),
-    ('best_metric', lambda c: not c.keep_best and not c.early_stop_patience,
+    ('best_metric', ('keep_best', 'early_stop_patience'), lambda c: not c.keep_best and not c.early_stop_patience,
      'only keep_best and early_stop_patience rank by it'),
 )
 
@@ -246,10 +246,11 @@ def paper_peak(d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
 
 
 def no_effect(config: ml_collections.ConfigDict) -> list:
-  """[(key, why)] for each key of a validated `config` that holds a value other than its
-  default where the run's other settings make it do nothing (`weight_decay` with Adam)."""
+  """[(key, the keys that make it so, why)] for each key of a validated `config` that holds a
+  value other than its default where the run's other settings make it do nothing
+  (`weight_decay` with Adam)."""
   defaults = default_config.get_config()
-  return [(key, why) for key, inert, why in _NO_EFFECT
+  return [(key, because, why) for key, because, inert, why in _NO_EFFECT
           if config[key] != defaults[key] and inert(config)]
 
 

@@ -5,8 +5,8 @@ and everything that runs:
 
 * every defaulted value is derived and written out, by the model's own rules
   (`TransformerConfig`): the encoder's and the decoder's depth, the key/value heads, the
-  per-head widths d_k and d_v; `num_layers` is then the encoder's depth (a shorthand once both
-  depths are written out);
+  per-head widths d_k and d_v; `num_layers` is then the depth of both stacks when they agree,
+  else the shorthand as given (compared nowhere: both depths are written out);
 * a key that the run's other settings make ineffective (`weight_decay` with Adam) is refused
   when given on the command line, else warned about, and recorded at its default
   (`config.no_effect`);
@@ -49,10 +49,13 @@ DERIVED = {
 
 def model_settings(cfg: TransformerConfig) -> Dict[str, Any]:
   """The config keys a model config fixes, as the canonical form writes them (derived values
-  out, `num_layers` the encoder's depth, no window 0, the backend's attention '')."""
+  out; `num_layers` the depth of both stacks when they agree, else as given: the shorthand,
+  which `differences` does not compare; no window 0, the backend's attention '')."""
   return dict(
       vocab_size=cfg.vocab_size, d_model=cfg.d_model, d_ff=cfg.d_ff, num_heads=cfg.num_heads,
-      num_kv_heads=cfg.kv_heads, d_k=cfg.d_k, d_v=cfg.d_v, num_layers=cfg.encoder_layers,
+      num_kv_heads=cfg.kv_heads, d_k=cfg.d_k, d_v=cfg.d_v,
+      num_layers=(cfg.encoder_layers if cfg.encoder_layers == cfg.decoder_layers
+                  else cfg.num_layers),
       num_encoder_layers=cfg.encoder_layers, num_decoder_layers=cfg.decoder_layers,
       decoder_window=cfg.decoder_window or 0, share_embeddings=cfg.share_embeddings,
       scale_embeddings=cfg.scale_embeddings, dropout_rate=cfg.dropout_rate,
@@ -68,8 +71,10 @@ def _copy(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 def _drop_no_effect(config: ml_collections.ConfigDict, explicit: set, quiet: bool) -> None:
   defaults = default_config.get_config()
-  for key, why in config_lib.no_effect(config):
-    if key in explicit:
+  for key, because, why in config_lib.no_effect(config):
+    # Refused when typed against the config's own settings; only warned about when the key
+    # that makes it ineffective was typed too (common flags, and one that turns a feature off).
+    if key in explicit and not explicit & set(because):
       raise ConfigError(f'config key {key!r}={config[key]!r} has no effect: {why}; drop it')
     if not quiet:
       logging.warning('config key %r=%r has no effect (%s); the run records its default %r',
@@ -204,6 +209,8 @@ def differences(base: ml_collections.ConfigDict, config: ml_collections.ConfigDi
   canonical configs; `model` compares by content (`same_model`)."""
   out = []
   for key in keys:
+    if key == 'num_layers':  # the shorthand: both depths are written out and compared
+      continue
     a, b = base[key], config[key]
     if key == 'model':
       if not same_model(a, b, model_source):
@@ -262,8 +269,8 @@ def with_overrides(saved: ml_collections.ConfigDict, source: ml_collections.Conf
   candidate = _copy(base)
   for key in keys:
     candidate[key] = source[key]
-  for key, follows in DERIVED.items():
-    if key not in keys and any(k in keys for k in follows):
+  for key, follows in DERIVED.items():  # follows a key given anew (not one given as it was)
+    if key not in keys and any(k in keys and candidate[k] != base[k] for k in follows):
       candidate[key] = 0
   resolved = resolve(candidate, explicit=keys)
   changed = differences(base, resolved, config_lib.MODEL_KEYS, model_source)
@@ -274,8 +281,8 @@ def with_overrides(saved: ml_collections.ConfigDict, source: ml_collections.Conf
     given = given or sorted(names)
     detail = '; '.join(f'{k}: checkpoint {a!r}, command line {b!r}' for k, a, b in changed)
     raise ConfigError(f'config key{"s" if len(given) > 1 else ""} '
-                      f'{", ".join(map(repr, given))} would change the model the checkpoint '
-                      f'fixes ({detail}). Only inference and data keys can be overridden.')
+                      f'{", ".join(map(repr, given))} would change the model fixed by the '
+                      f'checkpoint ({detail}). Only inference and data keys can be overridden.')
   return resolved
 
 

@@ -69,7 +69,7 @@ def test_a_run_moved_with_its_corpus_and_factory_works_in_every_mode(tmp_path, c
   os.rename(tmp_path / 'G', tmp_path / 'H')
   changed = _main(tmp_path, '--mode=eval', '--workdir=W2', '--config.model=H/myvar.py:win')
   assert changed.returncode == 1 and 'Traceback' not in changed.stderr
-  assert "config key 'model' would change the model the checkpoint fixes" in changed.stderr, changed.stderr.splitlines()[-1]
+  assert "config key 'model' would change the model fixed by the checkpoint" in changed.stderr, changed.stderr.splitlines()[-1]
 
 
 def _sha(path):

@@ -33,7 +33,7 @@ def factory_file(tmp_path):
 def test_every_derived_value_is_written_out():
   resolved = resolution.resolve(_config(num_layers=3, num_decoder_layers=2, num_kv_heads=2))
   assert (resolved.num_encoder_layers, resolved.num_decoder_layers, resolved.num_layers) == (
-      3, 2, 3)
+      3, 2, 3)  # num_layers as given: the two depths differ
   assert (resolved.d_k, resolved.d_v, resolved.num_kv_heads) == (8, 8, 2)
   paper = resolution.resolve(_config())
   assert (paper.num_encoder_layers, paper.num_decoder_layers, paper.num_kv_heads) == (6, 6, 4)
@@ -47,7 +47,7 @@ def test_every_derived_value_is_written_out():
 ])
 def test_equivalent_spellings_resolve_alike_and_resume_each_other(one, other):
   a, b = resolution.resolve(_config(**one)), resolution.resolve(_config(**other))
-  assert a == b
+  assert resolution.differences(a, b, a.keys()) == []  # num_layers, the shorthand, is not one
   assert checkpoint.incompatible_keys(checkpoint.config_to_json(_config(**one)),
                                       _config(**other)) == []
 
@@ -99,6 +99,9 @@ def test_a_key_that_does_nothing_is_refused_on_the_command_line_else_reset(value
   with pytest.raises(config_lib.ConfigError, match=rf"^config key '{key}'=.* has no effect: "
                      rf".*{why}.*; drop it$"):
     resolution.resolve(_config(**values), explicit=[key])
+  if len(values) > 1:  # typed with the key that makes it ineffective: warned, not refused
+    assert resolution.resolve(_config(**values), explicit=list(values))[key] == (
+        default.get_config()[key])
   with caplog.at_level(logging.WARNING):
     resolved = resolution.resolve(_config(**values))
   assert resolved[key] == default.get_config()[key]
@@ -112,10 +115,14 @@ def test_overrides_of_a_saved_run_may_respell_the_model_but_not_change_it():
   config = resolution.with_overrides(saved, same, ['num_encoder_layers', 'num_decoder_layers',
                                                    'beam_size'])
   assert (config.num_decoder_layers, config.beam_size) == (1, 2)
+  # num_layers as the run was trained with: the depths stay the checkpoint's.
+  assert resolution.with_overrides(saved, _config(num_layers=2), ['num_layers']
+                                   ).num_decoder_layers == 1
   with pytest.raises(config_lib.ConfigError, match=(
-      r"^config key 'num_layers' would change the model the checkpoint fixes "
-      r'\(num_decoder_layers: checkpoint 1, command line 2\)')):
-    resolution.with_overrides(saved, _config(num_layers=2), ['num_layers'])
+      r"^config key 'num_layers' would change the model fixed by the checkpoint "
+      r'\(num_encoder_layers: checkpoint 2, command line 3; num_decoder_layers: checkpoint 1, '
+      r'command line 3\)')):
+    resolution.with_overrides(saved, _config(num_layers=3), ['num_layers'])
   with pytest.raises(config_lib.ConfigError, match=r'num_kv_heads: checkpoint 4, command line 2'):
     resolution.with_overrides(saved, _config(num_kv_heads=2), ['num_kv_heads'])
 

@@ -73,7 +73,7 @@ def test_schedule_keys_that_do_nothing_are_refused(values, key):
   config = default.get_config()
   config.update(values)
   with pytest.raises(config_lib.ConfigError, match=rf"^config key '{key}'=.* has no effect"):
-    resolution.resolve(config, explicit=list(values))
+    resolution.resolve(config, explicit=[key])
 
 
 def test_bad_schedule_values_are_refused_in_one_line():
