@@ -29,7 +29,7 @@ from etils import epath
 
 from t2t_jax.inference.checkpoint_choice import BEST_ITEM, best_checkpoints, best_dir, rank
 from t2t_jax.runtime import checkpoint, multihost
-from t2t_jax.storage import layout, paths, textio
+from t2t_jax.storage import paths, textio
 
 EARLY_STOP = 'early_stop.json'
 
