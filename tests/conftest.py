@@ -137,7 +137,18 @@ def tiny_workdir(corpus, tmp_path_factory):
     result = run_main(f'--workdir={path}', f'--config.local_corpus_dir={corpus}', *TINY,
                       '--config.num_train_steps=10', '--config.eval_every_steps=0')
     assert result.returncode == 0, result.stderr[-3000:]
-  return shared_once(tmp_path_factory, 'tiny_run', train)
+  path = shared_once(tmp_path_factory, 'tiny_run', train)
+  before = _listing(path)
+  yield path
+  # A test that wrote into it changes what later tests see, by their order (an eval JSON left
+  # there once renamed another test's output): fail the session's last user instead.
+  added = sorted(set(_listing(path)) - set(before))
+  assert not added, f'a test wrote into the shared tiny_workdir: {added[:5]}'
+
+
+def _listing(path):
+  return [os.path.relpath(os.path.join(d, n), path) for d, _, names in os.walk(path)
+          for n in names]
 
 
 def main_command(*args):

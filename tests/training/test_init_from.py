@@ -3,6 +3,7 @@ and vocabulary, with a fresh optimizer and step, recorded, and resumed as itself
 
 import hashlib
 import os
+import shutil
 
 import pytest
 from conftest import TINY, read_metrics, run_main
@@ -44,8 +45,10 @@ def test_a_fine_tune_starts_from_the_source_and_resumes_as_itself(tiny_workdir, 
       os.path.join(tiny_workdir, 'vocab', 'spm.model'))
   source = checkpoint_choice.load_inference_params(tiny_workdir, '10')
   config = resolution.from_saved(source.config_json)
-  expected = evaluate.evaluate(config, tiny_workdir, 'dev', checkpoint='10',
-                               show_progress=False)['loss']
+  # On a copy: evaluate writes its JSON into the workdir, and tiny_workdir is shared.
+  copy = str(tmp_path / 'source')
+  shutil.copytree(tiny_workdir, copy)
+  expected = evaluate.evaluate(config, copy, 'dev', checkpoint='10', show_progress=False)['loss']
   step0 = next(m for m in read_metrics(run) if m['step'] == 0 and 'eval_dev/loss' in m)
   assert step0['eval_dev/loss'] == pytest.approx(expected, rel=1e-5)
   record = checkpoint_choice.load_inference_params(run, '10').init_record
