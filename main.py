@@ -102,8 +102,10 @@ flags.DEFINE_integer('attention_layer', None, 'attention: the 1-based layer of t
                      "of the encoder's self-attention (default: num_layers - 1, the paper's "
                      '"layer 5 of 6").')
 flags.DEFINE_string('checkpoint', None,
-                    'eval/decode/attention/export: a training step or a checkpoint path (default: '
-                    'the newest averaged checkpoint, else the latest training checkpoint).')
+                    'eval/decode/attention/export: a training step, a checkpoint path, best (the '
+                    'best kept by keep_best) or ema / ema:STEP (the moving average of the '
+                    'weights, ema_decay) (default: the newest averaged checkpoint, else the '
+                    'latest training checkpoint).')
 flags.DEFINE_enum('split', 'dev', config_lib.SPLITS,
                   "eval: the split to evaluate (dev is WMT's validation split).")
 flags.DEFINE_bool('distributed', False, 'Initialise jax.distributed, detecting the cluster '

@@ -67,6 +67,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.learning_rate = 0.0           # peak rate of cosine, linear and constant; 0: the paper's peak, learning_rate_scale * (d_model * warmup_steps)^-0.5
   c.min_learning_rate = 0.0       # the rate cosine and linear decay to at num_train_steps
   c.clip_grad_norm = 0.0          # scale the gradients to a global L2 norm of at most this (0: off, the paper); the norm before clipping is logged
+  c.trainable = ''                # a regular expression over parameter paths (--mode=info lists them): only the parameters whose whole path it matches are trained, e.g. 'decoder/.*'; the others stay bitwise as they are and get no optimizer state ('': all)
+  c.ema_decay = 0.0               # keep an exponential moving average of the weights with this decay (e.g. 0.9999; 0: off, the paper), checkpointed; --checkpoint=ema evaluates and decodes with it
   c.grad_accum_steps = 1          # micro-batches summed per update, to emulate a larger batch on a small machine
   c.shard_optimizer_state = False  # ZeRO: Adam moments and gradients sharded over the 'data' axis (reduce-scatter + all-gather instead of an all-reduce)
   c.num_train_steps = 100_000     # training steps (base: 100K, big: 300K; §5.2)
@@ -90,6 +92,7 @@ def get_config() -> ml_collections.ConfigDict:
 
   # --- Inference (§6.1) ------------------------------------------------------------
   c.average_last = 5              # checkpoints averaged for eval/decode (base: 5, big: 20)
+  c.average_best = 0              # --mode=average: average the N best checkpoints keep_best kept instead of the last average_last, into averaged/step_<last>_best_<N> (read with --checkpoint=averaged/step_<last>_best_<N>); 0: the last
   c.beam_size = 4                 # beam width
   c.length_penalty_alpha = 0.6    # GNMT length penalty ((5 + |Y|) / 6)^alpha
   c.max_decode_extra = 50         # maximum output length = input length + this

@@ -7,6 +7,7 @@ expected and what was given, so a typo in `--config.key=value` fails in millisec
 import difflib
 import math
 import os
+import re
 from typing import Any, Iterable, Optional, Sequence, Tuple, get_args
 
 import ml_collections
@@ -48,9 +49,9 @@ _NON_NEGATIVE = ('d_k', 'd_v', 'num_kv_heads', 'num_encoder_layers', 'num_decode
                  'checkpoint_every_minutes', 'eval_every_steps', 'eval_batches',
                  'eval_bleu_sentences', 'length_penalty_alpha', 'max_decode_extra',
                  'decode_threads', 'learning_rate', 'min_learning_rate', 'clip_grad_norm',
-                 'keep_best', 'early_stop_patience')
+                 'keep_best', 'early_stop_patience', 'average_best')
 _PROBABILITIES = ('dropout_rate', 'attention_dropout_rate', 'label_smoothing', 'adam_b1',
-                  'adam_b2')
+                  'adam_b2', 'ema_decay')
 
 
 # `config.optimizer` by name; anything else is a 'module:factory' or 'path/file.py:factory'
@@ -63,6 +64,15 @@ def _check_optimizer(value: str) -> None:
   if value not in OPTIMIZERS and not (sep and where and attr):
     _fail('optimizer', "one of 'adam', 'adamw', 'adafactor', or 'module:factory' or "
           "'path/file.py:factory'", value)
+
+
+def compile_pattern(pattern: str) -> 're.Pattern':
+  """The compiled `trainable` expression, or a one-line ConfigError naming the key."""
+  try:
+    return re.compile(pattern)
+  except re.error as e:
+    raise ConfigError(f"config key 'trainable': {pattern!r} is not a regular expression "
+                      f'({e}); expected one over parameter paths, e.g. \'decoder/.*\'') from None
 
 
 def _fail(key: str, expected: str, got: Any) -> None:
@@ -185,6 +195,8 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _fail('vocab_model', "'' with init_from, which takes the source run's vocabulary",
           config.vocab_model)
   _check_optimizer(config.optimizer)
+  if config.trainable:
+    compile_pattern(config.trainable)
   _check_buckets(tuple(config.bucket_lengths), config.max_length)
   # One row of the largest bucket a run uses (the first >= max_length, as
   # `pipeline.bucket_rows` picks) must fit the batch, or the pipeline refuses it after the
@@ -287,9 +299,9 @@ def absolute_model(spec: str) -> str:
 
 def init_from_parts(spec: str) -> Tuple[str, Optional[str]]:
   """(workdir, checkpoint) of `--config.init_from`: 'WORKDIR' (checkpoint None: its newest
-  average, else its last checkpoint), 'WORKDIR:STEP' or 'WORKDIR:best'."""
+  average, else its last checkpoint), 'WORKDIR:STEP', 'WORKDIR:best' or 'WORKDIR:ema'."""
   where, sep, which = spec.rpartition(':')
-  if sep and where and (which.isdigit() or which == 'best'):
+  if sep and where and (which.isdigit() or which in ('best', 'ema')):
     return where, which
   return spec, None
 

@@ -9,6 +9,7 @@ decode can rebuild the model from it alone.
 """
 
 import dataclasses
+import functools
 import os
 import re
 import time
@@ -20,6 +21,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
+from t2t_jax.model import param_paths
 from t2t_jax.runtime import checkpoint as checkpoint_lib
 from t2t_jax.runtime import damage
 from t2t_jax.storage import layout, paths
@@ -80,23 +82,31 @@ def averaged_checkpoints(workdir: str) -> List[Tuple[int, int, str]]:
                     os.path.join(directory, name)))
 
 
-def params_metadata(checkpoint_dir: str) -> Any:
-  """The `params` subtree of `<checkpoint_dir>/state` as orbax metadata (reads no arrays)."""
+PARAMS_PATH = ('params',)
+
+
+def params_metadata(checkpoint_dir: str, at: Tuple[str, ...] = PARAMS_PATH) -> Any:
+  """The `params` subtree of `<checkpoint_dir>/state` as orbax metadata (reads no arrays); `at`:
+  another subtree of the same shape (`checkpoint.EMA_PATH`, the moving average)."""
   state_dir = os.path.join(checkpoint_dir, 'state')
   handler = ocp.PyTreeCheckpointHandler()
   try:
     tree = handler.metadata(epath.Path(state_dir)).tree
   finally:
     handler.close()
-  if not isinstance(tree, dict) or 'params' not in tree:
-    raise damage.DamagedCheckpointError(f'{state_dir} has no "params" in its saved state')
-  return tree['params']
+  for key in at:
+    if not isinstance(tree, dict) or key not in tree:
+      if at != PARAMS_PATH:
+        raise CheckpointError(f'{checkpoint_dir} holds no {"/".join(at)} in its saved state')
+      raise damage.DamagedCheckpointError(f'{state_dir} has no "params" in its saved state')
+    tree = tree[key]
+  return tree
 
 
 def _signature(metadata) -> Dict[str, Tuple[Tuple[int, ...], np.dtype]]:
   """{'encoder/layer_0/kernel': (shape, dtype)} in tree order."""
   flat, _ = jax.tree_util.tree_flatten_with_path(metadata)
-  return {'/'.join(str(getattr(k, 'key', getattr(k, 'name', getattr(k, 'idx', k)))) for k in path):
+  return {param_paths.path_name(path):
           (tuple(m.shape), np.dtype(m.dtype)) for path, m in flat}
 
 
@@ -114,25 +124,26 @@ def _check_same(ref_step: int, ref, step: int, sig) -> None:
     raise CheckpointError(f'cannot average: parameter {name!r} {problem}')
 
 
-def restore_params(checkpoint_dir: str, metadata: Any) -> Any:
+def restore_params(checkpoint_dir: str, metadata: Any, at: Tuple[str, ...] = PARAMS_PATH) -> Any:
   """Only the `params` subtree of `<checkpoint_dir>/state`, as host numpy arrays.
 
   The target is built from the checkpoint's own metadata, so no optimizer or model is needed;
   `partial_restore` skips the optimizer moments (2/3 of a training state). Restoring to numpy
   ignores the saved device sharding, so a checkpoint from 8 GPUs loads on 1 CPU. The handler
-  is used alone: each process reads on its own, with no barrier (see `checkpoint.py`).
+  is used alone: each process reads on its own, with no barrier (see `checkpoint.py`). `at`:
+  the subtree to restore (`params_metadata`).
   """
   restore_args = jax.tree_util.tree_map(
       lambda _: ocp.RestoreArgs(restore_type=np.ndarray), metadata)
   handler = ocp.PyTreeCheckpointHandler()
   try:
+    nest = lambda leaf: functools.reduce(lambda t, k: {k: t}, reversed(at), leaf)  # noqa: E731
     restored = handler.restore(
         epath.Path(checkpoint_dir) / 'state', args=ocp.args.PyTreeRestore(
-            item={'params': metadata}, restore_args={'params': restore_args},
-            partial_restore=True))
+            item=nest(metadata), restore_args=nest(restore_args), partial_restore=True))
   finally:
     handler.close()
-  return restored['params']
+  return functools.reduce(lambda t, k: t[k], at, restored)
 
 
 def checkpoint_config(checkpoint_dir: str) -> Dict[str, Any]:
@@ -231,7 +242,7 @@ def _pick_readable(source: str, available: List[int], num: int, damaged: Dict[in
   return metadata
 
 
-def _existing_average(target: str, steps: Tuple[int, ...]) -> Optional[AveragedCheckpoint]:
+def existing_average(target: str, steps: Tuple[int, ...]) -> Optional[AveragedCheckpoint]:
   """The averaged checkpoint `target` if it exists (made from `steps`, else CheckpointError)."""
   if not epath.Path(target).exists():
     return None
@@ -289,7 +300,7 @@ def average_checkpoints(workdir: str, num: int) -> AveragedCheckpoint:
   workdir = layout.of(workdir)
   source = workdir.checkpoints
   available = _available_steps(source, workdir, num)
-  existing = _existing_average(
+  existing = existing_average(
       workdir.averaged_checkpoint(available[-1], num),
       tuple(available[-num:]))
   if existing is not None:
@@ -314,7 +325,7 @@ def average_checkpoints(workdir: str, num: int) -> AveragedCheckpoint:
   dtypes = jax.tree_util.tree_map(lambda m: np.dtype(m.dtype), metadata[steps[-1]])
   mean = jax.tree_util.tree_map(lambda acc, dtype: (acc / np.float32(num)).astype(dtype),
                                 total, dtypes)
-  _write_average(target, mean, config, steps, num, source, setup)
+  write_average(target, mean, config, steps, num, source, setup)
   return AveragedCheckpoint(target, steps, mean)
 
 
@@ -331,10 +342,10 @@ def _average_once(workdir: layout.Workdir, available: List[int], num: int,
   metadata = _pick_readable(source, available, num, damaged)
   steps = tuple(sorted(metadata))
   target = workdir.averaged_checkpoint(steps[-1], num)
-  existing = _existing_average(target, steps)
+  existing = existing_average(target, steps)
   if existing is not None:
     return existing
-  _check_averageable(steps, metadata)
+  check_averageable(steps, metadata)
   newest = os.path.join(source, str(steps[-1]))
   setup, _, skipped = first_readable(
       [newest], unless_vanished(lambda p: (checkpoint_config(p), setup_items(p))),
@@ -360,7 +371,7 @@ def _available_steps(source: str, workdir: str, num: int) -> List[int]:
   return available
 
 
-def _check_averageable(steps: Tuple[int, ...], metadata: Dict[int, Any]) -> None:
+def check_averageable(steps: Tuple[int, ...], metadata: Dict[int, Any]) -> None:
   """Every tree has the newest one's structure, shapes and dtypes, and those are floats."""
   ref = _signature(metadata[steps[-1]])
   for s in steps[:-1]:
@@ -370,7 +381,7 @@ def _check_averageable(steps: Tuple[int, ...], metadata: Dict[int, Any]) -> None
       raise CheckpointError(f'cannot average: parameter {name!r} has non-float dtype {dtype}')
 
 
-def _write_average(target: str, mean: Any, config: Dict[str, Any], steps: Tuple[int, ...],
+def write_average(target: str, mean: Any, config: Dict[str, Any], steps: Tuple[int, ...],
                    num: int, source: str, setup: Optional[Dict[str, Any]] = None) -> None:
   """Saves the mean parameters with the newest config, its `setup_items` and the steps
   averaged (orbax writes a temporary directory and renames it, so `target` is complete or

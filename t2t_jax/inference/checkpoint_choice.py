@@ -6,6 +6,7 @@ restored without the optimizer or the model, as float32 on the default device.
 """
 
 import dataclasses
+import functools
 import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
@@ -19,7 +20,7 @@ from t2t_jax.data import tokenizer, vocab_record
 from t2t_jax.inference.averaging import (checkpoint_config, is_finalized, gone,
                                          checkpoint_name, params_metadata, restore_params,
                                          averaged_checkpoints, training_steps, unless_vanished,
-                                         setup_items)
+                                         setup_items, PARAMS_PATH)
 from t2t_jax.model import variant
 from t2t_jax.runtime import checkpoint as checkpoint_lib, damage
 from t2t_jax.runtime.checkpoint import CheckpointError, first_readable, read_json_item
@@ -85,6 +86,9 @@ def latest_training_setup(workdir: str) -> Tuple[Dict[str, Any], Dict[str, Any]]
 # `best` JSON item {'step', 'metric', 'value', 'metrics'}.
 BEST_NAME = re.compile(r'step_(\d+)')
 BEST_ITEM = 'best'
+# `--checkpoint=ema` (the newest training checkpoint's) or `ema:STEP`: the moving average of
+# the weights a run with --config.ema_decay keeps (`training/ema.py`).
+EMA = 'ema'
 LOWER_IS_BETTER = {'loss': True, 'bleu': False}
 
 
@@ -132,6 +136,18 @@ def _resolve(workdir: str, checkpoint: str) -> str:
   available = training_steps(workdir)
   listing = (f'training steps available in {source}: '
              f'{", ".join(map(str, available)) if available else "none"}')
+  if checkpoint == EMA or checkpoint.startswith(EMA + ':'):
+    step = checkpoint.partition(':')[2] or (str(available[-1]) if available else '')
+    if not step:
+      raise CheckpointError(f'--checkpoint={checkpoint}: no training checkpoint in {source}')
+    path = _resolve(workdir, step)
+    try:
+      params_metadata(path, checkpoint_lib.EMA_PATH)
+    except CheckpointError:
+      raise CheckpointError(
+          f'--checkpoint={checkpoint}: {path} holds no moving average of the weights (the run '
+          'was trained without --config.ema_decay); choose another --checkpoint') from None
+    return path
   if checkpoint == 'best':
     best = best_checkpoints(workdir)
     if not best:
@@ -156,9 +172,13 @@ def _resolve(workdir: str, checkpoint: str) -> str:
   return path
 
 
-def _read_inference(path: str) -> InferenceParams:
-  """Params (float32, on the default device), config and origin of the checkpoint `path`."""
-  if epath.Path(path, BEST_ITEM).is_dir():
+def _read_inference(path: str, ema: bool = False) -> InferenceParams:
+  """Params (float32, on the default device), config and origin of the checkpoint `path`;
+  `ema`: its moving average of the weights instead (`training/ema.py`)."""
+  if ema:
+    step = int(os.path.basename(path))
+    description = f'moving average (ema) of training checkpoint step {step}'
+  elif epath.Path(path, BEST_ITEM).is_dir():
     record = read_json_item(os.path.join(path, BEST_ITEM))
     step = int(record['step'])
     description = f'best checkpoint step {step} (dev {record["metric"]} {record["value"]:.4g})'
@@ -169,7 +189,8 @@ def _read_inference(path: str) -> InferenceParams:
     step = int(os.path.basename(path))
     description = f'training checkpoint step {step}'
   damage.check_ours(path)  # another program's checkpoint is named as such, not as damaged
-  params = restore_params(path, params_metadata(path))
+  at = checkpoint_lib.EMA_PATH if ema else PARAMS_PATH
+  params = restore_params(path, params_metadata(path, at), at)
   params = jax.tree_util.tree_map(lambda x: jax.device_put(np.asarray(x, np.float32)), params)
   items = setup_items(path)
   return InferenceParams(params, checkpoint_config(path), description, step, path,
@@ -196,7 +217,9 @@ def load_inference_params(workdir: str, checkpoint: Optional[str] = None) -> Inf
       with a one-line warning for the next in that order, and an average older than the
       newest training checkpoint is used with a warning naming the command that refreshes
       it. A step number as a string: that training checkpoint; or the path of an averaged or
-      training step directory: exactly that one (damaged: CheckpointError).
+      training step directory: exactly that one (damaged: CheckpointError). 'best': the best
+      kept checkpoint (`training/best.py`); 'ema' or 'ema:STEP': the moving average of the
+      weights saved with the newest (or that) training checkpoint.
 
   Returns:
     InferenceParams; `t2t_jax.config.from_json(result.config_json)` rebuilds the config.
@@ -212,8 +235,10 @@ def load_inference_params(workdir: str, checkpoint: Optional[str] = None) -> Inf
     if not candidates:
       raise CheckpointError(f'no checkpoint in workdir {workdir}: looked in '
                             f'{workdir.checkpoints} and {workdir.averaged}')
-    inference, path, skipped = first_readable(candidates, unless_vanished(_read_inference),
-                                              checkpoint_name, warn=checkpoint is None)
+    ema = checkpoint is not None and checkpoint.partition(':')[0] == EMA
+    inference, path, skipped = first_readable(
+        candidates, unless_vanished(functools.partial(_read_inference, ema=ema)),
+        checkpoint_name, warn=checkpoint is None)
     if inference is not None or checkpoint is not None or not any(
         gone(p) for p, _ in skipped):
       break

@@ -13,7 +13,8 @@ from etils import epath
 
 from t2t_jax import config as config_lib
 from t2t_jax.data import corpora, fingerprint, tasks, tokenizer
-from t2t_jax.inference import averaging, checkpoint_choice, evaluate, translate
+from t2t_jax.inference import (averaging, best_average, checkpoint_choice, evaluate,
+                               translate)
 from t2t_jax.model import info as model_info, variant
 from t2t_jax.runtime import checkpoint as checkpoint_lib
 from t2t_jax.runtime import interruptible, multihost, resolution
@@ -127,11 +128,18 @@ def info(workdir: Optional[str], overrides: Overrides) -> str:
 
 
 def average(workdir: str, overrides: Overrides) -> None:
-  """Averages the last `average_last` training checkpoints (a collective save)."""
+  """Averages the last `average_last` training checkpoints (a collective save), or with
+  `average_best` the best kept ones (`best_average`)."""
   saved, setup = checkpoint_choice.latest_training_setup(workdir)
   source = f'the latest training checkpoint in {layout.of(workdir).checkpoints}'
   # Its factory checked too: what averaging is for, eval and decode, needs it.
   config = run_config(workdir, saved, source, overrides, setup.get(checkpoint_lib.MODEL_ITEM))
+  if config.average_best:
+    result = best_average.average_best(workdir, config.average_best)
+    if multihost.is_writer():
+      records = {s: r for s, r, _ in checkpoint_choice.best_checkpoints(workdir)}
+      print(best_average.describe(result, records))
+    return
   result = averaging.average_checkpoints(workdir, config.average_last)  # a collective save
   if multihost.is_writer():
     print(f'averaged steps {", ".join(map(str, result.steps))} into {result.path}')

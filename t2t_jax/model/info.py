@@ -2,7 +2,7 @@
 
 import jax
 
-from t2t_jax.model import transformer as model, variant
+from t2t_jax.model import param_paths, transformer as model, variant
 
 
 def describe(config) -> str:
@@ -27,9 +27,12 @@ def describe(config) -> str:
   for name in paper + tuple(sorted(set(shapes) - set(paper))):  # a variant's 'shared' part
     lines.append(f'  {name:<17} {model.count_params(shapes[name]):>13,d}')
   lines.append(f'  {"total":<17} {model.count_params(shapes):>13,d}')
+  if getattr(config, 'trainable', ''):
+    trained, frozen = param_paths.counts(shapes, config.trainable)
+    lines.append(f'  trainable={config.trainable!r}: {trained:,d} trained, {frozen:,d} frozen')
   lines.append('shapes:')
   flat = jax.tree_util.tree_flatten_with_path(shapes)[0]
   for path, leaf in flat:
-    name = '/'.join(str(getattr(k, 'key', k)) for k in path)
+    name = param_paths.path_name(path)
     lines.append(f'  {name:<60} {tuple(leaf.shape)}')
   return '\n'.join(lines)

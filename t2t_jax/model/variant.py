@@ -24,6 +24,7 @@ import traceback
 from typing import Callable, Optional
 
 from t2t_jax.choices import ConfigError
+from t2t_jax.model import param_paths
 from t2t_jax.model.transformer import Transformer, TransformerConfig, param_shapes
 
 Factory = Callable[[TransformerConfig], Transformer]
@@ -275,6 +276,4 @@ def tree_mismatch(expected, found) -> str:
 
 def _shapes(tree):
   """{'encoder/layer_0/ffn/wi/kernel': shape} of a parameter tree."""
-  import jax  # pylint: disable=import-outside-toplevel
-  return {'/'.join(str(getattr(k, 'key', getattr(k, 'idx', k))) for k in path): tuple(x.shape)
-          for path, x in jax.tree_util.tree_leaves_with_path(tree)}
+  return param_paths.shapes_by_path(tree)

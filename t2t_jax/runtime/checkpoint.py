@@ -47,6 +47,9 @@ MODEL_ITEM = 'model_source'
 INIT_ITEM = 'init_from'
 # What averaging copies from the newest training checkpoint beside the config.
 SETUP_ITEMS = (VOCAB_ITEM, MODEL_ITEM, FINGERPRINT_ITEM, INIT_ITEM)
+# Where a run with --config.ema_decay keeps the moving average of its parameters inside the
+# saved state (`training/ema.py`), which `--checkpoint=ema` reads.
+EMA_PATH = ('opt_state', 'ema')
 _REMOVE_ATTEMPTS = 10  # of a failed save's partial folder (`_remove_partial`): ~2.7 s at most
 
 # The keys whose change makes a checkpoint unusable, and their comparison (`resolution`).

@@ -24,8 +24,7 @@ The building blocks of the step are public: `metric_sums` (one shard's sums), `m
 its non-finite guard); `make_train_step` is `apply_gradients(make_grad_fn(...))` jitted.
 """
 
-import dataclasses
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -33,11 +32,14 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from t2t_jax.model import losses, transformer as model_lib
+from t2t_jax.model import losses, param_paths, transformer as model_lib
 from t2t_jax.model.array_checks import check_real
 from t2t_jax.runtime.step_checks import (  # noqa: F401  (re-exported)
     DATA, PACKING_KEYS, check_batch, check_mesh, check_metrics, check_optimizer, check_params,
     check_shard_arguments, check_update_arguments)
+from t2t_jax.runtime.train_state import (  # noqa: F401  (re-exported)
+    TrainState, _abstract_state, _leaf_shardings, create_train_state, replicated,
+    train_state_shardings, zero_dim, zero_spec)
 # The multi-process start-up, where every caller has always found it.
 from t2t_jax.runtime.distributed import (  # noqa: F401  (re-exported)
     DistributedError, initialize_distributed)
@@ -58,10 +60,6 @@ def make_mesh(devices=None) -> Mesh:
     raise ValueError('make_mesh: devices is empty; expected one device or more '
                      '(None: all devices)')
   return Mesh(np.asarray(devices), (DATA,))
-
-
-def replicated(mesh: Mesh) -> NamedSharding:
-  return NamedSharding(mesh, P())
 
 
 def data_sharded(mesh: Mesh) -> NamedSharding:
@@ -85,77 +83,6 @@ def shard_batch(batch: Batch, mesh: Mesh) -> Dict[str, Array]:
   sharding = data_sharded(mesh)
   return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
           for k, v in batch.items()}
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainState:
-  """What a training step changes: step count, parameters, optimizer state (a pytree)."""
-  step: Array
-  params: Any
-  opt_state: Any
-
-
-jax.tree_util.register_dataclass(TrainState, data_fields=['step', 'params', 'opt_state'],
-                                 meta_fields=[])
-
-
-def zero_dim(shape: Sequence[int], num_devices: int) -> Optional[int]:
-  """The dimension ZeRO splits a leaf of `shape` along: the largest one `num_devices` divides
-  (the first of equals), or None (kept whole on every device), e.g. for scalars."""
-  dims = [d for d, n in enumerate(shape) if n > 0 and n % num_devices == 0]
-  return max(dims, key=lambda d: shape[d]) if dims else None
-
-
-def zero_spec(shape: Sequence[int], num_devices: int) -> P:
-  """The PartitionSpec of a ZeRO-sharded leaf: 'data' at `zero_dim`, P() if there is none."""
-  dim = zero_dim(shape, num_devices)
-  return P() if dim is None else P(*(DATA if d == dim else None for d in range(len(shape))))
-
-
-def _leaf_shardings(tree, mesh: Mesh, shard: bool):
-  """NamedShardings for every leaf of `tree` (arrays or ShapeDtypeStructs): ZeRO or replicated."""
-  return jax.tree_util.tree_map(
-      lambda x: NamedSharding(mesh, zero_spec(x.shape, mesh.shape[DATA]) if shard else P()),
-      tree)
-
-
-def train_state_shardings(state: TrainState, mesh: Mesh, *,
-                          shard_optimizer_state: bool) -> TrainState:
-  """Where each leaf of `state` (arrays or `jax.ShapeDtypeStruct`s) lives: a TrainState of
-  NamedShardings. Step and parameters replicated; optimizer state replicated, or with
-  `shard_optimizer_state` split over 'data' leaf by leaf (`zero_spec`)."""
-  if not isinstance(state, TrainState):
-    raise TypeError(f'train_state_shardings: state is a {type(state).__name__}; expected a '
-                    'TrainState')
-  check_mesh('train_state_shardings', mesh)
-  return TrainState(replicated(mesh), _leaf_shardings(state.params, mesh, False),
-                    _leaf_shardings(state.opt_state, mesh, shard_optimizer_state))
-
-
-def _init_fn(model: model_lib.ModelLike, optimizer: optax.GradientTransformation,
-             seed: int) -> Callable[[], TrainState]:
-  def init():
-    params = model_lib.init_params(model, jax.random.PRNGKey(seed))
-    return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params))
-  return init
-
-
-def _abstract_state(model: model_lib.ModelLike,
-                    optimizer: optax.GradientTransformation) -> TrainState:
-  """The state's shapes and dtypes (`jax.ShapeDtypeStruct`s), computing nothing."""
-  return jax.eval_shape(_init_fn(model, optimizer, 0))
-
-
-def create_train_state(model: model_lib.ModelLike, optimizer: optax.GradientTransformation,
-                       seed: int, mesh: Mesh, *, shard_optimizer_state: bool = False) -> TrainState:
-  """Initial state, placed by `train_state_shardings`; parameters come from `seed` (same on
-  every process)."""
-  check_optimizer('create_train_state', optimizer)
-  check_mesh('create_train_state', mesh)
-  init = _init_fn(model, optimizer, seed)
-  shardings = train_state_shardings(jax.eval_shape(init), mesh,
-                                    shard_optimizer_state=shard_optimizer_state)
-  return jax.jit(init, out_shardings=shardings)()
 
 
 def metric_sums(model: model_lib.ModelLike, params, batch, dropout_rng,
@@ -212,7 +139,8 @@ def _reduce_scatter(grad: Array, num_devices: int) -> Array:
 
 
 def make_grad_fn(model: model_lib.ModelLike, mesh: Mesh, label_smoothing: float, *,
-                 shard_gradients: bool = False, aux_loss_weight: float = 1.0) -> Callable:
+                 shard_gradients: bool = False, aux_loss_weight: float = 1.0,
+                 trainable: str = '') -> Callable:
   """(params, batch, rng) -> (summed gradients, summed metrics), reduced over all devices.
 
   Gradients are of the summed `objective` (the loss sum, plus `aux_loss_weight` times the
@@ -221,6 +149,9 @@ def make_grad_fn(model: model_lib.ModelLike, mesh: Mesh, label_smoothing: float,
   (`shard_batch`); `rng` is the step's dropout key, folded with each device's index. The
   gradients are replicated, or with `shard_gradients` reduce-scattered to the ZeRO sharding
   (`zero_spec`) of each leaf. `metrics` are `metric_sums` summed over devices.
+  `trainable` (`--config.trainable`, a regular expression over parameter paths,
+  `param_paths.trainable_mask`): the other leaves are constants of the loss, so their
+  gradients are zero and XLA drops the work that only they need ('': every leaf).
   """
   check_mesh('make_grad_fn', mesh)
   label_smoothing = losses.check_label_smoothing('make_grad_fn', label_smoothing)
@@ -232,6 +163,9 @@ def make_grad_fn(model: model_lib.ModelLike, mesh: Mesh, label_smoothing: float,
     # Different dropout masks on every device, reproducible from (rng, device index).
     rng = jax.random.fold_in(rng, jax.lax.axis_index(DATA))
     def loss_fn(p):
+      if trainable:
+        p = jax.tree_util.tree_map(lambda keep, x: x if keep else jax.lax.stop_gradient(x),
+                                   param_paths.trainable_mask(p, trainable), p)
       metrics = metric_sums(train_model, p, batch, rng, label_smoothing)
       return objective(metrics, aux_loss_weight), metrics
     grads, metrics = jax.grad(loss_fn, has_aux=True)(params)
@@ -258,7 +192,8 @@ def apply_gradients(state: TrainState, optimizer: optax.GradientTransformation, 
 
   Guarded: if the loss, an auxiliary loss or any gradient is not finite, parameters and
   optimizer state stay as they were (the step counter still advances past the batch), the
-  step's metric sums are zeroed and `metrics['nonfinite']` is 1. `grad_sums` and `metrics`
+  step's metric sums are zeroed and `metrics['nonfinite']` is 1. `metrics['grad_norm']` is the
+  global L2 norm of the per-token gradients, before the optimizer clips them (if it does). `grad_sums` and `metrics`
   are what `make_grad_fn` returns (summed over micro-batches, if any); `state` is a
   `TrainState` of `optimizer`: each is checked while tracing (`check_update_arguments`:
   gradients shaped as the parameters, the optimizer state as `optimizer.init` makes it).
@@ -279,6 +214,7 @@ def apply_gradients(state: TrainState, optimizer: optax.GradientTransformation, 
   # third of the step's compile time.
   params, opt_state = jax.lax.cond(finite, update, lambda: (state.params, state.opt_state))
   state = TrainState(state.step + 1, params, opt_state)
+  metrics = dict(metrics, grad_norm=optax.tree.norm(grads))
   metrics = {k: jnp.where(finite, v, 0.0) for k, v in metrics.items()}
   metrics['nonfinite'] = 1.0 - finite.astype(jnp.float32)
   return state, metrics
@@ -303,7 +239,7 @@ def make_train_step(model: model_lib.ModelLike, optimizer: optax.GradientTransfo
                     mesh: Mesh, *, label_smoothing: float, seed: int,
                     debug_nonfinite_steps: Sequence[int] = (),
                     shard_optimizer_state: bool = False,
-                    aux_loss_weight: float = 1.0) -> Callable:
+                    aux_loss_weight: float = 1.0, trainable: str = '') -> Callable:
   """Jitted (state, batch) -> (state, metrics): one update on one global batch.
 
   `batch` holds `inputs` and `targets` `[global_rows, length]` int32 sharded over 'data'
@@ -311,14 +247,15 @@ def make_train_step(model: model_lib.ModelLike, optimizer: optax.GradientTransfo
   The state buffers are donated; the new state is placed by `train_state_shardings` (with
   `shard_optimizer_state`: gradients reduce-scattered, Adam on the slices, parameters
   all-gathered). `metrics` are global sums (loss, nll, correct, weight, and `aux_<name>` for
-  each auxiliary loss the model sows, added to the objective times `aux_loss_weight`) and
-  `nonfinite` (1 if the update was skipped, see `apply_gradients`).
+  each auxiliary loss the model sows, added to the objective times `aux_loss_weight`),
+  `grad_norm` and `nonfinite` (1 if the update was skipped, see `apply_gradients`).
+  `trainable`: see `make_grad_fn` (the optimizer freezes the others: `training.freezing`).
   """
   check_optimizer('make_train_step', optimizer)
   check_mesh('make_train_step', mesh)
   losses.check_label_smoothing('make_train_step', label_smoothing)
   grad_fn = make_grad_fn(model, mesh, label_smoothing, shard_gradients=shard_optimizer_state,
-                         aux_loss_weight=aux_loss_weight)
+                         aux_loss_weight=aux_loss_weight, trainable=trainable)
   state_shardings = train_state_shardings(_abstract_state(model, optimizer), mesh,
                                           shard_optimizer_state=shard_optimizer_state)
 
@@ -334,7 +271,7 @@ def make_accumulating_steps(model: model_lib.ModelLike, optimizer: optax.Gradien
                             mesh: Mesh, *, label_smoothing: float, seed: int,
                             debug_nonfinite_steps: Sequence[int] = (),
                             shard_optimizer_state: bool = False,
-                            aux_loss_weight: float = 1.0):
+                            aux_loss_weight: float = 1.0, trainable: str = ''):
   """For gradient accumulation: (grad_step, apply_step) jitted functions.
 
   grad_step(params, batch, step, micro) -> (grad sums, metric sums) for one micro-batch;
@@ -347,7 +284,7 @@ def make_accumulating_steps(model: model_lib.ModelLike, optimizer: optax.Gradien
   check_mesh('make_accumulating_steps', mesh)
   losses.check_label_smoothing('make_accumulating_steps', label_smoothing)
   grad_fn = make_grad_fn(model, mesh, label_smoothing, shard_gradients=shard_optimizer_state,
-                         aux_loss_weight=aux_loss_weight)
+                         aux_loss_weight=aux_loss_weight, trainable=trainable)
   abstract = _abstract_state(model, optimizer)
   state_shardings = train_state_shardings(abstract, mesh,
                                           shard_optimizer_state=shard_optimizer_state)

@@ -226,7 +226,7 @@ def differences(base: ml_collections.ConfigDict, config: ml_collections.ConfigDi
 RESUME_KEYS = config_lib.MODEL_KEYS + (
     'optimizer', 'dataset', 'source_lang', 'target_lang', 'local_corpus_dir', 'treebank_dir', 'train_split',
     'max_length', 'tokens_per_batch', 'bucket_lengths', 'shuffle_seed', 'pack_examples',
-    'grad_accum_steps')
+    'grad_accum_steps', 'trainable', 'ema_decay')
 
 
 def incompatible_keys(saved: Dict[str, Any], config: ml_collections.ConfigDict,

@@ -69,7 +69,8 @@ UNREADABLE = Entry(
     'nothing reads it (kept for the user to inspect or delete)')
 AVERAGED = Entry(
     'averaged/step_<last>_last_<n>', DERIVED, 'average; train at its end',
-    'eval, decode, attention, export (preferred over training checkpoints)',
+    'eval, decode, attention, export (preferred over training checkpoints; an average of the '
+    'best, step_<last>_best_<n> from average_best, only when named by --checkpoint)',
     'skipped with one warning line for the next candidate; the next average writes it again')
 BEST = Entry(
     'best/step_<step>', PRECIOUS, 'train with keep_best (the K best periodic evaluations)',
@@ -182,8 +183,10 @@ class Workdir(os.PathLike):
   def averaged(self) -> str:
     return self.join('averaged')
 
-  def averaged_checkpoint(self, last_step: int, num: int) -> str:
-    return os.path.join(self.averaged, f'step_{last_step}_last_{num}')
+  def averaged_checkpoint(self, last_step: int, num: int, chosen: str = 'last') -> str:
+    """`chosen`: 'last' (the last `num` training checkpoints) or 'best' (the `num` best kept
+    ones, `--config.average_best`)."""
+    return os.path.join(self.averaged, f'step_{last_step}_{chosen}_{num}')
 
   @property
   def metrics(self) -> str:

@@ -12,9 +12,8 @@ source workdir, the checkpoint, its step and the sha256 of its parameters); once
 a checkpoint, rerunning the command resumes it and `init_from` is not read again.
 """
 
-import dataclasses
 import hashlib
-from typing import Any, Dict, Tuple
+from typing import Any, Callable, Dict, Tuple
 
 import jax
 import ml_collections
@@ -79,14 +78,16 @@ def check(config: ml_collections.ConfigDict) -> None:
                                  'folder; expected the workdir of a trained run')
 
 
-def start(config: ml_collections.ConfigDict, state: Any, checkpointer: Any) -> Any:
-  """The state a run without checkpoints starts from: `state` (fresh), or with `init_from` its
-  parameters replaced by the source's (`load`), the record kept by `checkpointer` to be saved
-  with every checkpoint."""
+def start(config: ml_collections.ConfigDict, state: Any, create: Callable[..., Any],
+          checkpointer: Any) -> Any:
+  """The state a run without checkpoints starts from: `state` (fresh), or with `init_from`
+  `create(params=...)` of the source's parameters (`load`; the optimizer state is made from
+  them, so a moving average of the weights starts at the source's), the record kept by
+  `checkpointer` to be saved with every checkpoint."""
   if not config.init_from:
     return state
   params, checkpointer.init_record = load(config, state.params)
   logging.info('fine-tuning from %s (%s, parameters sha256 %s...)',
                checkpointer.init_record['checkpoint'], checkpointer.init_record['description'],
                checkpointer.init_record['params_sha256'][:12])
-  return dataclasses.replace(state, params=params)
+  return create(params=params)

@@ -32,6 +32,10 @@ class LogWindow:
              eta_s=(self.total - step) * elapsed / self.steps,
              elapsed_s=time.monotonic() - self.run_start,
              nonfinite_steps=float(jax.device_get(self.sums['nonfinite'])))
+    # The steps' mean gradient norm (before clipping); a skipped step's is zeroed.
+    if 'grad_norm' in self.sums:
+      m['grad_norm'] = float(jax.device_get(self.sums['grad_norm'])) / max(
+          self.steps - m['nonfinite_steps'], 1.0)
     self.sums, self.start, self.steps = None, time.monotonic(), 0
     return m
 
@@ -39,8 +43,9 @@ class LogWindow:
 def format_line(step: int, total: int, m: Dict[str, float]) -> str:
   """The console line of a window's metrics (`LogWindow.close`), sown losses included."""
   eta = m.get('eta_s', 0.0)
+  gnorm = f' gnorm {m["grad_norm"]:.3f}' if 'grad_norm' in m else ''
   return (f'step {step}/{total} loss {m["loss"]:.4f} nll {m["nll"]:.4f} '
           f'acc {m["accuracy"]:.3f} lr {m["learning_rate"]:.3e} '
           f'{m["tokens_per_s"]:,.0f} tok/s ETA {int(eta // 3600)}h{int(eta % 3600 // 60):02d}m'
-          f'{int(eta % 60):02d}s' + ''.join(f' {k} {m[k]:.4f}' for k in sorted(m)
-                                            if k.startswith('aux_')))
+          f'{int(eta % 60):02d}s{gnorm}' + ''.join(f' {k} {m[k]:.4f}' for k in sorted(m)
+                                                  if k.startswith('aux_')))

@@ -48,7 +48,7 @@ import optax
 from t2t_jax.config import OPTIMIZERS, check_config_dict
 from t2t_jax.model.array_checks import check_int, check_number
 from t2t_jax.model import variant
-from t2t_jax.training import schedules
+from t2t_jax.training import ema, freezing, schedules
 from t2t_jax.training.schedules import learning_rate_schedule  # noqa: F401  (public here)
 
 # factory(config, schedule) -> transformation, or (transformation, its own schedule).
@@ -101,7 +101,10 @@ def make(config: ml_collections.ConfigDict
 
   The schedule is the config's (`schedules.from_config`, the paper's by default) unless a
   factory returned its own; it is
-  what training logs as `learning_rate`.
+  what training logs as `learning_rate`. Around the optimizer, innermost first: gradient
+  clipping (`clip_grad_norm`, `clipped`), freezing what `trainable` leaves out
+  (`freezing.frozen`), the moving average of the weights (`ema_decay`, `ema.with_ema`); each
+  is absent at its default, so the paper's optimizer state is unchanged.
 
   Raises:
     ConfigError (`variant.VariantError`): a factory spec that names nothing usable, a factory
@@ -114,7 +117,8 @@ def make(config: ml_collections.ConfigDict
   else:
     tx, schedule = _from_factory(name, config, schedule)
   clip = getattr(config, 'clip_grad_norm', 0.0)
-  return (clipped(tx, clip) if clip else tx), schedule
+  tx = freezing.frozen(clipped(tx, clip) if clip else tx, getattr(config, 'trainable', ''))
+  return ema.with_ema(tx, getattr(config, 'ema_decay', 0.0)), schedule
 
 
 def clipped(tx: optax.GradientTransformation, max_norm: float) -> optax.GradientTransformation:
@@ -189,6 +193,11 @@ def describe(config: ml_collections.ConfigDict, recorded: bool = False) -> str:
     rate += ' unless the factory returns its own'
   clip = (f'; gradients clipped to a global norm of {config.clip_grad_norm:g}'
           if config.clip_grad_norm else '')
+  if config.trainable:
+    clip += f'; only parameters matching trainable={config.trainable!r} are trained'
+  if config.ema_decay:
+    clip += (f'; a moving average of the weights (decay {config.ema_decay:g}) is kept '
+             '(--checkpoint=ema)')
   line = (f'optimizer: {what}; learning rate: {rate}{clip}; '
           f'aux_loss_weight={config.aux_loss_weight:g}')
   warning = advice(config)

@@ -28,11 +28,8 @@ from t2t_jax.runtime import checkpoint, first_fit, parallel, resolution
 from t2t_jax.storage import layout
 from t2t_jax.storage import workdir as workdir_lib
 from t2t_jax.training import (best, dev_eval, init_from, log_window, metrics, optim,
-                              preemption, save_policy)
-
-
-class TrainError(RuntimeError):
-  """Training cannot go on (e.g. too many consecutive non-finite steps)."""
+                              freezing, preemption, save_policy, steps)
+from t2t_jax.training.steps import TrainError  # noqa: F401  (where callers find it)
 
 
 class Data:
@@ -81,92 +78,6 @@ def vocabulary_symbols(config: ml_collections.ConfigDict, train_source):
   every_text = lambda: tokenizer.sample_sentences(train_source, len(train_source))  # noqa: E731
   # Source and target of each pair in turn: the targets are every second text.
   return lambda: task.vocabulary_symbols(itertools.islice(every_text(), 1, None, 2))
-
-
-class _Steps:
-  """The jitted update, with or without gradient accumulation."""
-
-  def __init__(self, net, optimizer, mesh, config):
-    self.accum, self.mesh = config.grad_accum_steps, mesh
-    kwargs = dict(label_smoothing=config.label_smoothing, seed=config.seed,
-                  debug_nonfinite_steps=tuple(config.debug_nonfinite_steps),
-                  shard_optimizer_state=config.shard_optimizer_state,
-                  aux_loss_weight=config.aux_loss_weight)
-    if self.accum == 1:
-      self.step = parallel.make_train_step(net, optimizer, mesh, **kwargs)
-    else:
-      self.grad_step, self.apply_step = parallel.make_accumulating_steps(
-          net, optimizer, mesh, **kwargs)
-    # The micro-batches' gradient programs are independent, so they run at once, except on
-    # a CPU mesh (`parallel.programs_one_at_a_time`: 3 of 3 stress runs of 400 updates on 8
-    # CPU devices aborted in the collectives' rendezvous without a wait, 0 of 3 with it).
-    self.one_at_a_time = parallel.programs_one_at_a_time(mesh)
-    self.shapes = set()
-    self.padded_tokens = 0  # target slots (rows x length, all processes) since the last read
-
-  def __call__(self, state, iterator):
-    """One update from `accum` batches of `iterator`; returns (state, metric sums)."""
-    if self.accum == 1:
-      batch = next(iterator)
-      self._note_shape(batch)
-      return self.step(state, parallel.shard_batch(batch, self.mesh))
-    grads = sums = None
-    for micro in range(self.accum):
-      batch = next(iterator)
-      self._note_shape(batch)
-      g, m = self.grad_step(state.params, parallel.shard_batch(batch, self.mesh), state.step,
-                            micro)
-      if self.one_at_a_time:
-        jax.block_until_ready(g)
-      grads = g if grads is None else jax.tree_util.tree_map(jax.numpy.add, grads, g)
-      sums = parallel.add_metrics(sums, m)
-    return self.apply_step(state, grads, sums)
-
-  def _note_shape(self, batch):
-    shape = batch['targets'].shape
-    self.padded_tokens += shape[0] * shape[1] * jax.process_count()
-    if shape not in self.shapes:
-      self.shapes.add(shape)
-      logging.info('compiling the train step for local batch shape %s (%d shapes so far)',
-                   shape, len(self.shapes))
-
-
-class _NonfiniteWatch:
-  """Counts consecutive skipped (non-finite) steps, reading each step's flag one step late.
-
-  Reading the flag of the previous step while the current one is already dispatched keeps
-  the device busy: no per-step host-device sync stalls the pipeline.
-  """
-
-  def __init__(self, limit: int):
-    self.limit, self.run, self.total, self.first = limit, 0, 0, None
-    self._pending = None
-
-  def push(self, step: int, flag) -> None:
-    """Records the (device) flag of `step`; checks the one pushed before it."""
-    pending, self._pending = self._pending, (step, flag)
-    if pending is not None:
-      self._check(*pending)
-
-  def flush(self) -> None:
-    if self._pending is not None:
-      self._check(*self._pending)
-      self._pending = None
-
-  def _check(self, step: int, flag) -> None:
-    if float(flag) > 0:
-      self.total += 1
-      self.run += 1
-      self.first = step if self.run == 1 else self.first
-      logging.warning('step %d: non-finite loss or gradients; update skipped (%d in a row)',
-                      step, self.run)
-    else:
-      self.run = 0
-    if self.run >= self.limit:
-      raise TrainError(f'{self.run} consecutive steps ({self.first}-{step}) had a non-finite '
-                       'loss or gradients, so training stopped (config.max_consecutive_'
-                       'nonfinite). The checkpoints already written are intact; lower the '
-                       'learning rate or check the data.')
 
 
 def saved_vocabulary(checkpointer: checkpoint.Checkpointer) -> Optional[Dict[str, Any]]:
@@ -258,9 +169,9 @@ class _Run:
       logging.warning(warning)
     # Restored into the layout of this run (`abstract_like` keeps the shardings), whether
     # the checkpoint was written with the optimizer state sharded or replicated.
-    self.state = self._restore(parallel.create_train_state(
+    self.state = self._restore(lambda **params: parallel.create_train_state(
         net, optimizer, config.seed, self.mesh,
-        shard_optimizer_state=config.shard_optimizer_state))
+        shard_optimizer_state=config.shard_optimizer_state, **params))
     self.step = int(jax.device_get(self.state.step))
     if self.step == 0 and self.is_chief:  # metrics of a run whose checkpoints are gone
       metrics.set_aside_lost_run(workdir)
@@ -269,14 +180,18 @@ class _Run:
                                             workdir, self.start_time)
                       if self.data.eval_batches is not None else None)
     self.best = best.for_run(workdir, config, self.checkpointer) if self.evaluator else None
-    self.steps = _Steps(net, optimizer, self.mesh, config)
-    self.watch = _NonfiniteWatch(config.max_consecutive_nonfinite)
+    self.steps = steps.Steps(net, optimizer, self.mesh, config)
+    self.watch = steps.NonfiniteWatch(config.max_consecutive_nonfinite)
     self.window = log_window.LogWindow(config.num_train_steps, schedule, self.start_time)
     self.last: Dict[str, float] = {}
 
-  def _restore(self, state):
+  def _restore(self, create):
+    """The state the run goes on from: its latest good checkpoint's, else a fresh one
+    (`create(params=...)`: a fine-tune's, `init_from.start`)."""
+    state = create()
+    freezing.check_matches(state.params, self.config.trainable)
     if self.checkpointer.latest_step() is None:
-      return init_from.start(self.config, state, self.checkpointer)  # fresh, or a fine-tune
+      return init_from.start(self.config, state, create, self.checkpointer)
     self._check_parameters(state.params)
     state, data_state, start = self.checkpointer.restore_latest_good(
         checkpoint.abstract_like(state))

@@ -11,7 +11,7 @@ from conftest import TINY, run_main
 
 from t2t_jax import config as config_lib
 from t2t_jax.configs import default
-from t2t_jax.inference import checkpoint_choice
+from t2t_jax.inference import best_average, checkpoint_choice
 from t2t_jax.runtime import resolution
 from t2t_jax.training import best
 
@@ -105,3 +105,22 @@ def test_a_run_stops_early_and_its_rerun_does_not_train_further(tmp_path, corpus
   again = run_main(*args)
   assert again.returncode == 0 and 'stopped early at step' in again.stderr
   assert f'training done at step {record["step"]}' in again.stderr
+
+
+def test_the_best_n_are_averaged_into_their_own_checkpoint(tmp_path):
+  """--config.average_best (inference/best_average.py): the mean of the N best kept."""
+  config = _config(keep_best=3)
+  keeper = best.BestKeeper(str(tmp_path), config)
+  _observe(keeper, config, [5.0, 4.0, 4.5, 3.0, 3.5])  # kept: 40, 50, 20
+  result = best_average.average_best(str(tmp_path), 2)
+  assert result.steps == (40, 50)
+  assert result.path == str(tmp_path / 'averaged' / 'step_50_best_2')
+  inference = checkpoint_choice.load_inference_params(str(tmp_path), 'averaged/step_50_best_2')
+  np.testing.assert_array_equal(inference.params['w'], np.full((2, 3), 45.0, np.float32))
+  assert inference.description == 'averaged steps 40,50'
+  # Not a default candidate: the paper's average of the last N stays what runs report.
+  assert checkpoint_choice.averaged_checkpoints(str(tmp_path)) == []
+  assert best_average.average_best(str(tmp_path), 2).steps == (40, 50)  # exists: kept as is
+  with pytest.raises(checkpoint_choice.CheckpointError,
+                     match=r'average_best=4: expected 1 to 3, the best checkpoints kept'):
+    best_average.average_best(str(tmp_path), 4)
