@@ -58,8 +58,10 @@ def test_a_pattern_that_matches_nothing_is_refused_naming_the_paths():
     freezing.check_matches(shapes, 'decoder')
 
 
-def test_frozen_parameters_stay_bitwise_and_get_no_state():
-  config = _config(trainable='decoder/.*', clip_grad_norm=0.5)
+@pytest.mark.parametrize('shard', [False, True])
+def test_frozen_parameters_stay_bitwise_and_get_no_state(shard):
+  config = _config(trainable='decoder/.*', clip_grad_norm=0.5, ema_decay=0.9,
+                   shard_optimizer_state=shard)
   net = variant.from_config(config)
   tx, _ = optim.make(config)
   mesh = parallel.make_mesh()
@@ -67,14 +69,15 @@ def test_frozen_parameters_stay_bitwise_and_get_no_state():
   # A -0.0 in every leaf: a +0.0 update would flip it to +0.0.
   start = jax.tree_util.tree_map(lambda x: x.at[(0,) * x.ndim].set(-0.0), start)
   host = jax.device_get(start)
-  state = parallel.create_train_state(net, tx, 0, mesh, params=start)
+  state = parallel.create_train_state(net, tx, 0, mesh, params=start,
+                                      shard_optimizer_state=shard)
   trained = [p for p, m in jax.tree_util.tree_leaves_with_path(
       param_paths.trainable_mask(start, 'decoder/.*')) if m]
   # Adam's two moments for each trained leaf, and nothing for the frozen ones.
-  moments = [x for x in jax.tree_util.tree_leaves(state.opt_state) if x.ndim > 0]
+  moments = [x for x in jax.tree_util.tree_leaves(state.opt_state.inner) if x.ndim > 0]
   assert len(moments) == 2 * len(trained)
   step = parallel.make_train_step(net, tx, mesh, label_smoothing=0.1, seed=0,
-                                  trainable=config.trainable)
+                                  trainable=config.trainable, shard_optimizer_state=shard)
   for _ in range(2):
     state, metrics = step(state, parallel.shard_batch(_batch(), mesh))
   new = jax.tree_util.tree_leaves(jax.device_get(state.params))
@@ -85,6 +88,9 @@ def test_frozen_parameters_stay_bitwise_and_get_no_state():
   assert float(jnp.sum(start['encoder']['layer_0']['ffn']['wi']['kernel'])) == float(
       np.sum(host['encoder']['layer_0']['ffn']['wi']['kernel']))
   assert float(metrics['grad_norm']) > 0
+  # The average of a frozen leaf is the leaf itself, bitwise (ema.py's e + (1 - d)(p - e)).
+  averaged = jax.device_get(state.opt_state.ema['encoder'])
+  jax.tree_util.tree_map(np.testing.assert_array_equal, averaged, host['encoder'])
 
 
 def test_the_gradient_norm_is_of_the_trained_leaves_before_clipping():
