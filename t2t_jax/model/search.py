@@ -31,12 +31,15 @@ Padding id 0 is not special here: the search never masks it, a trained model
 gives it negligible probability. Outputs are `eos_id` then 0-padding.
 """
 
-from typing import Any, Callable, NamedTuple, Optional, Union
+from typing import Callable, NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
 
+from t2t_jax.model import ngram_blocking
 from t2t_jax.model.array_checks import check_number, check_search_arguments
+from t2t_jax.model.beam_cache import (  # noqa: F401  (re-exported: search.cache_lengths)
+    FIRST_CACHE_LENGTH, Cache, GrowCache, _gather_beams, _tile_beams, cache_lengths)
 
 # Stands in for log(0): finite, so sums, divisions and comparisons never make
 # NaNs. Impossible states hold exactly this value (assigned, never summed).
@@ -45,12 +48,7 @@ NEG_INF = -1.0e9
 # keeps every possible hypothesis (up to 1e5 tokens) strictly above NEG_INF.
 MIN_LOG_PROB = -1.0e4
 
-Cache = Any
 LogitsFn = Callable[[jax.Array, Cache], tuple[jax.Array, Cache]]
-# (cache, length) -> the cache with room for `length` decode positions (see `beam_search`).
-GrowCache = Callable[[Cache, int], Cache]
-# First length of a growing cache: short outputs never touch a longer one.
-FIRST_CACHE_LENGTH = 16
 ArrayLike = Union[jax.Array, float, int]
 
 
@@ -82,27 +80,6 @@ def length_penalty(length: ArrayLike, alpha: ArrayLike) -> jax.Array:
   return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
 
 
-def _tile_beams(cache: Cache, beam_size: int) -> Cache:
-  """[B, ...] -> [B * K, ...]: each sentence K times (row b * K + k)."""
-  return jax.tree_util.tree_map(
-      lambda x: x if jnp.ndim(x) == 0 else jnp.repeat(x, beam_size, axis=0),
-      cache)
-
-
-def _gather_beams(cache: Cache, flat_index: jax.Array) -> Cache:
-  """Selects rows `flat_index` [B * K] of every non-scalar leaf.
-
-  0-d leaves (e.g. a decode position shared by all rows) are not per
-  hypothesis, so they pass through unchanged. The indices are in bounds by
-  construction, so the gather skips the out-of-bounds fill (a select over the
-  whole cache every step: beam decode 1.035x, benchmarks in docs/performance.md).
-  """
-  return jax.tree_util.tree_map(
-      lambda x: x if jnp.ndim(x) == 0 else x.at[flat_index].get(
-          mode='promise_in_bounds'),
-      cache)
-
-
 def _top_k_gather(scores: jax.Array, k: int,
                   *others: jax.Array) -> tuple[jax.Array, ...]:
   """Top `k` of `scores` [B, N] on axis 1, and `others` [B, N, ...] alike."""
@@ -113,26 +90,11 @@ def _top_k_gather(scores: jax.Array, k: int,
   return (top, *gathered)
 
 
-def cache_lengths(max_decode_len: int, first: int = FIRST_CACHE_LENGTH) -> tuple[int, ...]:
-  """Lengths of a growing cache, one per loop segment: first, 2 first, 4 first, ...,
-  ending with max_decode_len (e.g. 82 -> (16, 32, 64, 82)).
-
-  A step's self-attention reads, and its beam reorder copies, the whole cache, filled or
-  not, so a cache that doubles as the output grows does at most twice the work of one that
-  is always exactly full, where a fixed max_decode_len cache does (max_decode_len / step)
-  times it; each segment is one more copy of the loop body to compile.
-  """
-  lengths, n = [], first
-  while n < max_decode_len:
-    lengths.append(n)
-    n *= 2
-  return (*lengths, max_decode_len)
-
-
 def _search(
     logits_fn: LogitsFn, cache: Cache, *, batch_size: int, beam_size: int,
     alpha: ArrayLike, max_decode_len: int, max_lengths: Optional[jax.Array],
-    eos_id: int, bos_id: int, grow_cache: Optional[GrowCache] = None
+    eos_id: int, bos_id: int, grow_cache: Optional[GrowCache] = None,
+    no_repeat_ngram_size: int = 0, prefix: Optional[jax.Array] = None
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """The beam search loop; `beam_search` documents the arguments.
 
@@ -148,7 +110,8 @@ def _search(
   max_lengths = jnp.clip(jnp.asarray(max_lengths, jnp.int32), 1, length)
 
   def body(s: _State) -> _State:
-    return _step(logits_fn, s, max_lengths=max_lengths, alpha=alpha, eos_id=eos_id)
+    return _step(logits_fn, s, max_lengths=max_lengths, alpha=alpha, eos_id=eos_id,
+                 no_repeat_ngram_size=no_repeat_ngram_size, prefix=prefix)
 
   s = _initial_state(cache, b, k, length, bos_id)
   # One while loop per cache length: steps 0..end-1 write positions below `end`.
@@ -179,13 +142,15 @@ def _initial_state(cache: Cache, b: int, k: int, length: int, bos_id: int) -> _S
 
 
 def _step(logits_fn: LogitsFn, s: _State, *, max_lengths: jax.Array, alpha: ArrayLike,
-          eos_id: int) -> _State:
+          eos_id: int, no_repeat_ngram_size: int = 0,
+          prefix: Optional[jax.Array] = None) -> _State:
   """One decoding step: the 2K best extensions, then the finished and the live sets."""
   b, k, length = s.live_seqs.shape
   i = s.step
   logits, new_cache = logits_fn(s.live_tok.reshape(b * k, 1), s.cache)
   top_lp, top_ok, parent, token, top_seqs = _top_candidates(
-      logits, s, max_lengths=max_lengths, eos_id=eos_id)
+      logits, s, max_lengths=max_lengths, eos_id=eos_id,
+      no_repeat_ngram_size=no_repeat_ngram_size, prefix=prefix)
   is_eos = token == eos_id
 
   # Finished: EOS candidates inside the beam proper (rank < K).
@@ -217,7 +182,8 @@ def _step(logits_fn: LogitsFn, s: _State, *, max_lengths: jax.Array, alpha: Arra
                 fin_scores, fin_ok, done, new_cache)
 
 
-def _top_candidates(logits: jax.Array, s: _State, *, max_lengths: jax.Array, eos_id: int
+def _top_candidates(logits: jax.Array, s: _State, *, max_lengths: jax.Array, eos_id: int,
+                    no_repeat_ngram_size: int = 0, prefix: Optional[jax.Array] = None
                     ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
   """The 2K best one-token extensions of the live hypotheses, per sentence.
 
@@ -226,6 +192,7 @@ def _top_candidates(logits: jax.Array, s: _State, *, max_lengths: jax.Array, eos
   constant; fewer if V < 2K), then the 2K best of those K x 2K. Only the selected entries
   are normalised (`jax.nn.log_softmax`'s arithmetic, so the same values), and no
   [B, K x V] array of candidate scores is ever written (beam decode 1.14x on CPU).
+  Constraints only narrow the choice, never the normalisation (`allowed_logits`).
 
   Args:
     logits: [B * K, 1, V] (any float dtype) for the next token of each live slot.
@@ -241,7 +208,9 @@ def _top_candidates(logits: jax.Array, s: _State, *, max_lengths: jax.Array, eos
   x_max = jnp.max(x, axis=-1, keepdims=True)
   log_sum = jnp.log(jnp.sum(jnp.exp(x - x_max), axis=-1, keepdims=True))   # [B, K, 1]
   n = min(2 * k, vocab)  # per beam; K x n >= 2K for any vocabulary of 2 or more
-  beam_x, beam_token = jax.lax.top_k(x, n)                                 # [B, K, n]
+  constrained = bool(no_repeat_ngram_size) or prefix is not None
+  choice = allowed_logits(x, s.live_seqs, i, no_repeat_ngram_size, prefix) if constrained else x
+  beam_x, beam_token = jax.lax.top_k(choice, n)                            # [B, K, n]
 
   # At the last allowed position only EOS may follow (per sentence).
   forced = (i >= max_lengths - 1)[:, None, None]                            # [B, 1, 1]
@@ -249,7 +218,10 @@ def _top_candidates(logits: jax.Array, s: _State, *, max_lengths: jax.Array, eos
   beam_x = jnp.where(forced, jnp.where(first, x[:, :, eos_id:eos_id + 1], -jnp.inf), beam_x)
   beam_token = jnp.where(forced, jnp.where(first, eos_id, 0), beam_token)
   logp = jnp.maximum((beam_x - x_max) - log_sum, MIN_LOG_PROB)
-  ok = (s.live_ok[:, :, None] & (~forced | first)).reshape(b, k * n)
+  ok = s.live_ok[:, :, None] & (~forced | first)
+  if constrained:  # a token taken out of the choice is no candidate
+    ok = ok & (beam_x > -jnp.inf)
+  ok = ok.reshape(b, k * n)
   cand_lp = jnp.where(ok, (s.live_lp[:, :, None] + logp).reshape(b, k * n), NEG_INF)
 
   # At most K candidates are EOS (one per parent), so the top 2K hold both
@@ -262,6 +234,20 @@ def _top_candidates(logits: jax.Array, s: _State, *, max_lengths: jax.Array, eos
   top_seqs = jnp.take_along_axis(s.live_seqs, parent[:, :, None], axis=1)
   top_seqs = jnp.where(positions == i, token[:, :, None], top_seqs)
   return top_lp, top_ok, parent, token, top_seqs
+
+
+def allowed_logits(x: jax.Array, seqs: jax.Array, step: jax.Array, no_repeat_ngram_size: int,
+                   prefix: Optional[jax.Array]) -> jax.Array:
+  """`x` [B, K, V] with the tokens the constraints rule out at `step` set to -inf: a token
+  that would repeat an n-gram (`ngram_blocking`), and, where `prefix` [B, P] int32 has a
+  token (non-zero) at `step`, every other token. The prefix wins over n-gram blocking."""
+  vocab = x.shape[-1]
+  allowed = ~ngram_blocking.banned_tokens(seqs, step, no_repeat_ngram_size, vocab)
+  if prefix is not None:
+    forced = jnp.take(prefix, jnp.minimum(step, prefix.shape[1] - 1), axis=1)   # [B]
+    forced = jnp.where(step < prefix.shape[1], forced, 0)[:, None, None]
+    allowed = jnp.where(forced > 0, jnp.arange(vocab) == forced, allowed)
+  return jnp.where(allowed, x, -jnp.inf)
 
 
 def _finished_sentences(n: jax.Array, live_lp: jax.Array, live_ok: jax.Array,
@@ -300,7 +286,8 @@ def beam_search(
     logits_fn: LogitsFn, cache: Cache, *, batch_size: int,
     beam_size: int = 4, alpha: ArrayLike = 0.6, max_decode_len: int,
     max_lengths: Optional[jax.Array] = None, eos_id: int = 1, bos_id: int = 1,
-    grow_cache: Optional[GrowCache] = None
+    grow_cache: Optional[GrowCache] = None, no_repeat_ngram_size: int = 0,
+    prefix: Optional[jax.Array] = None
 ) -> tuple[jax.Array, jax.Array]:
   """Batched beam search with GNMT length penalty (paper section 6.1).
 
@@ -337,6 +324,11 @@ def beam_search(
       ...]) must return it with room for n positions, same values, same structure. It is
       called before steps 0, 16, 32, 64, ... (`cache_lengths`); the results are those of a
       full-size cache (up to float summation order in the logits_fn).
+    no_repeat_ngram_size: n (static): no hypothesis repeats an n-gram of its tokens
+      (`ngram_blocking`); 0, the default, blocks nothing.
+    prefix: [B, P] int32 target prefixes: where `prefix[b, i]` is not 0, every hypothesis of
+      sentence b has that token at position i (the search goes on from there); 0 pads a
+      shorter prefix. Its tokens' log probs count in the scores. None: no prefix.
 
   Returns:
     sequences: [B, K, L] int32, best first, each ending with eos_id then 0s
@@ -348,7 +340,8 @@ def beam_search(
   sequences, scores, _ = _search(
       logits_fn, cache, batch_size=batch_size, beam_size=beam_size,
       alpha=alpha, max_decode_len=max_decode_len, max_lengths=max_lengths,
-      eos_id=eos_id, bos_id=bos_id, grow_cache=grow_cache)
+      eos_id=eos_id, bos_id=bos_id, grow_cache=grow_cache,
+      no_repeat_ngram_size=no_repeat_ngram_size, prefix=prefix)
   return sequences, scores
 
 
