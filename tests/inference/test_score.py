@@ -1,0 +1,79 @@
+"""--mode=score's computation (inference/score.py): each pair's log probability against a
+plain numpy log-softmax of one unbatched forward pass, in input order whatever the batching;
+scoring beam search's own n-best gives the log probabilities the search reports; bad input
+named by file and line."""
+
+import jax
+import numpy as np
+import pytest
+
+from t2t_jax.inference import score, translate
+from t2t_jax.model import transformer as model
+
+CFG = model.TransformerConfig(vocab_size=40, d_model=32, d_ff=64, num_heads=4, d_k=8, d_v=8,
+                              num_layers=2, max_len=64, deterministic=True)
+SOURCES = ['5 9 13 22', '7 3', '11 12 13 14 15 16 17 18 19 20 21', '30']
+TARGETS = ['11 4 30', '8', '2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18', '9 9 9 9']
+
+
+def _ids(text):
+  return [int(t) for t in text.split()]
+
+
+@pytest.fixture(scope='module')
+def params():
+  params = jax.jit(lambda rng: model.init_params(CFG, rng))(jax.random.PRNGKey(0))
+  table = params['shared_embedding']['embedding']  # sharper than the initialisation
+  return dict(params, shared_embedding={'embedding': table * 4.0})
+
+
+def _plain(params, source, target):
+  """Sum of log p(target tokens + EOS), PAD excluded from the softmax, one pair alone."""
+  inputs = np.array([source + [1]], np.int32)
+  targets = np.array([target + [1]], np.int32)
+  logits = np.asarray(model.Transformer(CFG).apply({'params': params}, inputs, targets),
+                      np.float64)[0]
+  logits[:, model.PAD_ID] = -1e9
+  logits -= logits.max(axis=-1, keepdims=True)
+  log_softmax = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+  return log_softmax[np.arange(len(target) + 1), targets[0]].sum()
+
+
+def test_each_pair_scores_as_alone_in_input_order(params):
+  pairs = score.encode_pairs(SOURCES, TARGETS, _ids, _ids, CFG.max_len)
+  got = score.score_pairs(CFG, params, pairs, rows=2, buckets=(4, 8))  # several batches
+  for (log_prob, n), source, target in zip(got, SOURCES, TARGETS):
+    assert n == len(_ids(target)) + 1
+    np.testing.assert_allclose(log_prob, _plain(params, _ids(source), _ids(target)), rtol=1e-5)
+  assert score.format_line(-6.0, 4) == '-6.000000\t4\t-1.500000'
+
+
+def test_scoring_the_n_best_gives_the_search_log_probs(params):
+  translator = translate.Translator(CFG, params, _Tokenizer(), beam_size=4, alpha=0.6)
+  n_best = translator.translate_n_best(SOURCES[:2], n=4)
+  hyps = [(s, h) for s, hyps in zip(SOURCES, n_best) for h in hyps if h.ids]
+  pairs = score.encode_pairs([s for s, _ in hyps], [h.text for _, h in hyps], _ids, _ids,
+                             CFG.max_len)
+  got = score.score_pairs(CFG, params, pairs, rows=8)
+  np.testing.assert_allclose([g for g, _ in got], [h.log_prob for _, h in hyps], atol=1e-3)
+
+
+class _Tokenizer:
+  """Ids written as numbers."""
+  vocab_size = CFG.vocab_size
+
+  def encode(self, text):
+    return _ids(text)
+
+  def decode(self, ids):
+    return ' '.join(map(str, ids))
+
+
+@pytest.mark.parametrize('sources, targets, says', [
+    (['1 2', '3'], ['4'], '--input has 2 lines but --targets has 1; expected one target per'),
+    (['1 2', '3'], ['4', ' '], '--targets line 2 is empty; expected a sentence to score'),
+    (['2 ' * 64, '3'], ['4', '5'], "--input line 1 has 65 tokens with EOS; the model's max_len is 64"),
+])
+def test_bad_pairs_are_named_by_file_and_line(sources, targets, says):
+  with pytest.raises(score.ScoreInputError, match='^' + says):
+    score.encode_pairs(sources, targets, _ids, _ids, CFG.max_len)
