@@ -49,7 +49,8 @@ if __name__ == '__main__':
   gc.enable()
   atexit.register(gc.freeze)
 
-MODES = ('train', 'eval', 'decode', 'average', 'info', 'plot', 'attention', 'export', 'plan')
+MODES = ('train', 'eval', 'decode', 'score', 'average', 'info', 'plot', 'attention', 'export',
+         'plan')
 
 
 def _override_keys(argv):
@@ -71,7 +72,9 @@ config_flags.DEFINE_config_file(
 flags.DEFINE_string('workdir', None, 'Directory for the vocabulary, checkpoints and metrics.')
 flags.DEFINE_enum('mode', 'train', MODES,
                   'train; eval (loss and BLEU, for a treebank F1, on --split); decode '
-                  '(--input -> --output); average (the last config.average_last checkpoints); '
+                  '(--input -> --output); score (the log probability of each --targets line '
+                  'given its --input line, into --output); average (the last '
+                  'config.average_last checkpoints, or the config.average_best best); '
                   'info (sizes, no data; with --workdir, of the run\'s recorded model); '
                   'plot (learning curves from metrics.jsonl into '
                   '<workdir>/plots); attention (attention maps of the --input sentences into '
@@ -97,7 +100,8 @@ flags.DEFINE_enum('format', None, export_formats.FORMATS, 'export: ctranslate2 (
 flags.DEFINE_string('quantization', None, 'export --format=ctranslate2: the weight type, e.g. '
                     'int8, int8_float16, float16 (default: float32).')
 flags.DEFINE_string('targets', None, 'attention: target sentences, one per --input line, '
-                    'teacher-forced (default: beam-search translations of the inputs).')
+                    'teacher-forced (default: beam-search translations of the inputs); score: '
+                    'the translations to score, one per --input line.')
 flags.DEFINE_integer('attention_layer', None, 'attention: the 1-based layer of the line view '
                      "of the encoder's self-attention (default: num_layers - 1, the paper's "
                      '"layer 5 of 6").')
@@ -155,6 +159,8 @@ MODE_FUNCTIONS = {
         FLAGS.workdir, _overrides(), FLAGS.checkpoint, FLAGS.split),
     'decode': lambda config: inference_modes.decode(
         FLAGS.workdir, _overrides(), FLAGS.checkpoint, FLAGS.input, FLAGS.output),
+    'score': lambda config: inference_modes.score(
+        FLAGS.workdir, _overrides(), FLAGS.checkpoint, FLAGS.input, FLAGS.targets, FLAGS.output),
     'average': lambda config: inference_modes.average(FLAGS.workdir, _overrides()),
     'info': lambda config: _info(),
     'plot': lambda config: plots.print_learning_curves(FLAGS.workdir),
@@ -198,7 +204,8 @@ def main(argv) -> None:
   logging.get_absl_handler().addFilter(cli.QuietLibraries())
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  cli.check_paths(FLAGS.workdir, FLAGS.input if FLAGS.mode in ('decode', 'attention') else None)
+  cli.check_paths(FLAGS.workdir, FLAGS.input if FLAGS.mode in ('decode', 'score', 'attention')
+                  else None)
   config = None
   if FLAGS.mode not in BARE_MODES:
     _start_runtime()

@@ -15,6 +15,7 @@ def user_errors() -> Tuple[Type[BaseException], ...]:
   from t2t_jax import config as config_lib
   from t2t_jax.data import corpora, pipeline, token_store, tokenizer
   from t2t_jax.export.common import ExportError
+  from t2t_jax.inference import compare, score
   from t2t_jax.inspect import attention_mode
   from t2t_jax.plan import report, topology
   from t2t_jax.runtime import backends, checkpoint, parallel
@@ -26,7 +27,8 @@ def user_errors() -> Tuple[Type[BaseException], ...]:
           workdir.WorkdirError, parallel.DistributedError, backends.BackendError,
           plots.PlotError,
           corpora.DataError, pipeline.PipelineError, token_store.TokenStoreError,
-          tokenizer.TokenizerError, textio.TextFileError, FileNotFoundError, FileExistsError)
+          tokenizer.TokenizerError, textio.TextFileError, score.ScoreInputError,
+          compare.CompareError, FileNotFoundError, FileExistsError)
 
 
 def exit_with(error: BaseException) -> NoReturn:

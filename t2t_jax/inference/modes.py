@@ -15,6 +15,7 @@ from t2t_jax import config as config_lib
 from t2t_jax.data import corpora, fingerprint, tasks, tokenizer
 from t2t_jax.inference import (averaging, best_average, checkpoint_choice, evaluate,
                                translate)
+from t2t_jax.inference import score as score_lib
 from t2t_jax.model import info as model_info, variant
 from t2t_jax.runtime import checkpoint as checkpoint_lib
 from t2t_jax.runtime import interruptible, multihost, resolution
@@ -190,6 +191,40 @@ def _decode_lines(workdir: str, overrides: Overrides, checkpoint: Optional[str],
     else:
       sys.stdout.write(''.join(line + '\n' for line in outputs))
       sys.stdout.flush()
+
+
+def score(workdir: str, overrides: Overrides, checkpoint: Optional[str],
+          input_path: Optional[str], targets_path: Optional[str], output: Optional[str]) -> None:
+  """`--mode=score`: the log probability of each line of `targets_path` given the same line of
+  `input_path` (`score.py`), one line each into `output` (stdout), claimed as decode's."""
+  if not input_path or not targets_path:
+    raise score_lib.ScoreInputError('--mode=score needs --input=SOURCES and --targets=TARGETS '
+                                    '(aligned, one sentence per line)')
+  if output and epath.Path(output).exists():
+    raise _taken(output)
+  if output:
+    outputs.check_writable(output)
+  sources, targets = textio.read_lines(input_path), textio.read_lines(targets_path)
+  multihost.barrier('score_output_checked')
+  with _claimed(output):
+    config, inference = load(workdir, checkpoint, overrides)
+    tok = tokenizer.load(tokenizer.vocab_path(workdir), config.vocab_size)
+    net = variant.from_config(config)
+    pairs = score_lib.encode_pairs(sources, targets, tok.encode, tok.encode, net.cfg.max_len,
+                                   (f'--input={input_path}', f'--targets={targets_path}'))
+    results = score_lib.score_pairs(net, inference.params, pairs,
+                                    rows=config.decode_batch_sentences,
+                                    buckets=config.bucket_lengths)
+    if not multihost.is_writer():
+      return
+    interruptible.raise_if_signalled()
+    lines = [score_lib.format_line(*r) for r in results]
+    with workdir_lib.writing(output or '<stdout>'):
+      if output:
+        textio.write_lines_atomic(output, lines, overwrite=True)
+      else:
+        sys.stdout.write(''.join(line + '\n' for line in lines))
+        sys.stdout.flush()
 
 
 @contextlib.contextmanager

@@ -286,6 +286,9 @@ MODE_WRITES: Tuple[ModeWrites, ...] = (
     ModeWrites('decode', OUTPUT_TARGET, (
         '--output (a new file; stdout without it)', ATOMIC_TEMP, XLA_CACHE),
         _OUTPUT_CHECK + 'the file claimed empty before the work is removed'),
+    ModeWrites('score', OUTPUT_TARGET, (
+        '--output (a new file; stdout without it)', ATOMIC_TEMP, XLA_CACHE),
+        _OUTPUT_CHECK + 'the file claimed empty before the work is removed'),
     ModeWrites('attention', OUTPUT_TARGET, (
         '--output (a new or empty folder)', '--output/sentence_<n>/*', ATOMIC_TEMP,
         XLA_CACHE), _OUTPUT_CHECK + 'what the run wrote into --output is removed'),

@@ -41,6 +41,7 @@ ROWS = {row.mode: row for row in layout.MODE_WRITES}
 # What each mode needs besides its target to get as far as writing.
 _ARGS = {
     'decode': ['--input={sentences}'],
+    'score': ['--input={sentences}', '--targets={sentences}'],
     'attention': ['--input={sentences}'],
     'export': ['--format=stablehlo'],
     'plan': ['--topology=v5e:2x4', '--nosearch_batch', '--noplan_all_shapes'],

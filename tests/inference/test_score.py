@@ -3,9 +3,12 @@ plain numpy log-softmax of one unbatched forward pass, in input order whatever t
 scoring beam search's own n-best gives the log probabilities the search reports; bad input
 named by file and line."""
 
+import os
+
 import jax
 import numpy as np
 import pytest
+from conftest import run_main
 
 from t2t_jax.inference import score, translate
 from t2t_jax.model import transformer as model
@@ -77,3 +80,32 @@ class _Tokenizer:
 def test_bad_pairs_are_named_by_file_and_line(sources, targets, says):
   with pytest.raises(score.ScoreInputError, match='^' + says):
     score.encode_pairs(sources, targets, _ids, _ids, CFG.max_len)
+
+
+def test_the_mode_writes_one_line_per_pair(tiny_workdir, corpus, tmp_path):
+  sources, targets = tmp_path / 'src.txt', tmp_path / 'tgt.txt'
+  lines = []
+  for lang in ('en', 'es'):
+    with open(os.path.join(corpus, f'dev.{lang}'), encoding='utf-8') as f:
+      lines.append(f.readlines())
+  pairs = [p for p in zip(*lines) if max(len(x.split()) for x in p) < 14]  # TINY's max_len
+  assert len(pairs) == 3
+  for path, side in ((sources, 0), (targets, 1)):
+    path.write_text(''.join(p[side] for p in pairs), encoding='utf-8')
+  output = tmp_path / 'scores.tsv'
+  result = run_main('--mode=score', f'--workdir={tiny_workdir}', f'--input={sources}',
+                    f'--targets={targets}', f'--output={output}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  rows = [line.split('\t') for line in output.read_text().splitlines()]
+  assert len(rows) == 3
+  for log_prob, n, per_token in rows:
+    assert float(log_prob) < 0 and int(n) > 1
+    assert float(per_token) == pytest.approx(float(log_prob) / int(n), abs=1e-6)
+  short = tmp_path / 'short.txt'
+  short.write_text('Uno.\n')
+  again = run_main('--mode=score', f'--workdir={tiny_workdir}', f'--input={sources}',
+                   f'--targets={short}', f'--output={tmp_path / "other.tsv"}')
+  assert again.returncode == 1 and again.stderr.splitlines()[-1] == (
+      f'error: --input={sources} has 3 lines but --targets={short} has 1; expected one target '
+      'per source line')
+  assert not (tmp_path / 'other.tsv').exists()  # the claim is removed
