@@ -91,6 +91,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.final_eval_split = ''         # after the last step: average, evaluate on this split, print a report ('': off)
 
   # --- Inference (§6.1) ------------------------------------------------------------
+  c.eval_sentence_scores = False  # --mode=eval: also write each sentence's BLEU and chrF (eval_<split>_<step>.texts/sentences.tsv)
   c.average_last = 5              # checkpoints averaged for eval/decode (base: 5, big: 20)
   c.average_best = 0              # --mode=average: average the N best checkpoints keep_best kept instead of the last average_last, into averaged/step_<last>_best_<N> (read with --checkpoint=averaged/step_<last>_best_<N>); 0: the last
   c.beam_size = 4                 # beam width

@@ -57,21 +57,33 @@ def paired_bootstrap(baseline: Sequence[str], system: Sequence[str],
   return out
 
 
-def _texts(path: str, role: str) -> Tuple[List[str], Optional[str]]:
-  """(hypotheses, references path or None) of a hypothesis file or an eval JSON."""
-  if not os.path.isfile(path):
-    raise CompareError(f'--{role}={path}: no such file; expected a hypothesis file or an '
-                    'eval_<split>_<step>.json of --mode=eval')
-  if not path.endswith('.json'):
-    return read_lines(path), None
+def read_eval(path: str) -> Tuple[List[str], List[str]]:
+  """(hypotheses, references) that the eval JSON `path` names (`--mode=eval` writes them beside
+  it), checked to align; CompareError or TextFileError naming the file otherwise."""
   try:
     with open(path, encoding='utf-8') as f:
       record = json.load(f)
-    hyps, refs = record['hypotheses_path'], record['references_path']
+    # Relative to the JSON's folder (as eval writes them), or absolute.
+    hyps_path, refs_path = (os.path.join(os.path.dirname(os.path.abspath(path)), record[key])
+                            for key in ('hypotheses_path', 'references_path'))
   except (ValueError, KeyError, TypeError):
-    raise CompareError(f'--{role}={path}: not an eval JSON that names its hypotheses_path and '
-                    'references_path (written by --mode=eval)') from None
-  return read_lines(hyps), refs
+    raise CompareError(f'{path}: not an eval JSON that names its hypotheses_path and '
+                       'references_path (written by --mode=eval)') from None
+  hyps, refs = read_lines(hyps_path), read_lines(refs_path)
+  if len(hyps) != len(refs):
+    raise CompareError(f'{hyps_path} has {len(hyps)} lines but {refs_path} has {len(refs)}: '
+                       f'the texts of {path} were changed; evaluate again')
+  return hyps, refs
+
+
+def _texts(path: str, role: str) -> Tuple[List[str], Optional[List[str]]]:
+  """(hypotheses, references or None) of a hypothesis file or an eval JSON."""
+  if not os.path.isfile(path):
+    raise CompareError(f'--{role}={path}: no such file; expected a hypothesis file or an '
+                       'eval_<split>_<step>.json of --mode=eval')
+  if not path.endswith('.json'):
+    return read_lines(path), None
+  return read_eval(path)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -87,10 +99,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       raise CompareError(f'--samples={args.samples}: expected at least 1')
     baseline, refs_a = _texts(args.baseline, 'baseline')
     system, refs_b = _texts(args.system, 'system')
-    refs = args.references or refs_a or refs_b
-    if refs is None:
+    if refs_a is not None and refs_b is not None and refs_a != refs_b:
+      raise CompareError(f'--baseline={args.baseline} and --system={args.system} were '
+                         'evaluated on different references; compare evaluations of one split')
+    if args.references:
+      refs, references = args.references, read_lines(args.references)
+    elif refs_a is not None or refs_b is not None:
+      refs, references = 'the eval JSON\'s references', refs_a if refs_a is not None else refs_b
+    else:
       raise CompareError('--references: needed when neither input is an eval JSON')
-    references = read_lines(refs)
     for name, lines, path in (('baseline', baseline, args.baseline),
                               ('system', system, args.system)):
       if len(lines) != len(references):

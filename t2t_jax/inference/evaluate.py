@@ -2,15 +2,18 @@
 or for a treebank the EVALB F1 of the decoded trees (§6.3)."""
 
 import json
+import os
 from typing import Any, Dict, Optional, Sequence
 
 import jax
 import ml_collections
 import numpy as np
 from absl import logging
+from etils import epath
 
 from t2t_jax.data import tasks
 from t2t_jax.inference import bleu, translate
+from t2t_jax.inference.bleu import chrf_ter
 from t2t_jax.model import losses, variant
 from t2t_jax.runtime import multihost, parallel
 from t2t_jax.storage import layout, textio
@@ -76,8 +79,10 @@ def score_line(result: Dict[str, Any]) -> str:
             f'recall {result["recall"]:.2f}, complete match {result["complete_match"]:.2f}, '
             f'tagging accuracy {result["tagging_accuracy"]:.2f}, '
             f'{result["error_sentences"]} error sentences)')
+  more = (f', chrF {result["chrf"]:.2f}, TER {result["ter"]:.2f}' if 'chrf' in result
+          else '')
   return (f'BLEU {result["bleu"]:.2f} (sacreBLEU {result["bleu_signature"]}), tokenized BLEU '
-          f'{result["tokenized_bleu"]:.2f}')
+          f'{result["tokenized_bleu"]:.2f}{more}')
 
 
 def examples(pairs: Sequence[Dict[str, str]], hypotheses: Sequence[str],
@@ -90,12 +95,27 @@ def examples(pairs: Sequence[Dict[str, str]], hypotheses: Sequence[str],
            'hypothesis': hypotheses[i]} for i in chosen]
 
 
-def write_result(workdir: str, split: str, step: int, result: Dict[str, Any]) -> str:
-  """Writes `eval_<split>_<step>.json` atomically; an existing file is kept (suffix .1, .2...)."""
+def write_result(workdir: str, split: str, step: int, result: Dict[str, Any],
+                 texts: Optional[Dict[str, Sequence[str]]] = None) -> str:
+  """Writes `eval_<split>_<step>.json` atomically; an existing file is kept (suffix .1, .2...).
+
+  `texts`: {file name: lines} written first into the folder beside it
+  (`layout.Workdir.eval_texts`: `hypotheses.txt`, `references.txt`, `sentences.tsv`), each
+  file's path, relative to the JSON's folder, recorded in it as `<stem>_path`
+  (`hypotheses_path`, ...), which `compare.py` reads."""
   workdir = layout.of(workdir)
-  text = json.dumps(result, indent=2, sort_keys=True) + '\n'
   for n in range(1000):
     path = workdir.eval_result(split, step, n)
+    if epath.Path(path).exists():
+      continue
+    record = dict(result)
+    for name, lines in (texts or {}).items():
+      file = os.path.join(workdir.eval_texts(path), name)
+      with workdir_lib.writing(file):  # the folder belongs to this JSON, not yet written
+        textio.write_lines_atomic(file, lines, overwrite=True)
+      # Relative to the JSON's folder: a moved workdir keeps its evaluations readable.
+      record[name.split('.')[0] + '_path'] = os.path.relpath(file, os.path.dirname(path))
+    text = json.dumps(record, indent=2, sort_keys=True) + '\n'
     try:
       with workdir_lib.writing(path):  # a full disk: one line (a read-only one is refused first)
         textio.write_text_atomic(path, text)
@@ -103,6 +123,22 @@ def write_result(workdir: str, split: str, step: int, result: Dict[str, Any]) ->
     except FileExistsError:
       continue
   raise FileExistsError(f'{workdir.eval_result(split, step)} and 999 numbered variants exist')
+
+
+def _texts(config: ml_collections.ConfigDict, result: Dict[str, Any],
+           hypotheses: Sequence[str], references: Sequence[str]) -> Dict[str, Sequence[str]]:
+  """The files beside the eval JSON (`write_result`); for translations, chrF and TER added to
+  `result`, and with `eval_sentence_scores` each sentence's BLEU and chrF."""
+  texts = {'hypotheses.txt': hypotheses, 'references.txt': references}
+  if 'bleu' not in result:  # a treebank: its trees, scored by EVALB
+    return texts
+  result.update(chrf_ter.corpus_chrf_ter(hypotheses, references))
+  if getattr(config, 'eval_sentence_scores', False):
+    rows, signatures = chrf_ter.sentence_scores(hypotheses, references)
+    result['sentence_signatures'] = signatures
+    texts['sentences.tsv'] = ['line\tbleu\tchrf'] + [
+        f'{i}\t{b:.4f}\t{c:.4f}' for i, (b, c) in enumerate(rows, 1)]
+  return texts
 
 
 def evaluate(config: ml_collections.ConfigDict, workdir: str, split: str = 'dev',
@@ -146,7 +182,11 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str, split: str = 'dev'
   result.update(scores, sentences=len(pairs), beam_size=config.beam_size,
                 length_penalty_alpha=config.length_penalty_alpha,
                 examples=examples(pairs, hypotheses, references=references))
+  texts = _texts(config, result, hypotheses,
+                 references if references is not None else [p['target'] for p in pairs])
   if multihost.is_writer():
-    result['path'] = write_result(workdir, split, inference.step, result)
+    result['path'] = write_result(workdir, split, inference.step, result, texts)
+    folder = layout.Workdir.eval_texts(result['path'])
+    result.update({name.split('.')[0] + '_path': os.path.join(folder, name) for name in texts})
   logging.info('%s %s; written to %s', split, score_line(result), result.get('path'))
   return result

@@ -102,6 +102,11 @@ EVAL_RESULT = Entry(
     'eval_<split>_<step>.json', DERIVED, 'eval; train at its end (final report)',
     'train (the final report reuses a result of the same checkpoint)',
     'an unreadable one is ignored with one warning line and evaluated again')
+EVAL_TEXTS = Entry(
+    'eval_<split>_<step>.texts', DERIVED, 'eval, beside its JSON (hypotheses.txt, '
+    'references.txt; sentences.tsv with eval_sentence_scores)',
+    'python -m t2t_jax.inference.compare, given the JSON',
+    'one line naming the file; the next eval writes them again')
 TOKEN_STORE = Entry(
     'data_cache/tokens-<key>', DERIVED, 'train (once per corpus and vocabulary)',
     'train', 'one warning line, then encoded again (`data/token_store.py`)')
@@ -126,9 +131,8 @@ RUN_LEASE = Entry(
 
 ENTRIES: Tuple[Entry, ...] = (
     VOCAB, VOCAB_RECORD, VOCAB_LISTING, CHECKPOINTS, UNREADABLE, AVERAGED, BEST, EARLY_STOP,
-    METRICS,
-    METRICS_SET_ASIDE, TENSORBOARD, PLOTS, EVAL_RESULT, TOKEN_STORE, PREPARED, DOWNLOADS,
-    STORE_LOCK, RUN_LOCK, RUN_LEASE)
+    METRICS, METRICS_SET_ASIDE, TENSORBOARD, PLOTS, EVAL_RESULT, EVAL_TEXTS, TOKEN_STORE,
+    PREPARED, DOWNLOADS, STORE_LOCK, RUN_LOCK, RUN_LEASE)
 
 
 class Workdir(os.PathLike):
@@ -209,6 +213,12 @@ class Workdir(os.PathLike):
     existing result is never replaced)."""
     return self.join(f'eval_{split}_{step}' + (f'.{copy}' if copy else '') + '.json')
 
+  @staticmethod
+  def eval_texts(result_path: str) -> str:
+    """The folder of texts beside the eval result `result_path` (`eval_dev_7.1.json` ->
+    `eval_dev_7.1.texts`)."""
+    return result_path[:-len('.json')] + '.texts'
+
   def eval_result_pattern(self, split: str, step: int) -> str:
     """The glob, relative to the root, of every `eval_result(split, step, copy)`."""
     return f'eval_{split}_{step}*.json'
@@ -278,7 +288,8 @@ MODE_WRITES: Tuple[ModeWrites, ...] = (
     ModeWrites('train', WORKDIR_TARGET, tuple(entry.name for entry in ENTRIES) + (
         SPM_TEMP, ATOMIC_TEMP, ORBAX_TEMP, XLA_CACHE),
                _WORKDIR_CHECK + '; train also at its start'),
-    ModeWrites('eval', WORKDIR_TARGET, (EVAL_RESULT.name, ATOMIC_TEMP, XLA_CACHE),
+    ModeWrites('eval', WORKDIR_TARGET, (EVAL_RESULT.name, EVAL_TEXTS.name, ATOMIC_TEMP,
+                                        XLA_CACHE),
                _WORKDIR_CHECK),
     ModeWrites('average', WORKDIR_TARGET, (AVERAGED.name, ORBAX_TEMP, XLA_CACHE),
                _WORKDIR_CHECK),

@@ -13,6 +13,8 @@ average), and each check also shows that hypotheses shifted by one line would sc
 import json
 import os
 import random
+import subprocess
+import sys
 
 import pytest
 import sacrebleu
@@ -106,8 +108,29 @@ def test_dev_eval_and_final_bleu_are_sacrebleu_of_the_decoded_files(tmp_path):
     assert (example['hypothesis'], example['reference']) == (decoded[i], reference['test'][i])
 
   # --mode=eval with an explicit training checkpoint, on the whole dev split.
-  evaluated = run_main('--mode=eval', f'--workdir={workdir}', '--split=dev', '--checkpoint=100')
+  evaluated = run_main('--mode=eval', f'--workdir={workdir}', '--split=dev', '--checkpoint=100',
+                       '--config.eval_sentence_scores=True')
   assert evaluated.returncode == 0, evaluated.stderr[-3000:]
   printed = json.loads(evaluated.stdout)
   assert printed['checkpoint'] == 'training checkpoint step 100' and printed['sentences'] == 40
   _assert_scores(printed['bleu'], decoded_dev[100], reference['dev'])
+  # chrF and TER of the same lines, the texts beside the JSON, each sentence's scores.
+  refs = [reference['dev']]
+  assert printed['chrf'] == pytest.approx(sacrebleu.corpus_chrf(decoded_dev[100], refs).score)
+  assert printed['ter'] == pytest.approx(sacrebleu.corpus_ter(decoded_dev[100], refs).score)
+  assert _lines(printed['hypotheses_path']) == decoded_dev[100]
+  assert _lines(printed['references_path']) == reference['dev']
+  rows = [line.split('\t') for line in _lines(printed['sentences_path'])[1:]]
+  assert [float(r[2]) for r in rows] == pytest.approx(
+      [sacrebleu.sentence_chrf(h, [r]).score for h, r in zip(decoded_dev[100], reference['dev'])],
+      abs=1e-4)
+  # Step 100 against step 50 on the same dev lines: significant, as BLEU 2.8 -> 45.2 is.
+  earlier = run_main('--mode=eval', f'--workdir={workdir}', '--split=dev', '--checkpoint=50')
+  assert earlier.returncode == 0, earlier.stderr[-3000:]
+  compared = subprocess.run(
+      [sys.executable, '-m', 't2t_jax.inference.compare',
+       f'--baseline={json.loads(earlier.stdout)["path"]}', f'--system={printed["path"]}',
+       '--samples=100', '--json'], capture_output=True, text=True, check=True)
+  paired = json.loads(compared.stdout)['bleu']
+  assert paired['system']['score'] == pytest.approx(printed['bleu'], abs=1e-3)
+  assert paired['system']['p_value'] < 0.05

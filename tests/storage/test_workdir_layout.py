@@ -18,7 +18,7 @@ import pytest
 from t2t_jax import config as config_lib
 from t2t_jax.errors import user_errors
 from t2t_jax.data import corpora, prepared, token_store, tokenizer
-from t2t_jax.inference import averaging, checkpoint_choice, evaluate
+from t2t_jax.inference import averaging, checkpoint_choice, compare, evaluate
 from t2t_jax.storage import layout
 from t2t_jax.storage import lease as lease_lib
 from t2t_jax.storage import workdir as workdir_lib
@@ -44,6 +44,7 @@ EXPECTED = {
     layout.METRICS_SET_ASIDE: WORKS,
     layout.TENSORBOARD: WORKS, layout.PLOTS: WORKS,
     layout.EVAL_RESULT: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
+    layout.EVAL_TEXTS: STOP,  # the comparison of two evaluations has nothing else to read
     layout.TOKEN_STORE: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
     layout.PREPARED: WARN, layout.DOWNLOADS: WORKS,
     layout.STORE_LOCK: WORKS, layout.RUN_LOCK: WORKS,
@@ -53,6 +54,8 @@ EXPECTED = {
 # passed over and made again by the next average or eval).
 REBUILT_BY_READER = (layout.PLOTS, layout.TOKEN_STORE, layout.PREPARED)
 RESULT = {'checkpoint': 'averaged steps 5,10', 'examples': [], 'bleu': 1.0}
+# Files whose halves hold different numbers of lines (20 and 30): a cut shows.
+TEXTS = {'hypotheses.txt': ['a'] * 40, 'references.txt': ['a longer reference'] * 39 + ['x' * 400]}
 
 
 def _config(workdir):
@@ -76,6 +79,7 @@ def trained(tiny_workdir, tmp_path_factory):
   keeper.observe(10, {'loss': 3.0}, params, checkpoint.config_to_json(config))
   keeper.write_stop(20)
   evaluate.write_result(wd, 'dev', 10, RESULT)
+  evaluate.write_result(wd, 'test', 10, RESULT, texts=TEXTS)
   writer = metrics.MetricsWriter(wd)  # more records: a truncated file keeps some whole ones
   for step in range(20, 220, 10):
     writer.write(step, {'loss': 5.0 - step / 100})
@@ -155,6 +159,8 @@ def _exercise(wd, entry, config):
     plots.write_learning_curves(wd)
   elif entry is layout.EVAL_RESULT:
     assert summary._existing_result(wd, 'dev', 10, RESULT['checkpoint']) in (None, RESULT)
+  elif entry is layout.EVAL_TEXTS:
+    assert compare.read_eval(wd.eval_result('test', 10)) == tuple(TEXTS.values())
   elif entry in (layout.TOKEN_STORE, layout.PREPARED, layout.DOWNLOADS):
     source = corpora.load_split(config, 'train', wd.tfds)
     tok = tokenizer.load(wd.vocab, config.vocab_size)
