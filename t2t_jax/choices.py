@@ -6,6 +6,7 @@ imports beyond the standard library, so that the host-side config needs no jax a
 needs no ml_collections.
 """
 
+import re
 from typing import Literal
 
 Positional = Literal['sinusoidal', 'learned']  # §3.5: the fixed sinusoids, or learned (Table 3 E)
@@ -19,3 +20,12 @@ DTypeName = Literal['float32', 'bfloat16']  # activations; parameters are always
 
 class ConfigError(ValueError):
   """A configuration key is unknown or has an invalid value (main.py: one line `error: ...`)."""
+
+
+def compile_pattern(pattern: str) -> 're.Pattern':
+  """The compiled `trainable` expression, or a one-line ConfigError naming the key."""
+  try:
+    return re.compile(pattern)
+  except re.error as e:
+    raise ConfigError(f"config key 'trainable': {pattern!r} is not a regular expression "
+                      f'({e}); expected one over parameter paths, e.g. \'decoder/.*\'') from None

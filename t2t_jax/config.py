@@ -7,7 +7,6 @@ expected and what was given, so a typo in `--config.key=value` fails in millisec
 import difflib
 import math
 import os
-import re
 from typing import Any, Iterable, Optional, Sequence, Tuple, get_args
 
 import ml_collections
@@ -16,6 +15,7 @@ from absl import logging
 from t2t_jax.configs import default as default_config
 from t2t_jax import choices
 from t2t_jax.choices import ConfigError  # noqa: F401  (config.ConfigError, as always)
+from t2t_jax.choices import compile_pattern
 
 # The splits every dataset has: train, dev (WMT's 'validation') and test. Defined here, at the
 # bottom of the package, so that the config imports nothing from t2t_jax.data.
@@ -64,15 +64,6 @@ def _check_optimizer(value: str) -> None:
   if value not in OPTIMIZERS and not (sep and where and attr):
     _fail('optimizer', "one of 'adam', 'adamw', 'adafactor', or 'module:factory' or "
           "'path/file.py:factory'", value)
-
-
-def compile_pattern(pattern: str) -> 're.Pattern':
-  """The compiled `trainable` expression, or a one-line ConfigError naming the key."""
-  try:
-    return re.compile(pattern)
-  except re.error as e:
-    raise ConfigError(f"config key 'trainable': {pattern!r} is not a regular expression "
-                      f'({e}); expected one over parameter paths, e.g. \'decoder/.*\'') from None
 
 
 def _fail(key: str, expected: str, got: Any) -> None:

@@ -24,9 +24,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+  sys.path.insert(0, ROOT)
+
+from benchmarks.shared import harness  # noqa: E402
 PARTS = ('source', 'fine_tune', 'overfit', 'ema')
 # The fine-tune's schedule: a short warmup to a fixed peak, then linear decay (a fresh
 # rsqrt schedule would climb for 2000 steps to the embedded default's peak of 2.4e-3).
@@ -37,19 +40,19 @@ TUNE = ['--config.lr_schedule=linear', '--config.learning_rate=5e-4', '--config.
 
 
 def _record(out, **row):
-  row['time'] = time.strftime('%Y-%m-%dT%H:%M:%S')
+  row['time'] = harness.timestamp()
   with open(out, 'a', encoding='utf-8') as f:
     f.write(json.dumps(row, sort_keys=True) + '\n')
   print(json.dumps(row, sort_keys=True), flush=True)
 
 
 def _main(*args):
-  started = time.monotonic()
-  result = subprocess.run([sys.executable, os.path.join(ROOT, 'main.py'), *args], cwd=ROOT,
-                          capture_output=True, text=True)
+  with harness.timed() as clock:
+    result = subprocess.run([sys.executable, os.path.join(ROOT, 'main.py'), *args], cwd=ROOT,
+                            capture_output=True, text=True)
   if result.returncode:
     raise SystemExit(f'main.py {" ".join(args)} failed:\n{result.stderr[-3000:]}')
-  return result, time.monotonic() - started
+  return result, clock.seconds
 
 
 def _eval(workdir, split, checkpoint=None):
@@ -134,7 +137,6 @@ def part_fine_tune(args):
 def _frozen_equal(source, workdir):
   import jax  # pylint: disable=import-outside-toplevel
   import numpy as np  # pylint: disable=import-outside-toplevel
-  sys.path.insert(0, ROOT)
   from t2t_jax.inference import checkpoint_choice  # pylint: disable=import-outside-toplevel
   a = checkpoint_choice.load_inference_params(source, '5200').params
   b = checkpoint_choice.load_inference_params(workdir, '600').params

@@ -6,7 +6,7 @@ from typing import Any, Dict, Tuple
 
 import jax
 
-from t2t_jax.config import compile_pattern
+from t2t_jax.choices import compile_pattern
 
 
 def path_name(path) -> str:

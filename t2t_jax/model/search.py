@@ -324,11 +324,9 @@ def beam_search(
       ...]) must return it with room for n positions, same values, same structure. It is
       called before steps 0, 16, 32, 64, ... (`cache_lengths`); the results are those of a
       full-size cache (up to float summation order in the logits_fn).
-    no_repeat_ngram_size: n (static): no hypothesis repeats an n-gram of its tokens
-      (`ngram_blocking`); 0, the default, blocks nothing.
-    prefix: [B, P] int32 target prefixes: where `prefix[b, i]` is not 0, every hypothesis of
-      sentence b has that token at position i (the search goes on from there); 0 pads a
-      shorter prefix. Its tokens' log probs count in the scores. None: no prefix.
+    no_repeat_ngram_size: n (static): no hypothesis repeats an n-gram (`ngram_blocking`).
+    prefix: [B, P] int32: every hypothesis of sentence b starts with `prefix[b]`'s non-zero
+      tokens (0 pads), which count in its score, and the search goes on from there.
 
   Returns:
     sequences: [B, K, L] int32, best first, each ending with eos_id then 0s

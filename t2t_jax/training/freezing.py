@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from t2t_jax.config import ConfigError, compile_pattern
+from t2t_jax.choices import ConfigError, compile_pattern
 from t2t_jax.model.param_paths import counts, path_name, trainable_mask
 
 

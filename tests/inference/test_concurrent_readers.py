@@ -41,11 +41,11 @@ def _pause_before_reading(module, monkeypatch, when, then):
   `when(path)` holds: the reader has chosen that checkpoint and not read it yet."""
   real, done = module.restore_params, []
 
-  def paused(path, metadata):
+  def paused(path, metadata, *at):
     if not done and when(path):
       done.append(path)
       then()
-    return real(path, metadata)
+    return real(path, metadata, *at)
   monkeypatch.setattr(module, 'restore_params', paused)
   return done
 
