@@ -76,6 +76,7 @@ def test_tiny_train_step_compiles_for_a_v5e_slice(tiny_plan):
   json.dumps(p)  # --output writes it as is
 
 
+@pytest.mark.slow  # a whole run (or several compiles): the slow tier
 @needs_libtpu
 def test_every_bucket_shape_is_compiled_and_timed():
   p = report.make_plan(_tiny(pack_examples=False), 'v5e:2x4', search_batch=False)

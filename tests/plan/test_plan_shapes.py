@@ -152,6 +152,7 @@ def test_a_cache_record_of_another_format_is_a_miss(tmp_path, record):
   assert set(_RECORD) == compile_lib._FIELDS  # pylint: disable=protected-access
 
 
+@pytest.mark.slow  # a whole run (or several compiles): the slow tier
 @needs_libtpu
 def test_a_plan_sums_the_runs_compiles_and_reruns_from_the_cache(tmp_path):
   config = quickstart.get_config()

@@ -113,6 +113,7 @@ def test_a_sown_loss_is_added_times_its_weight_and_reported(scan):
   assert summarize(eval_sums)['aux_l2'] == pytest.approx(_l2_total(params), rel=1e-5)
 
 
+@pytest.mark.slow  # a whole run (or several compiles): the slow tier
 def test_train_step_logs_and_guards_the_sown_loss():
   mesh = parallel.make_mesh()
   net = model.Transformer(CFG, feed_forward=_sowing_ffn())

@@ -3,6 +3,7 @@ parameters the optimizer produced; off, the optimizer state is the paper's."""
 
 import jax
 import numpy as np
+import pytest
 import optax
 from conftest import TINY, read_metrics, run_main
 
@@ -33,6 +34,7 @@ def test_off_it_is_the_optimizer_itself():
   assert state.ema['w'].shape == (3,) and state.ema['w'].dtype == np.float32
 
 
+@pytest.mark.slow  # a whole run (or several compiles): the slow tier
 def test_a_fine_tune_of_the_decoder_with_an_average_through_main(tiny_workdir, corpus,
                                                                   tmp_path):
   """init_from + trainable + ema_decay through main.py: the encoder and the shared embedding

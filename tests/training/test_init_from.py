@@ -31,6 +31,7 @@ def test_the_spec_names_a_workdir_and_a_checkpoint():
   assert config_lib.absolute_value('init_from', 'a:best') == os.path.abspath('a') + ':best'
 
 
+@pytest.mark.slow  # a whole run (or several compiles): the slow tier
 def test_a_fine_tune_starts_from_the_source_and_resumes_as_itself(tiny_workdir, corpus,
                                                                   tmp_path):
   run = str(tmp_path / 'ft')
