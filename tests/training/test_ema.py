@@ -3,8 +3,8 @@ parameters the optimizer produced; off, the optimizer state is the paper's."""
 
 import jax
 import numpy as np
-import pytest
 import optax
+import pytest
 from conftest import TINY, read_metrics, run_main
 
 from t2t_jax.inference import checkpoint_choice
