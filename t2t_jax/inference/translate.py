@@ -14,15 +14,18 @@ processes); on CPU batches run on one device, one batch per core at once
 import functools
 import sys
 import time
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 import jax
 import numpy as np
 from absl import logging
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from t2t_jax.inference import portable
-from t2t_jax.model import array_checks, beam_decode, transformer as model_lib, search, variant
+from t2t_jax.inference import prefixes as prefix_lib
+from t2t_jax.inference.batch_search import (  # noqa: F401  (re-exported: translate.decode_batch)
+    SearchSettings, decode_batch, decode_batch_n_best, sharded_decoder)
+from t2t_jax.model import array_checks, transformer as model_lib, search, variant
 from t2t_jax.runtime import multihost
 
 
@@ -88,6 +91,11 @@ class Translator:
       on a CPU backend, with 'threads'; 1 with 'sharded').
     parallelism: 'auto', 'sharded' or 'threads' (`choose_parallelism`); no choice changes a
       translation.
+    strategy, no_repeat_ngram_size, temperature, top_k, top_p: `batch_search.SearchSettings`
+      (defaults: the paper's beam search).
+    seed: sampling's seed: the j-th sample of the sentence on line i draws with
+      `fold_in(fold_in(PRNGKey(seed), i), j)`, the same in any batch, on any device or process
+      count.
 
   Attributes:
     parallelism: 'sharded' or 'threads', as chosen.
@@ -101,7 +109,9 @@ class Translator:
   def __init__(self, model: model_lib.ModelLike, params, tokenizer, *, beam_size: int = 4,
                alpha: float = 0.6, max_decode_extra: int = 50, batch_sentences: int = 64,
                bucket_lengths: Sequence[int] = (16, 32, 64, 128, 256),
-               threads: Optional[int] = None, parallelism: str = 'auto'):
+               threads: Optional[int] = None, parallelism: str = 'auto',
+               strategy: str = 'beam', no_repeat_ngram_size: int = 0, temperature: float = 1.0,
+               top_k: int = 0, top_p: float = 1.0, seed: int = 0):
     self.model = model_lib.as_model(model, deterministic=True, decode=False)
     self.cfg = self.model.cfg
     _check_tokenizer(tokenizer, self.cfg.vocab_size)
@@ -118,8 +128,13 @@ class Translator:
     self.bucket_lengths = tuple(sorted(bucket_lengths))
     self.threads = threads or (portable.default_threads() if self.parallelism == 'threads'
                                else 1)
+    self.settings = SearchSettings(beam_size, alpha, strategy, no_repeat_ngram_size,
+                                   temperature, top_k, top_p)
+    self.seed = seed
     self._decode = sharded_decoder(self.model, beam_size, alpha, self.mesh)
     self._decode_n_best = sharded_decoder(self.model, beam_size, alpha, self.mesh, n_best=True)
+    self._search = sharded_decoder(self.model, beam_size, alpha, self.mesh, n_best=True,
+                                   settings=self.settings)
     self.placements = 0
     self.compiled_shapes = set()
     self.truncated_lines: List[int] = []
@@ -173,27 +188,38 @@ class Translator:
     return self._placed
 
   def _decode_numpy(self, params, inputs: np.ndarray, max_lengths: np.ndarray,
-                    max_decode_len: int, n_best: bool = False):
-    """`decode_batch` (`decode_batch_n_best` with n_best) on host arrays, into host arrays."""
+                    max_decode_len: int, n_best: bool = False,
+                    extras: Optional[Dict[str, np.ndarray]] = None):
+    """`decode_batch` (`decode_batch_n_best` with n_best; `search_batch` with `extras`, when
+    the settings are not the plain beam search) on host arrays, into host arrays."""
     shape = (inputs.shape[1], max_decode_len)
     if not n_best and shape not in self.compiled_shapes:
       self.compiled_shapes.add(shape)
       logging.info('compiling decode for source length %d, output length %d', *shape)
     rows = NamedSharding(self.mesh, P(multihost.ROWS))
     decode = self._decode_n_best if n_best else self._decode
-    result = decode(params, *jax.device_put((inputs, max_lengths), rows), max_decode_len)
+    arrays = jax.device_put((inputs, max_lengths), rows)
+    if extras is not None:
+      result = self._search(params, *arrays, max_decode_len, jax.device_put(extras, rows))
+    else:
+      result = decode(params, *arrays, max_decode_len)
     return tuple(map(np.asarray, result)) if n_best else np.asarray(result)
 
   def translate(self, sentences: Sequence[str],
                 progress: Optional[Callable[[int, int, float], None]] = None,
-                line_numbers: Optional[Sequence[int]] = None) -> List[str]:
+                line_numbers: Optional[Sequence[int]] = None,
+                prefixes: Optional[Sequence[str]] = None) -> List[str]:
     """Translations of `sentences`, in the same order; empty (whitespace) lines stay empty.
 
     `line_numbers` name the sentences in warnings (default 1, 2, ...; a process decoding its
-    share of a file passes the file's line numbers).
+    share of a file passes the file's line numbers). `prefixes`: one target prefix per
+    sentence ('' for none), which its translation starts with (`translate_n_best`).
     """
-    return [self.tokenizer.decode(ids)
-            for ids in self.translate_ids(sentences, progress, line_numbers)]
+    if self.settings.plain and prefixes is None:
+      return [self.tokenizer.decode(ids)
+              for ids in self.translate_ids(sentences, progress, line_numbers)]
+    return [hyps[0].text if hyps else '' for hyps in self.translate_n_best(
+        sentences, 1, progress, line_numbers, prefixes)]
 
   def translate_ids(self, sentences: Sequence[str],
                     progress: Optional[Callable[[int, int, float], None]] = None,
@@ -210,37 +236,61 @@ class Translator:
 
   def translate_n_best(self, sentences: Sequence[str], n: Optional[int] = None,
                        progress: Optional[Callable[[int, int, float], None]] = None,
-                       line_numbers: Optional[Sequence[int]] = None
-                       ) -> List[List[Hypothesis]]:
+                       line_numbers: Optional[Sequence[int]] = None,
+                       prefixes: Optional[Sequence[str]] = None) -> List[List[Hypothesis]]:
     """The `n` best translations of each sentence, best first, with their scores.
 
-    Per sentence, in input order: up to `n` (default and at most `beam_size`) `Hypothesis`,
-    by score, descending, the first being `translate`'s; fewer when the search finished fewer
-    (e.g. at most one output token), none for an empty line. Batched like `translate`, by
-    its own compiled search (`decode_batch_n_best`). Arguments as `translate`.
+    Per sentence, in input order: up to `n` `Hypothesis`, by score, descending, the first
+    being `translate`'s; fewer when the search finished fewer (e.g. at most one output
+    token), none for an empty line. Beam search: n at most `beam_size` (the default); greedy:
+    1; sampling: `n` samples (default 1), sorted by score. Batched like `translate`.
+    `prefixes`: one target prefix per sentence ('' for none): each hypothesis starts with its
+    tokens and the search goes on from there. Other arguments as `translate`.
     """
-    n = self.beam_size if n is None else n
-    if not 1 <= n <= self.beam_size:
-      raise ValueError(f'translate_n_best: n={n} must be in [1, beam_size={self.beam_size}] '
-                       '(a longer list needs a wider beam: Translator(..., beam_size=n))')
+    n = self._check_n(self.settings.width if n is None else n)
     params = self._placed_params()
     encoded, truncated = portable.encode_sources(sentences, self._encode, self.cfg.max_len)
+    copies = n if self.settings.strategy == 'sample' else 1
+    rows = {i * copies + j: ids for i, ids in encoded.items() for j in range(copies)}
+    prefix_ids = prefix_lib.encode(prefixes, encoded, self.tokenizer, self.max_decode_extra,
+                                   line_numbers)
+    searched = prefix_ids is not None or not self.settings.plain
     results: List[List[Hypothesis]] = [[] for _ in sentences]
     start, done = time.monotonic(), len(sentences) - len(encoded)
-    batch_list = list(portable.batches(encoded, rows=self.batch_sentences,
+    batch_list = list(portable.batches(rows, rows=self.batch_sentences,
                                        buckets=self.bucket_lengths, max_len=self.cfg.max_len,
                                        max_decode_extra=self.max_decode_extra))
-    decode = functools.partial(self._decode_numpy, params, n_best=True)
-    for batch, (sequences, scores, log_probs) in _map_batches(decode, batch_list,
-                                                              self.threads):
-      for r, i in enumerate(batch.indices):
-        results[i] = [self._hypothesis(sequences[r, k], scores[r, k], log_probs[r, k])
-                      for k in range(n) if scores[r, k] > search.NEG_INF]
-      done += len(batch.indices)
+
+    # Sampling keys by the sentence's line in the whole input (`line_numbers`), so that a
+    # process decoding its share of a file draws what one process would.
+    lines = [i + 1 for i in range(len(sentences))] if line_numbers is None else line_numbers
+
+    def decode(batch):
+      extras = (prefix_lib.extras(batch.indices, batch.inputs.shape[0], copies, prefix_ids,
+                                  self.seed, lines) if searched else None)
+      return self._decode_numpy(params, batch.inputs, batch.max_lengths, batch.max_decode_len,
+                                n_best=True, extras=extras)
+    for batch, (sequences, scores, log_probs) in portable.in_threads(decode, batch_list,
+                                                                     self.threads):
+      for r, row in enumerate(batch.indices):
+        results[row // copies] += [
+            self._hypothesis(sequences[r, k], scores[r, k], log_probs[r, k])
+            for k in range(n if copies == 1 else 1) if scores[r, k] > search.NEG_INF]
+      done += len(batch.indices) // copies
       if progress is not None:
         progress(done, len(sentences), time.monotonic() - start)
     self._note_truncated(truncated, line_numbers)
-    return results
+    return [sorted(h, key=lambda x: -x.score) if copies > 1 else h for h in results]
+
+  def _check_n(self, n: int) -> int:
+    strategy = self.settings.strategy
+    if strategy == 'beam' and not 1 <= n <= self.beam_size:
+      raise ValueError(f'translate_n_best: n={n} must be in [1, beam_size={self.beam_size}] '
+                       '(a longer list needs a wider beam: Translator(..., beam_size=n))')
+    if n < 1 or (strategy == 'greedy' and n > 1):
+      raise ValueError(f'translate_n_best: n={n} must be {"1" if strategy == "greedy" else ">= 1"}'
+                       f' with strategy={strategy!r} (several samples: strategy=\'sample\')')
+    return n
 
   def _hypothesis(self, sequence: np.ndarray, score: float, log_prob: float) -> Hypothesis:
     ids = portable.until_eos(sequence.tolist())
@@ -261,67 +311,6 @@ class Translator:
                             if line_numbers is not None else truncated)
     if self.truncated_lines:
       logging.warning('%s', truncation_warning(self.truncated_lines, self.cfg.max_len))
-
-
-def sharded_decoder(model: model_lib.ModelLike, beam_size: int, alpha: float,
-                    mesh: Mesh, n_best: bool = False) -> Callable[..., Any]:
-  """Jitted `(params, inputs, max_lengths, max_decode_len) -> [rows, max_decode_len]` int32:
-  `decode_batch` with the rows of `inputs` `[rows, src_len]` int32 and `max_lengths`
-  `[rows]` int32 split over `mesh` (axis `multihost.ROWS`; rows a multiple of its size) and
-  `params` replicated on it; `max_decode_len` is static. With `n_best`,
-  `decode_batch_n_best` instead (its three outputs, split alike).
-
-  A shard_map, not sharding propagation: every device runs exactly the one-device beam
-  search on its own rows, with no collective at all; its while loops stop when its own
-  sentences are done, which changes no result (search.py freezes finished sentences).
-  """
-  rows = P(multihost.ROWS)
-
-  @functools.partial(jax.jit, static_argnums=3)
-  def decode(params, inputs: jax.Array, max_lengths: jax.Array, max_decode_len: int):
-    def per_device(params, inputs, max_lengths):
-      return (decode_batch_n_best if n_best else decode_batch)(
-          model, beam_size, alpha, params, inputs, max_lengths, max_decode_len)
-    return jax.shard_map(per_device, mesh=mesh, in_specs=(P(), rows, rows),
-                         out_specs=(rows,) * 3 if n_best else rows,
-                         check_vma=False)(params, inputs, max_lengths)
-  return decode
-
-
-def decode_batch(model: model_lib.ModelLike, beam_size: int, alpha: float, params,
-                 inputs: jax.Array, max_lengths: jax.Array, max_decode_len: int,
-                 grow_cache: bool = True) -> jax.Array:
-  """`[rows, src_len]` ids -> best hypotheses `[rows, max_decode_len]` (EOS-terminated).
-
-  Jittable with `model`, `beam_size`, `max_decode_len` and `grow_cache` static; the StableHLO
-  export serializes exactly this function. The self-attention cache grows with the output
-  (`search.cache_lengths`; `grow_cache=False`: one cache of max_decode_len positions, the
-  same translations, slower).
-  """
-  sequences, _ = beam_decode.beam_decode(model, beam_size, alpha, params, inputs, max_lengths,
-                                         max_decode_len, grow_cache)
-  return sequences[:, 0]
-
-
-def decode_batch_n_best(model: model_lib.ModelLike, beam_size: int, alpha: float, params,
-                        inputs: jax.Array, max_lengths: jax.Array, max_decode_len: int,
-                        grow_cache: bool = True
-                        ) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """`decode_batch`'s search, every beam: sequences `[rows, beam_size, max_decode_len]`
-  int32 (EOS-terminated, best first, `[:, 0]` is decode_batch's), scores `[rows, beam_size]`
-  float32 (descending, length-penalised: what the search ranks by; `search.NEG_INF` for a
-  slot without a hypothesis) and their plain log probabilities `[rows, beam_size]` float32
-  (`search.raw_log_probs`)."""
-  sequences, scores = beam_decode.beam_decode(model, beam_size, alpha, params, inputs,
-                                              max_lengths, max_decode_len, grow_cache)
-  return sequences, scores, search.raw_log_probs(sequences, scores, alpha,
-                                                 model_lib.EOS_ID)
-
-
-def _map_batches(decode: Callable[..., Any], batch_list: List[portable.Batch], threads: int):
-  """(batch, decode(batch)) in batch order, `threads` batches at once (as `portable`'s)."""
-  call = lambda b: decode(b.inputs, b.max_lengths, b.max_decode_len)  # noqa: E731
-  return portable.in_threads(call, batch_list, threads)
 
 
 def truncation_warning(lines: Sequence[int], max_len: int, shown: int = 10) -> str:

@@ -9,12 +9,12 @@ call it without importing inference.
 """
 
 import functools
-from typing import Mapping
+from typing import Mapping, Optional
 
 import jax
 import numpy as np
 
-from t2t_jax.model import incremental, scoring, search
+from t2t_jax.model import incremental, sampling, scoring, search
 from t2t_jax.model.array_checks import check_array, check_int, check_real
 from t2t_jax.model.id_arrays import check_ids
 from t2t_jax.model.transformer import BOS_ID, EOS_ID, PAD_ID, ModelLike, as_model
@@ -22,7 +22,8 @@ from t2t_jax.model.transformer import BOS_ID, EOS_ID, PAD_ID, ModelLike, as_mode
 
 def beam_decode(model: ModelLike, beam_size: int, alpha: float, params, inputs: jax.Array,
                 max_lengths: jax.Array, max_decode_len: int,
-                grow_cache: bool = True) -> tuple[jax.Array, jax.Array]:
+                grow_cache: bool = True, *, no_repeat_ngram_size: int = 0,
+                prefix: Optional[jax.Array] = None) -> tuple[jax.Array, jax.Array]:
   """Every beam of the search and its score.
 
   Args:
@@ -35,6 +36,8 @@ def beam_decode(model: ModelLike, beam_size: int, alpha: float, params, inputs: 
     max_decode_len: L, the length of the outputs (static).
     grow_cache: the self-attention cache grows with the output (`search.cache_lengths`);
       False: one cache of L positions, the same results, slower.
+    no_repeat_ngram_size, prefix: `search.beam_search`'s constraints (static n; `[rows, P]`
+      int32 target prefixes, 0-padded); off by default, the paper's search.
 
   Returns:
     (sequences `[rows, K, L]` int32, best first, EOS-terminated then 0s; scores `[rows, K]`
@@ -49,6 +52,34 @@ def beam_decode(model: ModelLike, beam_size: int, alpha: float, params, inputs: 
       under `jit`) holding an id outside the vocabulary, `max_lengths` not `[rows]`.
   """
   _check_arguments(model, beam_size, alpha, params, inputs, max_lengths, max_decode_len)
+  logits_fn, cache, grow = _decoder(model, params, inputs, max_decode_len, grow_cache)
+  return search.beam_search(
+      logits_fn, cache, batch_size=inputs.shape[0], beam_size=beam_size, alpha=alpha,
+      max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=EOS_ID, bos_id=BOS_ID,
+      grow_cache=grow, no_repeat_ngram_size=no_repeat_ngram_size, prefix=prefix)
+
+
+def sample_decode(model: ModelLike, params, inputs: jax.Array, max_lengths: jax.Array,
+                  max_decode_len: int, row_keys: jax.Array, *, temperature: float = 1.0,
+                  top_k: int = 0, top_p: float = 1.0, no_repeat_ngram_size: int = 0,
+                  prefix: Optional[jax.Array] = None,
+                  grow_cache: bool = True) -> tuple[jax.Array, jax.Array]:
+  """One sample per source row (`sampling.sample`): sequences `[rows, L]` int32 and their
+  log probabilities `[rows]` float32 under the model (untempered). Arguments as
+  `beam_decode`; `row_keys` `[rows, 2]` uint32, one PRNG key per row; `temperature`, `top_k`,
+  `top_p` static."""
+  _check_arguments(model, 1, 0.0, params, inputs, max_lengths, max_decode_len)
+  logits_fn, cache, grow = _decoder(model, params, inputs, max_decode_len, grow_cache)
+  return sampling.sample(
+      logits_fn, cache, row_keys=row_keys, max_decode_len=max_decode_len,
+      max_lengths=max_lengths, temperature=temperature, top_k=top_k, top_p=top_p,
+      eos_id=EOS_ID, bos_id=BOS_ID, grow_cache=grow,
+      no_repeat_ngram_size=no_repeat_ngram_size, prefix=prefix)
+
+
+def _decoder(model: ModelLike, params, inputs: jax.Array, max_decode_len: int,
+             grow_cache: bool):
+  """(logits_fn, initial cache, grow_cache function or None) of the incremental decoder."""
   # Per sentence, closed over: the encoder-decoder keys/values and the transposed vocabulary.
   # Only the self-attention cache goes through the search, which tiles it over beams and
   # reorders it at every step.
@@ -60,12 +91,9 @@ def beam_decode(model: ModelLike, beam_size: int, alpha: float, params, inputs: 
     return logits.at[:, PAD_ID].set(scoring.PAD_LOGIT), cache
 
   cache = incremental.init_cache(model, inputs.shape[0], 1 if grow_cache else max_decode_len)
-  return search.beam_search(
-      logits_fn, cache, batch_size=inputs.shape[0], beam_size=beam_size, alpha=alpha,
-      max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=EOS_ID, bos_id=BOS_ID,
-      grow_cache=functools.partial(incremental.grow_cache,
-                                   window=as_model(model).cfg.decoder_window)
-      if grow_cache else None)
+  grow = (functools.partial(incremental.grow_cache, window=as_model(model).cfg.decoder_window)
+          if grow_cache else None)
+  return logits_fn, cache, grow
 
 
 def _check_arguments(model: ModelLike, beam_size: int, alpha: float, params, inputs: jax.Array,
@@ -83,7 +111,7 @@ def _check_arguments(model: ModelLike, beam_size: int, alpha: float, params, inp
   if not isinstance(params, Mapping):
     raise TypeError(f'beam_decode: params is a {type(params).__name__}; expected the model\'s '
                     "parameter tree (init_params' nested dict)")
-  check_ids('beam_decode', 'inputs', inputs, cfg.vocab_size)
+  check_ids('beam_decode', 'inputs', inputs, cfg.input_vocab_size)
   rows = check_array('beam_decode', 'max_lengths', max_lengths, kind='int', rank=1,
                      layout='[rows], the most output tokens of each source row')[0]
   if rows != np.shape(inputs)[0]:
