@@ -12,7 +12,9 @@ def get_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
 
   # --- Model (§3; Table 3 "base" values) -------------------------------------------
-  c.vocab_size = 37000            # shared source/target SentencePiece vocabulary (§5.1: ~37000 EN-DE)
+  c.vocab_size = 37000            # SentencePiece vocabulary size, shared by source and target (§5.1: ~37000 EN-DE); with share_vocab=False the target's
+  c.share_vocab = True            # one SentencePiece vocabulary for source and target (§5.1); False: one per language (fairseq's default; pairs in two scripts), needs share_embeddings=False
+  c.source_vocab_size = 0         # share_vocab=False: the source vocabulary's size (rows of the encoder's own embedding); 0 means vocab_size
   c.d_model = 512                 # model width d_model (§3.1)
   c.d_ff = 2048                   # inner width of the position-wise FFN d_ff (§3.3)
   c.num_heads = 8                 # attention heads h (§3.2.2)
@@ -48,6 +50,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval_split = 'dev'            # split used for periodic evaluation ('dev' maps to the dataset's validation split)
   c.vocab_sample_sentences = 1_000_000  # sentences per language sampled to train the SentencePiece model
   c.vocab_model = ''              # a SentencePiece .model to use as it is instead of training one (copied into the workdir byte for byte; ids pad 0, eos 1, unk 2, no bos); vocab_size follows it
+  c.source_vocab_model = ''       # share_vocab=False with vocab_model (both, or neither): the source side's SentencePiece .model, taken as vocab_model is (vocab/source_spm.model); source_vocab_size follows it
   c.max_length = 256              # drop training pairs whose source or target exceeds this many tokens (counted)
   c.tokens_per_batch = 25000      # padded target slots (rows x bucket length) per step over all devices, as many source; real tokens are fewer (padding efficiency is logged) (§5.1)
   c.bucket_lengths = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # padded lengths; bounds the number of compiled shapes
@@ -97,6 +100,15 @@ def get_config() -> ml_collections.ConfigDict:
   c.beam_size = 4                 # beam width
   c.length_penalty_alpha = 0.6    # GNMT length penalty ((5 + |Y|) / 6)^alpha
   c.max_decode_extra = 50         # maximum output length = input length + this
+  c.decode_strategy = 'beam'      # 'beam' (the paper's), 'greedy' (the argmax each step), or 'sample' (temperature, top_k, top_p, sample_seed)
+  c.nbest = 1                     # --mode=decode: N hypotheses per input (N <= beam_size; N samples with 'sample'), as input_index<TAB>rank<TAB>score<TAB>log_prob<TAB>hypothesis lines
+  c.output_scores = False         # --mode=decode with nbest=1: the 1-best in those columns too (else plain text)
+  c.temperature = 1.0             # decode_strategy='sample': the softmax temperature (> 0)
+  c.top_k = 0                     # decode_strategy='sample': draw from the k most probable tokens only (0: all)
+  c.top_p = 1.0                   # decode_strategy='sample': then from the smallest set reaching this probability (nucleus; 1.0: all)
+  c.sample_seed = 0               # decode_strategy='sample': the seed; a line's samples depend on it and the line's number only
+  c.no_repeat_ngram_size = 0      # no output repeats an n-gram of tokens of this size (beam, greedy, sample; 0: off, the paper)
+  c.target_prefix_file = ''       # --mode=decode: one target prefix per --input line (may be empty); each translation starts with it
   c.decode_batch_sentences = 64   # sentences per decode batch
   c.decode_threads = 0            # batches decoded at once; 0: one per core on CPU, else 1
   c.decode_parallelism = 'auto'   # decoding over a host's devices: 'sharded' (each batch's rows split over all local chips), 'threads' (one device, decode_threads batches at once), 'auto' (sharded on several accelerators, else threads)

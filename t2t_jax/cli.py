@@ -185,7 +185,7 @@ def check_paths(workdir: Optional[str], input_path: Optional[str]) -> None:
   if workdir and epath.Path(workdir).exists() and not epath.Path(workdir).is_dir():
     raise WorkdirError(f'--workdir={workdir} is a file; expected a directory (one that does '
                        'not exist yet is created)')
-  if input_path:
+  if input_path and input_path != '-':  # '-': standard input, decoded as it arrives
     if not epath.Path(input_path).exists():
       raise FileNotFoundError(f'--input={input_path}: no such file')
     if epath.Path(input_path).is_dir():

@@ -36,20 +36,23 @@ CHOICES = {
     'final_eval_split': ('',) + SPLITS,
     'lr_schedule': ('rsqrt', 'cosine', 'linear', 'constant'),
     'best_metric': ('loss', 'bleu'),
+    'decode_strategy': ('beam', 'greedy', 'sample'),
 }
 _POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_layers', 'max_len',
              'max_length', 'tokens_per_batch', 'warmup_steps', 'grad_accum_steps',
              'keep_checkpoints', 'log_every_steps', 'average_last', 'beam_size',
              'decode_batch_sentences', 'vocab_sample_sentences', 'learning_rate_scale',
-             'adam_eps', 'max_consecutive_nonfinite', 'num_train_steps')
+             'adam_eps', 'max_consecutive_nonfinite', 'num_train_steps', 'nbest',
+             'temperature')
 _NON_NEGATIVE = ('d_k', 'd_v', 'num_kv_heads', 'num_encoder_layers', 'num_decoder_layers',
-                 'decoder_window',
+                 'decoder_window', 'source_vocab_size',
                  'weight_decay', 'aux_loss_weight',
                  'checkpoint_every_steps',
                  'checkpoint_every_minutes', 'eval_every_steps', 'eval_batches',
                  'eval_bleu_sentences', 'length_penalty_alpha', 'max_decode_extra',
                  'decode_threads', 'learning_rate', 'min_learning_rate', 'clip_grad_norm',
-                 'keep_best', 'early_stop_patience', 'average_best')
+                 'keep_best', 'early_stop_patience', 'average_best', 'top_k',
+                 'no_repeat_ngram_size', 'sample_seed')
 _PROBABILITIES = ('dropout_rate', 'attention_dropout_rate', 'label_smoothing', 'adam_b1',
                   'adam_b2', 'ema_decay')
 
@@ -182,6 +185,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
       and config.eval_every_steps and not config.eval_bleu_sentences):
     _fail('best_metric', "'loss', or 'bleu' with eval_bleu_sentences > 0 (no dev BLEU is "
           'decoded without it)', config.best_metric)
+  _check_decoding(config)
   if config.vocab_model and config.init_from:
     _fail('vocab_model', "'' with init_from, which takes the source run's vocabulary",
           config.vocab_model)
@@ -233,10 +237,23 @@ _NO_EFFECT = (
      'learning_rate sets the peak of the schedule itself'),
     ('vocab_sample_sentences', ('vocab_model', 'init_from'), lambda c: c.vocab_model or c.init_from, 'the vocabulary is '
      'given (vocab_model or init_from), not trained'),
+    ('source_vocab_size', ('share_vocab',), lambda c: c.share_vocab, 'share_vocab=True: one vocabulary of '
+     'vocab_size serves both sides'),
+    ('source_vocab_model', ('share_vocab',), lambda c: c.share_vocab, 'share_vocab=True: one vocabulary '
+     '(vocab_model) serves both sides'),
     ('keep_best', ('eval_every_steps',), lambda c: not c.eval_every_steps, 'eval_every_steps=0: no evaluation ranks '
      'checkpoints'),
     ('early_stop_patience', ('eval_every_steps',), lambda c: not c.eval_every_steps, 'eval_every_steps=0: no '
      'evaluation to be patient with'),
+    ('temperature', ('decode_strategy',), lambda c: c.decode_strategy != 'sample', "only "
+     "decode_strategy='sample' draws"),
+    ('top_k', ('decode_strategy',), lambda c: c.decode_strategy != 'sample', "only "
+     "decode_strategy='sample' draws"),
+    ('top_p', ('decode_strategy',), lambda c: c.decode_strategy != 'sample', "only "
+     "decode_strategy='sample' draws"),
+    ('sample_seed', ('decode_strategy',), lambda c: c.decode_strategy != 'sample', "only "
+     "decode_strategy='sample' draws"),
+    ('output_scores', ('nbest',), lambda c: c.nbest > 1, 'nbest > 1 writes the scores anyway'),
     ('best_metric', ('keep_best', 'early_stop_patience'), lambda c: not c.keep_best and not c.early_stop_patience,
      'only keep_best and early_stop_patience rank by it'),
 )
@@ -246,6 +263,18 @@ def paper_peak(d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
   """The peak of the paper's schedule (§5.3, eq. 3, at step = warmup_steps):
   scale * (d_model * warmup_steps)^-0.5 (6.99e-4 for the base model)."""
   return float(scale) * (float(d_model) * float(warmup_steps)) ** -0.5
+
+
+def _check_decoding(config: ml_collections.ConfigDict) -> None:
+  """The decoding keys that cannot hold together: a list longer than the beam, a nucleus
+  outside (0, 1]."""
+  if not 0.0 < config.top_p <= 1.0:
+    _fail('top_p', 'a value in (0, 1] (1.0: no nucleus cut)', config.top_p)
+  if config.decode_strategy == 'beam' and config.nbest > config.beam_size:
+    _fail('nbest', f'at most beam_size={config.beam_size} with beam search (a longer list '
+          'needs a wider beam)', config.nbest)
+  if config.decode_strategy == 'greedy' and config.nbest > 1:
+    _fail('nbest', "1 with decode_strategy='greedy' (several samples: 'sample')", config.nbest)
 
 
 def no_effect(config: ml_collections.ConfigDict) -> list:
@@ -262,11 +291,11 @@ def no_effect(config: ml_collections.ConfigDict) -> list:
 MODEL_KEYS = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_kv_heads', 'd_k', 'd_v',
               'num_layers', 'num_encoder_layers', 'num_decoder_layers', 'share_embeddings',
               'scale_embeddings', 'positional', 'norm_position', 'max_len', 'decoder_window',
-              'model')
+              'model', 'share_vocab', 'source_vocab_size')
 
 
 # The keys that name a local folder or file a run reads; `absolute_paths` resolves them.
-PATH_KEYS = ('local_corpus_dir', 'treebank_dir', 'data_dir', 'vocab_model')
+PATH_KEYS = ('local_corpus_dir', 'treebank_dir', 'data_dir', 'vocab_model', 'source_vocab_model')
 # The keys that may name a factory 'path/to/file.py:factory'; its file is made absolute.
 FACTORY_KEYS = ('model', 'optimizer')
 

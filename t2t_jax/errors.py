@@ -15,7 +15,7 @@ def user_errors() -> Tuple[Type[BaseException], ...]:
   from t2t_jax import config as config_lib
   from t2t_jax.data import corpora, pipeline, token_store, tokenizer
   from t2t_jax.export.common import ExportError
-  from t2t_jax.inference import compare, score
+  from t2t_jax.inference import compare, prefixes, score
   from t2t_jax.inspect import attention_mode
   from t2t_jax.plan import report, topology
   from t2t_jax.runtime import backends, checkpoint, parallel
@@ -28,7 +28,7 @@ def user_errors() -> Tuple[Type[BaseException], ...]:
           plots.PlotError,
           corpora.DataError, pipeline.PipelineError, token_store.TokenStoreError,
           tokenizer.TokenizerError, textio.TextFileError, score.ScoreInputError,
-          compare.CompareError, FileNotFoundError, FileExistsError)
+          compare.CompareError, prefixes.PrefixError, FileNotFoundError, FileExistsError)
 
 
 def exit_with(error: BaseException) -> NoReturn:

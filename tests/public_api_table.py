@@ -38,6 +38,15 @@ CFG = model.TransformerConfig(vocab_size=VOCAB, d_model=16, d_ff=32, num_heads=2
                               num_layers=1, max_len=32, deterministic=True)
 
 
+# A model with separate source and target vocabularies (share_vocab=False).
+SEPARATE = CFG.replace(share_embeddings=False, source_vocab_size=VOCAB + 6)
+
+
+def _zeros(cfg):
+  """Parameters of `cfg`'s shapes (zeros, nothing compiled)."""
+  return jax.tree_util.tree_map(lambda s: np.zeros(s.shape, np.float32), model.param_shapes(cfg))
+
+
 class Tokenizer:
   """Letters -> ids 2..23, enough for a Translator or an export without SentencePiece."""
 
@@ -191,6 +200,8 @@ def _rows():
           ValueError, ('num_heads',)),
       Row('TransformerConfig', TYPE, lambda c: t.TransformerConfig(vocab_size='37000'),
           t.ConfigError, ('vocab_size',)),
+      Row('TransformerConfig', RANGE, lambda c: t.TransformerConfig(
+          source_vocab_size=2, share_embeddings=False), t.ConfigError, ('source_vocab_size', '2')),
       Row('as_model', TYPE, lambda c: t.as_model({'d_model': 16}), TypeError, ('model',)),
       Row('as_model', RANGE, lambda c: t.as_model(c.cfg, d_models=8), TypeError,
           ('d_models',)),
@@ -384,6 +395,10 @@ def _rows():
       Row('export_stablehlo_model', NOT_MODEL, lambda c: t.export_stablehlo_model(
           c.cfg, {'x': 1}, c.tokenizer, os.path.join(c.tmp, 'new')), t.ExportError,
           ('params',)),
+      # One vocabulary for a model with separate ones (source_vocab_size).
+      Row('export_stablehlo_model', TYPE, lambda c: t.export_stablehlo_model(
+          SEPARATE, _zeros(SEPARATE), c.tokenizer, os.path.join(c.tmp, 'new')), t.ExportError,
+          ('tokenizer', 'source_vocab_size')),
       Row('export_stablehlo', MISSING, lambda c: t.export_stablehlo(
           c.missing, os.path.join(c.tmp, 'new')), _checkpoint_error(), ('absent',),
           workdir=True),

@@ -96,6 +96,7 @@ def _with(**changes):
      r"^config key 'shard_optimizer_state': expected a bool, got 'true'$"),
     (dict(shard_optimizer_state=1),
      r"^config key 'shard_optimizer_state': expected a bool, got 1$"),
+    (dict(source_vocab_size=-1), r"^config key 'source_vocab_size': expected a value >= 0"),
 ])
 def test_invalid_values_name_the_key(changes, message):
   with pytest.raises(config_lib.ConfigError, match=message):

@@ -51,7 +51,7 @@ from typing import Any, Optional, Sequence
 from absl import logging
 import numpy as np
 
-from t2t_jax.data import bucketing, prepared
+from t2t_jax.data import bucketing, prepared, vocab_pair
 from t2t_jax.storage import manifest, paths
 
 FORMAT = 't2t_jax-token-store-v1'
@@ -129,8 +129,11 @@ def store_key(name: str, num_pairs: int, fingerprint: str) -> str:
 
 
 def _dtype(tokenizer: Any) -> np.dtype:
-  size = getattr(tokenizer, 'vocab_size', None)
-  return np.dtype(np.uint16 if size is not None and size <= 1 << 16 else np.int32)
+  """uint16 when both sides' vocabularies (one shared, or a `VocabPair`'s) have at most 65536
+  pieces, else int32."""
+  sizes = [getattr(vocab_pair.side(tokenizer, side), 'vocab_size', None) for side in SIDES]
+  small = None not in sizes and max(sizes) <= 1 << 16
+  return np.dtype(np.uint16 if small else np.int32)
 
 
 def _encode_range(source: Any, tokenizer: Any, start: int, stop: int,
@@ -142,7 +145,7 @@ def _encode_range(source: Any, tokenizer: Any, start: int, stop: int,
     b = min(stop, a + _ENCODE_PAIRS)
     items = bucketing.get_items(source, range(a, b))
     for side in SIDES:
-      encoded = tokenizer.encode_batch([it[side] for it in items])
+      encoded = vocab_pair.side(tokenizer, side).encode_batch([it[side] for it in items])
       n = np.fromiter(map(len, encoded), np.int64, count=len(encoded))
       try:
         flat = np.fromiter(itertools.chain.from_iterable(encoded), dtype, count=int(n.sum()))
@@ -347,7 +350,8 @@ def load_or_build(source: Any, tokenizer: Any, cache_dir: Optional[str], *,
     source: random access to `{'source': str, 'target': str}` with `len()`; its `name`
       (corpora.ParallelTextSource) keys the store on disk. Picklable when the corpus has at
       least `PARALLEL_MIN_PAIRS` pairs (the encoding processes receive it).
-    tokenizer: `encode_batch(texts) -> list[list[int]]`; its `fingerprint` keys the store.
+    tokenizer: `encode_batch(texts) -> list[list[int]]`, or a `vocab_pair.VocabPair` (each
+      side encoded with its own); its `fingerprint` keys the store.
     cache_dir: the folder that holds stores (`local_cache_dir` of it is used); None, or a
       source or tokenizer without a name or fingerprint, gives a store in memory.
     num_workers: encoding processes for large corpora (None: `default_workers()`).

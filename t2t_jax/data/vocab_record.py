@@ -13,6 +13,12 @@ Checkpoints save `of_tokenizer` (sha256 and size) as their `vocabulary` item, so
 vocabulary replaced by another one (same size, still parses) is noticed at resume, eval and
 decode, and so that a checkpoint of another run is told apart from a replaced vocabulary
 (`checkpoint_mismatch`, `describes`).
+
+Separate vocabularies (`share_vocab=False`, `vocabularies.py`): the target side's record and
+model are the shared one's files, the source side's `vocab/source_spm.*` (every function taking
+a workdir takes `layout.SourceSide` for them); each record says which side's text it was trained
+on (`trained_on`; none: both languages), and the checkpoints' item holds the source side's
+sha256 and size beside the target's (`source_sha256`, `source_vocab_size`; `side_item`).
 """
 
 import hashlib
@@ -23,6 +29,7 @@ from etils import epath
 
 from t2t_jax import config as config_lib
 from t2t_jax.data import fingerprint as fingerprint_lib
+from t2t_jax.data import vocab_pair
 from t2t_jax.storage import layout, paths
 
 SETTINGS = ('vocab_size', 'vocab_sample_sentences')
@@ -34,15 +41,27 @@ def path(workdir: str) -> str:
   return layout.of(workdir).vocab_record
 
 
+def trained_on(config: Any) -> Optional[str]:
+  """Which side's text `config`'s vocabulary is made from: None (both: one shared vocabulary),
+  'target', or 'source' (the source side's view of the config, `vocabularies.side_config`)."""
+  if getattr(config, 'share_vocab', True):
+    return None
+  return getattr(config, 'vocab_side', 'target')
+
+
 def given(config: Any) -> Optional[str]:
   """The vocabulary file a run takes as it is instead of training one, or None: `vocab_model`,
-  or that of the run `config.init_from` names (`<workdir>/vocab/spm.model`)."""
-  if getattr(config, 'vocab_model', ''):
-    return config.vocab_model
+  or that of the run `config.init_from` names (`<workdir>/vocab/spm.model`); for the source
+  side (`trained_on`) `source_vocab_model`, or that run's `vocab/source_spm.model`."""
+  source = trained_on(config) == 'source'
+  model = getattr(config, 'source_vocab_model' if source else 'vocab_model', '')
+  if model:
+    return model
   spec = getattr(config, 'init_from', '')
   if not spec:
     return None
-  return layout.of(config_lib.init_from_parts(spec)[0]).vocab
+  run = layout.of(config_lib.init_from_parts(spec)[0])
+  return run.source_vocab if source else run.vocab
 
 
 def wanted(config: Any, data_fingerprint: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -53,11 +72,15 @@ def wanted(config: Any, data_fingerprint: Optional[Dict[str, Any]]) -> Dict[str,
     try:
       digest = sha256(paths.read_bytes(source))
     except OSError as e:
-      key = 'vocab_model' if getattr(config, 'vocab_model', '') else 'init_from'
+      key = 'source_vocab_model' if trained_on(config) == 'source' else 'vocab_model'
+      key = key if getattr(config, key, '') else 'init_from'
       raise config_lib.ConfigError(f'--config.{key}={config[key]}: the vocabulary {source} '
                                    f'cannot be read ({type(e).__name__}: {e})') from None
     return {'given': source, 'given_sha256': digest}
-  return dict({k: int(config[k]) for k in SETTINGS}, data=data_fingerprint)
+  record = dict({k: int(config[k]) for k in SETTINGS}, data=data_fingerprint)
+  if trained_on(config):  # a shared vocabulary's record stays as it always was
+    record['trained_on'] = trained_on(config)
+  return record
 
 
 def sha256(model: bytes) -> str:
@@ -96,6 +119,8 @@ def difference(saved: Dict[str, Any], current: Dict[str, Any]) -> Optional[str]:
             f'{str(current.get("given_sha256"))[:12]}... now')
   diffs = [f'{k} {saved.get(k)!r} then, {current[k]!r} now' for k in SETTINGS
            if saved.get(k) != current[k]]
+  if saved.get('trained_on') != current.get('trained_on'):
+    diffs.append(f'trained on {_text(saved)} then, on {_text(current)} now')
   before, now = saved.get('data'), current.get('data')
   if before and now:  # a library caller may not know its data
     diffs += [f'{k} {before.get(k)!r} then, {now.get(k)!r} now' for k in _DATA_KEYS
@@ -106,9 +131,59 @@ def difference(saved: Dict[str, Any], current: Dict[str, Any]) -> Optional[str]:
   return '; '.join(diffs) or None
 
 
+def _text(record: Dict[str, Any]) -> str:
+  return {'source': 'the source text', 'target': 'the target text'}.get(
+      record.get('trained_on'), 'both languages')
+
+
 def of_tokenizer(tok: Any) -> Dict[str, Any]:
-  """What a checkpoint saves of the vocabulary it was trained with."""
-  return {'sha256': tok.fingerprint, 'vocab_size': tok.vocab_size}
+  """What a checkpoint saves of the vocabulary it was trained with: sha256 and size, of a
+  `VocabPair`'s target side, with the source side's as `source_sha256`, `source_vocab_size`."""
+  target, source = vocab_pair.side(tok, 'target'), vocab_pair.side(tok, 'source')
+  saved = {'sha256': target.fingerprint, 'vocab_size': target.vocab_size}
+  if source is not target:
+    saved.update(source_sha256=source.fingerprint, source_vocab_size=source.vocab_size)
+  return saved
+
+
+def side_item(saved: Optional[Dict[str, Any]], which: str) -> Optional[Dict[str, Any]]:
+  """What a checkpoint saved (`of_tokenizer`) of `which` side's vocabulary, as `sha256` and
+  `vocab_size`; None when it saved none (a shared vocabulary has no source side's)."""
+  if which == 'target' or not saved:
+    return saved
+  if 'source_sha256' not in saved:
+    return None
+  return {'sha256': saved['source_sha256'], 'vocab_size': saved.get('source_vocab_size')}
+
+
+def mismatched_file(saved: Optional[Dict[str, Any]], tok: Any) -> Optional[Tuple[str, str]]:
+  """(the file, how it differs) of the first of `tok`'s vocabularies (the shared one, or the
+  target's then the source's) that is not the one a checkpoint saved (`saved`, `of_tokenizer`;
+  `checkpoint_mismatch`); None when each is."""
+  for which in ('target', 'source'):
+    side = vocab_pair.side(tok, which)
+    if which == 'source' and side is vocab_pair.side(tok, 'target'):
+      break
+    problem = checkpoint_mismatch(side_item(saved, which), None, side)
+    if problem:
+      return side.path, problem
+  return None
+
+
+def describe(saved: Optional[Dict[str, Any]]) -> str:
+  """One line of what a checkpoint saved of its vocabularies (`of_tokenizer`), for
+  `--mode=info` ('' when it saved none)."""
+  if not saved:
+    return ''
+  target = _pieces(saved)
+  source = side_item(saved, 'source')
+  if source is None:
+    return f'vocabulary (shared by source and target): {target}'
+  return f'vocabularies: source {_pieces(source)}; target {target}'
+
+
+def _pieces(saved: Dict[str, Any]) -> str:
+  return f'{saved.get("vocab_size")} pieces, sha256 {str(saved.get("sha256"))[:12]}...'
 
 
 def checkpoint_mismatch(saved: Optional[Dict[str, Any]], saved_vocab_size: Optional[int],

@@ -20,7 +20,7 @@ from etils import epath
 from t2t_jax.data import tasks
 from t2t_jax.model import transformer as model_lib, variant
 from t2t_jax.runtime import interruptible
-from t2t_jax.storage import leftovers, outputs, paths
+from t2t_jax.storage import layout, leftovers, outputs, paths
 from t2t_jax.storage import workdir as workdir_lib
 
 
@@ -41,13 +41,15 @@ def check_translation(config: Any, run: str) -> None:
                       f'{config.dataset}): use --mode=decode, which outputs trees')
 
 
-def check_vocabulary(path: str, pieces: int, vocab_size: int, prefix: str = '') -> None:
+def check_vocabulary(path: str, pieces: int, vocab_size: int, prefix: str = '',
+                     name: str = 'vocab_size') -> None:
   """Refuses a SentencePiece model of `pieces` pieces (`path`) for a model of `vocab_size`
   ids unless the two are equal, as they are for the vocabulary a model was trained with.
   More pieces: ids the model has no embedding for. Fewer: ids the model can output that have
   no piece, which serve.py's (or CTranslate2's) decoding cannot turn into text
   (`IndexError: OUT_OF_RANGE`); the self-check cannot see it, both sides decode to the same
-  ids. `prefix` starts the message (a library call's name).
+  ids. `prefix` starts the message (a library call's name); `name` is the model's size's
+  ('source_vocab_size' for a source vocabulary of its own).
 
   Raises:
     ExportError: one line naming the file, both sizes and the ids without a counterpart.
@@ -57,7 +59,7 @@ def check_vocabulary(path: str, pieces: int, vocab_size: int, prefix: str = '') 
   why = (f'ids {vocab_size}..{pieces - 1} have no embedding' if pieces > vocab_size else
          f'the model can output ids {pieces}..{vocab_size - 1}, which have no piece, so the '
          'export could not decode them')
-  raise ExportError(f'{prefix}{path} has {pieces} pieces but the model\'s vocab_size is '
+  raise ExportError(f'{prefix}{path} has {pieces} pieces but the model\'s {name} is '
                     f'{vocab_size}: {why}; expected the SentencePiece model the model was '
                     f'trained with ({vocab_size} pieces)')
 
@@ -157,16 +159,20 @@ class ExportSource:
     config: the run config (`configs/default.py` keys): the checkpoint's, plus any inference
       overrides.
     params: the parameters, a nested dict of float32 arrays.
-    tokenizer_path: the SentencePiece model of the run (`<workdir>/vocab/spm.model`).
+    tokenizer_path: the SentencePiece model of the run (`<workdir>/vocab/spm.model`): the
+      target side's with separate vocabularies.
     description: where the parameters came from, e.g. 'averaged steps 2400,2600,2700'.
     model: the model the parameters are of, a `Transformer` variant (None: the one `config`
       names, `variant.from_config`: its `--config.model` factory's, or the paper's).
+    source_tokenizer_path: separate vocabularies (`share_vocab=False`): the source side's
+      (`<workdir>/vocab/source_spm.model`); None: `tokenizer_path` serves both sides.
   """
   config: Any
   params: Any
   tokenizer_path: str
   description: str
   model: Optional[model_lib.Transformer] = None
+  source_tokenizer_path: Optional[str] = None
 
   @property
   def model_config(self) -> model_lib.TransformerConfig:
@@ -178,17 +184,34 @@ class ExportSource:
     return (model_lib.as_model(self.model) if self.model is not None
             else variant.from_config(self.config))
 
-  def check_vocabulary(self) -> None:
-    """`check_vocabulary` of the tokenizer file against the model's vocab_size (after
-    loading it: TokenizerError for a damaged one, or one with other special ids)."""
-    from t2t_jax.data import tokenizer
-    tok = tokenizer.load(self.tokenizer_path)
-    check_vocabulary(self.tokenizer_path, tok.vocab_size, self.model_config.vocab_size)
+  def tokenizer(self) -> Any:
+    """The vocabulary loaded: a `Tokenizer`, or with `source_tokenizer_path` a
+    `vocab_pair.VocabPair` (encodes with the source model, decodes with the target's)."""
+    from t2t_jax.data import tokenizer, vocab_pair
+    target = tokenizer.load(self.tokenizer_path)
+    if self.source_tokenizer_path is None:
+      return target
+    return vocab_pair.VocabPair(tokenizer.load(self.source_tokenizer_path), target)
 
-  def pieces(self) -> List[str]:
-    """The SentencePiece piece of every id, in id order."""
-    from t2t_jax.data import tokenizer
-    tok = tokenizer.load(self.tokenizer_path)
+  def check_vocabulary(self) -> None:
+    """`check_vocabulary` of each tokenizer file against the model's size of its side (after
+    loading it: TokenizerError for a damaged one, or one with other special ids); an
+    ExportError for one vocabulary given for a model with two, or two for a model with one."""
+    cfg, tok = self.model_config, self.tokenizer()
+    if (self.source_tokenizer_path is None) != (cfg.source_vocab_size is None):
+      has, given = (('separate source and target vocabularies', 'one was')
+                    if cfg.source_vocab_size is not None
+                    else ('one vocabulary for both sides', 'two were'))
+      raise ExportError(f'the model has {has}, but {given} given ({self.tokenizer_path})')
+    check_vocabulary(self.tokenizer_path, tok.vocab_size, cfg.vocab_size)
+    if self.source_tokenizer_path is not None:
+      check_vocabulary(self.source_tokenizer_path, tok.source_vocab_size,
+                       cfg.input_vocab_size, name='source_vocab_size')
+
+  def pieces(self, side: str = 'target') -> List[str]:
+    """The SentencePiece piece of every id of `side`'s vocabulary, in id order."""
+    from t2t_jax.data import vocab_pair
+    tok = vocab_pair.side(self.tokenizer(), side)
     return tok.pieces(range(tok.vocab_size))
 
 
@@ -203,12 +226,21 @@ def load_source(workdir: str, checkpoint: Optional[str] = None,
     TokenizerError: no SentencePiece model in the workdir.
   """
   from t2t_jax.inference import checkpoint_choice
-  from t2t_jax.data import tokenizer
   from t2t_jax.runtime import resolution
-  path = tokenizer.vocab_path(workdir)
   inference = checkpoint_choice.load_inference_params(workdir, checkpoint)
   config = resolution.from_saved(inference.config_json, f'checkpoint {inference.path}')
   checkpoint_choice.check_built_from(config, inference, model_variant and model_lib.as_model(
       model_variant))
-  tokenizer.load(path, config.vocab_size)  # one line when the vocabulary is missing or damaged
-  return ExportSource(config, inference.params, path, inference.description, model_variant)
+  return run_source(workdir, config, inference, model_variant)
+
+
+def run_source(workdir: str, config: Any, inference: Any,
+               model_variant: Optional[model_lib.Transformer] = None) -> ExportSource:
+  """The `ExportSource` of a run's parameters (`inference`, `checkpoint_choice`'s) with its
+  `config` and vocabularies, each loaded first (TokenizerError: one line when one is missing
+  or damaged): `vocab/spm.model`, and `vocab/source_spm.model` with `share_vocab=False`."""
+  from t2t_jax.data import vocabularies
+  vocabularies.load(workdir, config)
+  where = layout.of(workdir)
+  return ExportSource(config, inference.params, where.vocab, inference.description,
+                      model_variant, None if config.share_vocab else where.source_vocab)

@@ -5,7 +5,10 @@ What is mapped, and why each needs care:
 
 * Post-LN (`pre_norm=False`, the paper) or pre-LN (`pre_norm=True` with the final norms).
 * One shared embedding matrix for source, target and the pre-softmax projection (§3.4), the
-  embeddings multiplied by sqrt(d_model) (`scale_embeddings`).
+  embeddings multiplied by sqrt(d_model) (`scale_embeddings`). Separate vocabularies
+  (`share_vocab=False`): the encoder's own matrix and the source pieces as CTranslate2's
+  source vocabulary (source_vocabulary.json beside target_vocabulary.json, and
+  source_spm.model beside spm.model to tokenize the input with).
 * Positions: our interleaved sinusoids (§3.5, `layers.sinusoidal_positions`, from position 0)
   or the learned tables, written out explicitly with `max_len` rows: CTranslate2's built-in
   table concatenates sin|cos, starts at position 1 and uses other frequencies.
@@ -36,7 +39,7 @@ from t2t_jax.storage import workdir as workdir_lib
 from t2t_jax.export import ctranslate2_decoding, self_check
 from t2t_jax.export.ctranslate2_params import (  # noqa: F401  (check_expressible, Layout: API)
     Layout, ReadTracker, check_embedding_scale, check_expressible, embedding_tables,
-    refuse_unread)
+    refuse_unread, source_table)
 from t2t_jax.export.common import (ExportError, ExportSource, check_output, load_source,
                                    new_directory)
 
@@ -158,10 +161,12 @@ def _set_layers(encoder, decoder, tree) -> None:
     _set_ffn(layer.ffn, p['ffn'], p['ffn_block']['norm'])
 
 
-def build_spec(cfg: model.TransformerConfig, params, pieces: Sequence[str]):
+def build_spec(cfg: model.TransformerConfig, params, pieces: Sequence[str],
+               source_pieces: Optional[Sequence[str]] = None):
   """A `ctranslate2.specs.TransformerSpec` holding `params` (a t2t_jax parameter tree), with
   the layer and head counts the tree holds (`layout`), grouped-query attention as
-  CTranslate2's `num_heads_kv`.
+  CTranslate2's `num_heads_kv`. `pieces`: the (target) vocabulary's; `source_pieces`: the
+  source vocabulary's of a model with separate ones (`cfg.source_vocab_size`).
 
   Raises:
     ExportError: an option CTranslate2 cannot express, a parameter it has no place for, or
@@ -184,9 +189,12 @@ def build_spec(cfg: model.TransformerConfig, params, pieces: Sequence[str]):
                                                     **options)
   # Through the model's embedding part, tied or not (`share_embeddings`).
   embedding, projection = embedding_tables(cfg, params, read)
+  separate = cfg.source_vocab_size is not None  # the encoder's own table and vocabulary
+  tables = {'encoder': source_table(cfg, params, read) if separate else embedding,
+            'decoder': embedding}
   for side, spec in (('encoder', encoder), ('decoder', decoder)):
     embeddings = spec.embeddings[0] if side == 'encoder' else spec.embeddings
-    embeddings.weight = embedding
+    embeddings.weight = tables[side]
     spec.scale_embeddings = cfg.scale_embeddings  # x sqrt(d_model) or not, as the model
     spec.position_encodings.encodings = position_table(cfg, tree, side)
     if pre_norm:
@@ -207,7 +215,8 @@ def build_spec(cfg: model.TransformerConfig, params, pieces: Sequence[str]):
   spec.config.decoder_start_token = pieces[model.EOS_ID]
   spec.config.add_source_eos = True
   tokens = vocabulary(pieces, cfg.vocab_size)
-  spec.register_source_vocabulary(tokens)
+  spec.register_source_vocabulary(vocabulary(source_pieces, cfg.input_vocab_size)
+                                  if separate else tokens)
   spec.register_target_vocabulary(tokens)
   return spec
 
@@ -238,9 +247,11 @@ def decoding_options(config, description: str) -> dict:
 def write_model(cfg: model.TransformerConfig, params, pieces: Sequence[str], output: str, *,
                 quantization: Optional[str] = None, files: Optional[dict] = None,
                 check: Optional[Callable[[str], None]] = None,
-                argument: str = '--output') -> str:
+                argument: str = '--output', source_pieces: Optional[Sequence[str]] = None) -> str:
   """Writes `params` as a CTranslate2 model into the new directory `output` (model.bin,
-  config.json, shared_vocabulary.json, plus `files`: {name in the model directory: path}).
+  config.json, shared_vocabulary.json, or with `source_pieces` (separate vocabularies,
+  `build_spec`) source_ and target_vocabulary.json, plus `files`: {name in the model
+  directory: path}).
   `check(directory)`, if given, runs on the written model before it becomes `output`; what it
   raises removes everything written. A quantized model translates otherwise by design (int8
   weights), so `check` then runs on a float32 conversion of the same parameters, written
@@ -254,13 +265,13 @@ def write_model(cfg: model.TransformerConfig, params, pieces: Sequence[str], out
   """
   check_quantization(quantization)
   check_output(output, argument)
-  spec = build_spec(cfg, params, pieces)  # every refusal of the model before writing
+  spec = build_spec(cfg, params, pieces, source_pieces)  # every refusal before writing
   quantized = quantization not in (None, 'float32')
   # A full disk or a read-only file system: one line naming `output`, nothing left of it.
   with new_directory(output, argument) as temp, workdir_lib.writing(paths.absolute(output)):
     if check is not None and quantized:
       # A second spec: conversion quantizes a spec's arrays in place.
-      unquantized = _converter(build_spec(cfg, params, pieces), {}).convert(
+      unquantized = _converter(build_spec(cfg, params, pieces, source_pieces), {}).convert(
           os.path.join(temp, 'float32_self_check'))
       check(unquantized)
       shutil.rmtree(unquantized)
@@ -279,10 +290,11 @@ def _self_check(source: ExportSource, output: str, quantization: Optional[str]
                 ) -> Callable[[str], None]:
   """`write_model`'s check of a run's export: `self_check.check_artifact` with the written
   model decoded by `ctranslate2_decoding.translate` at the run's settings."""
-  from t2t_jax.data import tokenizer
+  from t2t_jax.data import vocab_pair
   ctranslate2 = _ctranslate2()
   settings = self_check.Settings.of(source.config)
-  tok = tokenizer.load(source.tokenizer_path)
+  tok = source.tokenizer()  # separate vocabularies: sources in the source model's pieces
+  encoder_tok = vocab_pair.side(tok, 'source')
   sentences = self_check.check_sentences(source.config, tok)
   tokens = vocabulary(source.pieces(), source.model_config.vocab_size)
   index = {token: i for i, token in enumerate(tokens)}
@@ -299,7 +311,7 @@ def _self_check(source: ExportSource, output: str, quantization: Optional[str]
       # stopping rule would end first (docs/performance.md, "Serving": 1010 of 1010 test
       # sentences agree at patience 2, 1003 at 1).
       rows = ctranslate2_decoding.translate(
-          translator, [tok.pieces(tok.encode(s)) for s in sentences],
+          translator, [encoder_tok.pieces(encoder_tok.encode(s)) for s in sentences],
           beam_size=settings.beam_size, alpha=settings.alpha,
           max_decode_extra=settings.max_decode_extra, max_len=source.model_config.max_len,
           patience=2.0)
@@ -315,27 +327,34 @@ def _self_check(source: ExportSource, output: str, quantization: Optional[str]
 
 def convert(source: ExportSource, output: str, quantization: Optional[str] = None,
             argument: str = '--output') -> str:
-  """`write_model` of a trained run, with its SentencePiece model (spm.model) and its decoding
-  settings (t2t_jax_decoding.json) in the model directory, after the model is read
+  """`write_model` of a trained run, with its SentencePiece model (spm.model; separate
+  vocabularies: the target's, and source_spm.model) and its decoding settings
+  (t2t_jax_decoding.json) in the model directory, after the model is read
   (`check_paper_layers`, `ExportSource.check_vocabulary`, `check_embedding_scale`,
   `build_spec`) and before it is kept, checked by translating (`self_check`). Returns
   `output`'s absolute path."""
   check_paper_layers(source.transformer)
   source.check_vocabulary()  # padded with dummy tokens, a smaller one would translate to them
   check_embedding_scale(source.transformer, source.params)
+  separate = source.source_tokenizer_path is not None
   with tempfile.TemporaryDirectory() as scratch:
     options = os.path.join(scratch, DECODING_FILE)
-    vocab = os.path.join(scratch, 'spm.model')  # a local copy: the workdir may be gs://
+    # Local copies: the workdir may be gs://.
+    files = {'spm.model': source.tokenizer_path}
+    if separate:
+      files['source_spm.model'] = source.source_tokenizer_path
     with workdir_lib.writing(scratch):  # the system's temporary folder, full or read-only
       with open(options, 'w', encoding='utf-8') as f:
         json.dump(decoding_options(source.config, source.description), f, indent=2,
                   sort_keys=True)
-      with open(vocab, 'wb') as f:
-        f.write(paths.read_bytes(source.tokenizer_path))
+      for name, where in files.items():
+        files[name] = os.path.join(scratch, name)
+        with open(files[name], 'wb') as f:
+          f.write(paths.read_bytes(where))
     return write_model(source.model_config, source.params, source.pieces(), output,
-                       quantization=quantization,
-                       files={'spm.model': vocab, DECODING_FILE: options},
-                       check=_self_check(source, output, quantization), argument=argument)
+                       quantization=quantization, files={**files, DECODING_FILE: options},
+                       check=_self_check(source, output, quantization), argument=argument,
+                       source_pieces=source.pieces('source') if separate else None)
 
 
 def export_ctranslate2(workdir: str, output: str, *, checkpoint: Optional[str] = None,

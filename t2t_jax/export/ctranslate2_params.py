@@ -97,13 +97,30 @@ def embedding_tables(cfg: model.TransformerConfig, params, read: set):
   # array for both when tied, so that the spec holds it once.
   source = np.array(tables[0], np.float32)
   target = source if tables[1] is tables[0] else np.array(tables[1], np.float32)
-  part = params.get('shared_embedding') if isinstance(params, Mapping) else None
+  _mark_read(params, 'shared_embedding', (source, target), read)
+  return source, target
+
+
+def source_table(cfg: model.TransformerConfig, params, read: set) -> np.ndarray:
+  """The encoder's own embedding `[source_vocab_size, d_model]` float32 of a model with
+  separate vocabularies (`cfg.source_vocab_size`), read through its embedding part
+  (`source_embedding`) as `embedding_tables` reads the target's; its leaf added to `read`."""
+  net = model.as_model(cfg, deterministic=True, decode=False)
+  tables = net.apply({'params': params}, method=lambda m: m.source_embedding.tables())
+  table = np.array(tables[0], np.float32)
+  _mark_read(params, 'source_embedding', (table,), read)
+  return table
+
+
+def _mark_read(params, part_name: str, tables, read: set) -> None:
+  """Adds to `read` the leaves of `params[part_name]` equal to one of `tables`: what the
+  embedding part's `tables()` gave, found by value (its parameter names are its own)."""
+  part = params.get(part_name) if isinstance(params, Mapping) else None
   for name, leaf in (part.items() if isinstance(part, Mapping) else ()):
     leaf = np.asarray(leaf) if not isinstance(leaf, Mapping) else None
     if leaf is not None and any(leaf.shape == t.shape and np.array_equal(leaf, t)
-                                for t in (source, target)):
-      read.add(f'shared_embedding/{name}')
-  return source, target
+                                for t in tables):
+      read.add(f'{part_name}/{name}')
 
 
 def check_embedding_scale(transformer: model.Transformer, params) -> None:

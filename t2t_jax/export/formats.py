@@ -4,8 +4,8 @@
 
 from typing import Optional
 
-from t2t_jax.data import tokenizer
-from t2t_jax.export.common import ExportError, ExportSource, check_output, check_translation
+from t2t_jax.export.common import (ExportError, ExportSource, check_output, check_translation,
+                                   run_source)
 from t2t_jax.inference import modes
 
 FORMATS = ('ctranslate2', 'stablehlo')
@@ -48,6 +48,24 @@ def export(export_format: str, source: ExportSource, output: str,
   return stablehlo_export.write_artifact(source, output)
 
 
+# Decoding options an export cannot carry: a CTranslate2 model is decoded with CTranslate2's own
+# (num_hypotheses, sampling_topk/topp/temperature, no_repeat_ngram_size, target_prefix), and
+# the StableHLO artifact is the paper's beam search (`translate.decode_batch`).
+DECODING_KEYS = ('decode_strategy', 'nbest', 'output_scores', 'temperature', 'top_k', 'top_p',
+                 'sample_seed', 'no_repeat_ngram_size', 'target_prefix_file')
+
+
+def check_decoding_keys(overrides: modes.Overrides) -> None:
+  """Refuses, in one line, a decoding key on the command line of an export."""
+  given = [key for key in DECODING_KEYS if key in overrides.keys]
+  if given:
+    raise ExportError(f'--config.{given[0]}: an export does not decode, so it carries no '
+                      'decoding options; give them when translating (CTranslate2: '
+                      'num_hypotheses, sampling_topk/sampling_topp/sampling_temperature, '
+                      'no_repeat_ngram_size, target_prefix; the StableHLO artifact decodes with '
+                      'the paper\'s beam search)')
+
+
 def run(workdir: str, overrides: modes.Overrides, checkpoint: Optional[str],
         export_format: Optional[str], output: Optional[str],
         quantization: Optional[str]) -> None:
@@ -55,9 +73,8 @@ def run(workdir: str, overrides: modes.Overrides, checkpoint: Optional[str],
   `checkpoint`) and vocabulary into the new directory `output` and prints its path. A parsing
   run is refused before anything is written (`check_translation`)."""
   check_request(export_format, output, quantization)
+  check_decoding_keys(overrides)
   config, inference = modes.load(workdir, checkpoint, overrides)
   check_translation(config, workdir)
-  source = ExportSource(config, inference.params, tokenizer.vocab_path(workdir),
-                        inference.description)
-  tokenizer.load(source.tokenizer_path, config.vocab_size)
+  source = run_source(workdir, config, inference)  # its vocabularies, one or both sides'
   print(export(export_format, source, output, quantization))

@@ -25,6 +25,7 @@ import logging
 import time
 from typing import Any, Callable, List, Optional, Sequence
 
+from t2t_jax.data import vocab_pair
 from t2t_jax.export.common import ExportError
 
 COUNT = 4          # sentences checked
@@ -90,9 +91,10 @@ def _vocabulary_sentences(tok: Any, count: int) -> List[str]:
 
 
 def check_sentences(config: Any, tok: Any) -> List[str]:
-  """The sentences an export checks itself on (module docstring)."""
+  """The sentences an export checks itself on (module docstring): sources, made of the source
+  vocabulary's pieces when `tok` is a `VocabPair`."""
   found = _dev_sentences(config, tok)
-  return found + _vocabulary_sentences(tok, COUNT - len(found))
+  return found + _vocabulary_sentences(vocab_pair.side(tok, 'source'), COUNT - len(found))
 
 
 def _shown(tok: Any, ids: Sequence[int]) -> str:
@@ -114,7 +116,8 @@ def check_artifact(what: str, model: Any, params: Any, tok: Any, settings: Setti
     what: names the artifact in the message, e.g. 'the CTranslate2 model written to OUT'.
     model: the model (a `Transformer`, a variant or subclass) the parameters are of.
     params: its parameters.
-    tok: the `data.tokenizer.Tokenizer` both sides encode with.
+    tok: the `data.tokenizer.Tokenizer` both sides encode with (a `VocabPair`: separate
+      vocabularies, encoding with the source model, decoding with the target's).
     settings: the decoding settings of both sides.
     artifact_ids: translates with the written artifact.
     sentences: the sources (default: `check_sentences` without a run config: vocabulary).

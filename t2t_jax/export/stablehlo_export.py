@@ -5,7 +5,8 @@ The artifact directory (`--mode=export --format=stablehlo --output=DIR`):
 
   manifest.json     format, version, decoding settings, buckets, parameter order, origin
   params.npz        the parameters, float32, named 'encoder/layer_0/...'
-  spm.model         the SentencePiece model
+  spm.model         the SentencePiece model (the target side's with separate vocabularies)
+  source_spm.model  separate vocabularies only: the source side's (manifest 'source_vocab')
   decode_<S>x<L>.stablehlo   serialized `jax.export.Exported` of
                     (params, inputs [rows, S] int32, max_lengths [rows] int32)
                     -> best hypotheses [rows, L] int32, for every source length S a batch
@@ -105,12 +106,11 @@ def _self_check(source: ExportSource, output: str, directory: str,
   `ExportedTranslator`) at the artifact's decoding settings. An artifact without a lowering
   for this machine's backend (e.g. platforms=('tpu',) exported on a CPU) cannot run here: the
   check is skipped with a warning rather than refusing a valid export."""
-  from t2t_jax.data import tokenizer
   if not _runs_here(platforms):
     logging.warning('export self-check skipped: %s has no lowering for this machine\'s %s '
                     'backend', output, jax.default_backend())
     return
-  tok = tokenizer.load(source.tokenizer_path)
+  tok = source.tokenizer()
   artifact = portable.ExportedTranslator(directory, threads=1)
   self_check.check_artifact(f'the StableHLO artifact for {output}', source.transformer,
                             source.params, tok, self_check.Settings.of(source.config),
@@ -154,8 +154,12 @@ def write_artifact(source: ExportSource, output: str,
                       'file': name})
     _write(temp, output, portable.PARAMS, lambda path: np.savez(
         path, **dict(zip(names, jax.tree_util.tree_leaves(params)))))
-    vocab = paths.read_bytes(source.tokenizer_path)  # the workdir may be gs://
-    _write(temp, output, portable.VOCAB, lambda path: _write_bytes(path, vocab))
+    vocabs = {portable.VOCAB: source.tokenizer_path}
+    if source.source_tokenizer_path is not None:  # separate vocabularies
+      vocabs[portable.SOURCE_VOCAB] = source.source_tokenizer_path
+    for name, where in vocabs.items():
+      vocab = paths.read_bytes(where)  # the workdir may be gs://
+      _write(temp, output, name, lambda path, data=vocab: _write_bytes(path, data))
     _write(temp, output, 'serve.py', lambda path: shutil.copyfile(portable.__file__, path))
     manifest = {
         'format': portable.ARTIFACT_FORMAT, 'version': portable.ARTIFACT_VERSION,
@@ -165,6 +169,8 @@ def write_artifact(source: ExportSource, output: str,
         'bucket_lengths': list(config.bucket_lengths), 'buckets': buckets,
         'params': list(names), 'eos_id': portable.EOS_ID, 'pad_id': portable.PAD_ID,
         'checkpoint': source.description}
+    if source.source_tokenizer_path is not None:  # a shared vocabulary's manifest as it was
+      manifest['source_vocab'] = portable.SOURCE_VOCAB
     text = json.dumps(manifest, indent=2) + '\n'
     _write(temp, output, portable.MANIFEST, lambda path: _write_bytes(path, text.encode()))
     _self_check(source, output, temp, platforms)
@@ -222,7 +228,9 @@ def export_stablehlo_model(model: model.ModelLike, params, tokenizer: Any, outpu
     params: its parameters (`init_params`'s tree; `nnx_bridge.linen_params` of an NNX module),
       exported as float32.
     tokenizer: the SentencePiece model the model was trained with: its `.model` path, or the
-      `t2t_jax.data.tokenizer.Tokenizer` loaded from one; copied as spm.model.
+      `t2t_jax.data.tokenizer.Tokenizer` loaded from one; copied as spm.model. A model with
+      separate vocabularies (`source_vocab_size`): a `t2t_jax.data.vocab_pair.VocabPair` of
+      the two (each a path or a Tokenizer), the source's copied as source_spm.model.
     output: the directory to create (local or gs://); it must not exist.
     description: the parameters' origin, kept in manifest.json ('checkpoint').
     platforms: the lowerings in every module, among `KNOWN_PLATFORMS`.
@@ -250,8 +258,8 @@ def export_stablehlo_model(model: model.ModelLike, params, tokenizer: Any, outpu
   settings = _decoding_settings(beam_size, alpha, max_decode_extra, batch_sentences,
                                 bucket_lengths, net.cfg.max_len)
   _check_params(net, params)
-  source = ExportSource(settings, params, _vocabulary(tokenizer, net.cfg.vocab_size),
-                        description, net)
+  target_vocab, source_vocab = _vocabularies(tokenizer, net.cfg)
+  source = ExportSource(settings, params, target_vocab, description, net, source_vocab)
   return write_artifact(source, output, platforms, argument)
 
 
@@ -337,7 +345,25 @@ def _count(value, least: int) -> bool:
   return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
-def _vocabulary(tokenizer: Any, vocab_size: int) -> str:
+def _vocabularies(tokenizer: Any, cfg: model.TransformerConfig) -> Tuple[str, Optional[str]]:
+  """(the target's path, the source's or None) of `tokenizer`: one vocabulary (`_vocabulary`),
+  or a `VocabPair`'s two, each checked against its side's size. One vocabulary for a model
+  with two (`cfg.source_vocab_size`), or two for a model with one, is refused."""
+  from t2t_jax.data import vocab_pair
+  separate = cfg.source_vocab_size is not None
+  if isinstance(tokenizer, vocab_pair.VocabPair) != separate:
+    raise ExportError(
+        f'{_CALL}: tokenizer is a {type(tokenizer).__name__}, but the model has '
+        + (f'separate vocabularies (source_vocab_size={cfg.source_vocab_size}); expected a '
+           't2t_jax.data.vocab_pair.VocabPair of the source and target models' if separate
+           else 'one vocabulary for both sides; expected its SentencePiece model'))
+  if not separate:
+    return _vocabulary(tokenizer, cfg.vocab_size), None
+  return (_vocabulary(tokenizer.target, cfg.vocab_size),
+          _vocabulary(tokenizer.source, cfg.input_vocab_size, 'source_vocab_size'))
+
+
+def _vocabulary(tokenizer: Any, vocab_size: int, name: str = 'vocab_size') -> str:
   """The path of the SentencePiece model `tokenizer` is (or was loaded from), after loading
   it: a missing or damaged file, ids other than t2t_jax's (pad 0, EOS 1, unk 2, no BOS), or a
   piece count other than the model's vocab_size (`check_vocabulary`) is refused in the
@@ -361,5 +387,5 @@ def _vocabulary(tokenizer: Any, vocab_size: int) -> str:
     raise tokenizer_lib.TokenizerError(
         f'{_CALL}: tokenizer={path} is not a SentencePiece model t2t_jax can use '
         f'({what})') from None
-  check_vocabulary(path, size, vocab_size, f'{_CALL}: ')
+  check_vocabulary(path, size, vocab_size, f'{_CALL}: ', name)
   return path

@@ -289,16 +289,27 @@ def check_built_from(config: Any, inference: InferenceParams, net: Any = None) -
 
 
 def _check_vocabulary(workdir: layout.Workdir, inference: InferenceParams) -> None:
-  """Refuses a checkpoint trained with another vocabulary than the workdir's: blaming the
-  checkpoint when the vocabulary is the one trained in this workdir (its record describes it)
-  or the checkpoint lies outside it, else the vocabulary (replaced). A missing or damaged
-  vocabulary is left to the mode's own load to report."""
+  """Refuses a checkpoint trained with another vocabulary than the workdir's (each side's,
+  with separate vocabularies: `_check_side`)."""
+  _check_side(workdir, inference, inference.vocabulary, 'vocab_size')
+  source = vocab_record.side_item(inference.vocabulary, 'source')
+  if source is not None:  # the source side's, `vocab/source_spm.model`
+    _check_side(workdir.source_side, inference, source, 'source_vocab_size')
+
+
+def _check_side(workdir: layout.Workdir, inference: InferenceParams, saved: Any,
+                size_key: str) -> None:
+  """Refuses a checkpoint whose vocabulary `saved` (`vocab_record.side_item`; `size_key`: the
+  config key of its size) is not `workdir.vocab`: blaming the checkpoint when the vocabulary
+  is the one trained in this workdir (its record describes it) or the checkpoint lies outside
+  it, else the vocabulary (replaced). A missing or damaged vocabulary is left to the mode's
+  own load to report."""
   try:
     tok = tokenizer.Tokenizer(workdir.vocab) if epath.Path(workdir.vocab).is_file() else None
   except tokenizer.TokenizerError:
     return
   problem = tok and vocab_record.checkpoint_mismatch(
-      inference.vocabulary, inference.config_json.get('vocab_size'), tok)
+      saved, inference.config_json.get(size_key), tok)
   if not problem:
     return
   inside = paths.absolute(inference.path).startswith(workdir.root + os.sep)

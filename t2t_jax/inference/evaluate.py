@@ -154,10 +154,10 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str, split: str = 'dev'
   and process 0 alone writes the file.
   """
   from t2t_jax.inference import checkpoint_choice
-  from t2t_jax.data import corpora, pipeline, tokenizer
+  from t2t_jax.data import corpora, pipeline, vocabularies
   if inference is None:
     inference = checkpoint_choice.load_inference_params(workdir, checkpoint)
-  tok = tokenizer.load(tokenizer.vocab_path(workdir), config.vocab_size)
+  tok = vocabularies.load(workdir, config)  # one shared, or a VocabPair
   source = corpora.load_split(config, split, corpora.default_data_dir(config, workdir),
                              process_index=jax.process_index())
   net = variant.from_config(config)

@@ -5,16 +5,17 @@ import contextlib
 import dataclasses
 import json
 import sys
-from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import ml_collections
 from absl import logging
 from etils import epath
 
 from t2t_jax import config as config_lib
-from t2t_jax.data import corpora, fingerprint, tasks, tokenizer
+from t2t_jax.data import corpora, fingerprint, tasks, vocab_pair, vocab_record, vocabularies
 from t2t_jax.inference import (averaging, best_average, checkpoint_choice, evaluate,
                                translate)
+from t2t_jax.inference import nbest_output, streaming
 from t2t_jax.inference import score as score_lib
 from t2t_jax.model import info as model_info, variant
 from t2t_jax.runtime import checkpoint as checkpoint_lib
@@ -112,14 +113,18 @@ def info_config(workdir: Optional[str], overrides: Overrides) -> Tuple[Any, str]
     source = f'the latest training checkpoint in {layout.of(workdir).checkpoints}'
     model_source = setup.get(checkpoint_lib.MODEL_ITEM)
     start = setup.get(checkpoint_lib.INIT_ITEM)
+    vocabulary = setup.get(checkpoint_lib.VOCAB_ITEM)
   except checkpoint_choice.CheckpointError:
     inference = checkpoint_choice.load_inference_params(workdir, None)
     saved, source = inference.config_json, checkpoint_choice.checkpoint_name(inference.path)
     model_source, start = inference.model_source, inference.init_record
+    vocabulary = inference.vocabulary
   config = run_config(workdir, saved, source, overrides, model_source)
   started = (f'fine-tuned from {start["checkpoint"]} ({start["description"]}, parameters '
              f'sha256 {start["params_sha256"][:12]}...)\n' if start else '')
-  return config, f'{workdir}: the model recorded in {source}\n{started}'
+  vocabularies_line = vocab_record.describe(vocabulary)  # each side's sha256 and size
+  return config, (f'{workdir}: the model recorded in {source}\n{started}'
+                  + (vocabularies_line + '\n' if vocabularies_line else ''))
 
 
 def info(workdir: Optional[str], overrides: Overrides) -> str:
@@ -164,6 +169,10 @@ def decode(workdir: str, overrides: Overrides, checkpoint: Optional[str],
     raise _taken(output)
   if output:
     outputs.check_writable(output)  # a folder that is a file, read-only or full: one line now
+  if streaming.is_stream(input_path):  # '-' or a pipe: lines decoded as they arrive
+    with _claimed(output):
+      _decode_stream(workdir, overrides, checkpoint, input_path, output)
+    return
   lines = (textio.read_lines(input_path) if input_path
            else textio.decode_lines(sys.stdin.buffer.read(), '<stdin>'))
   multihost.barrier('decode_output_checked')  # every process checked before the writer claims
@@ -174,11 +183,21 @@ def decode(workdir: str, overrides: Overrides, checkpoint: Optional[str],
 def _decode_lines(workdir: str, overrides: Overrides, checkpoint: Optional[str],
                   lines: Sequence[str], output: Optional[str]) -> None:
   config, inference = load(workdir, checkpoint, overrides)
-  tok = tokenizer.load(tokenizer.vocab_path(workdir), config.vocab_size)
+  tok = vocabularies.load(workdir, config)  # encodes with the source's, decodes the target's
   translator = translate.from_config(config, inference.params, tok)
   task = tasks.get(config.dataset)  # a treebank: sentences in, one-line bracketed trees out
+  prefixes = _prefixes(config, len(lines))
+  extended = config.nbest > 1 or config.output_scores or prefixes is not None
+  if task is not None and (extended or not translator.settings.plain):
+    raise config_lib.ConfigError('a treebank decodes its trees with the plain beam search: '
+                                 'drop nbest, output_scores, target_prefix_file, '
+                                 'decode_strategy and no_repeat_ngram_size')
   if task is not None:
     outputs = task.decode_lines(translator, lines, progress=translate.print_progress)
+  elif extended:
+    outputs = multihost.translate_all(
+        nbest_output.LineTranslator(translator, config.nbest, config.output_scores, prefixes),
+        lines, progress=translate.print_progress)
   else:
     outputs = multihost.translate_all(translator, lines, progress=translate.print_progress)
   if not multihost.is_writer():
@@ -208,9 +227,10 @@ def score(workdir: str, overrides: Overrides, checkpoint: Optional[str],
   multihost.barrier('score_output_checked')
   with _claimed(output):
     config, inference = load(workdir, checkpoint, overrides)
-    tok = tokenizer.load(tokenizer.vocab_path(workdir), config.vocab_size)
+    tok = vocabularies.load(workdir, config)
     net = variant.from_config(config)
-    pairs = score_lib.encode_pairs(sources, targets, tok.encode, tok.encode, net.cfg.max_len,
+    pairs = score_lib.encode_pairs(sources, targets, vocab_pair.side(tok, 'source').encode,
+                                   vocab_pair.side(tok, 'target').encode, net.cfg.max_len,
                                    (f'--input={input_path}', f'--targets={targets_path}'))
     results = score_lib.score_pairs(net, inference.params, pairs,
                                     rows=config.decode_batch_sentences,
@@ -225,6 +245,49 @@ def score(workdir: str, overrides: Overrides, checkpoint: Optional[str],
       else:
         sys.stdout.write(''.join(line + '\n' for line in lines))
         sys.stdout.flush()
+
+
+def _decode_stream(workdir: str, overrides: Overrides, checkpoint: Optional[str],
+                   input_path: str, output: Optional[str]) -> None:
+  """`decode` of a stream (`streaming.py`): each batch's translations written and flushed as
+  soon as they exist, into `output` (claimed empty) or stdout."""
+  import jax  # pylint: disable=import-outside-toplevel
+  if jax.process_count() > 1:
+    raise config_lib.ConfigError(f'--input={input_path} is a stream, which one process decodes; '
+                                 'run without --distributed, or give a file')
+  config, inference = load(workdir, checkpoint, overrides)
+  if tasks.get(config.dataset) is not None:
+    raise config_lib.ConfigError(f'--input={input_path}: a treebank parses files, not streams')
+  translator = translate.from_config(config, inference.params,
+                                     vocabularies.load(workdir, config))
+  prefixes = (textio.read_lines(config.target_prefix_file) if config.target_prefix_file
+              else None)
+  lines = nbest_output.LineTranslator(translator, config.nbest, config.output_scores, prefixes)
+  translate_batch = lambda batch, numbers: lines.translate(batch, None, numbers)  # noqa: E731
+  source = sys.stdin.buffer if input_path == '-' else open(input_path, 'rb')  # noqa: SIM115
+  name = '<stdin>' if input_path == '-' else input_path
+  sink = open(output, 'a', encoding='utf-8') if output else sys.stdout  # noqa: SIM115
+  try:
+    with workdir_lib.writing(output or '<stdout>'):
+      streaming.stream(source, translate_batch, lambda text: (sink.write(text), sink.flush()),
+                       config.decode_batch_sentences, name)
+  finally:
+    if output:
+      sink.close()
+    if source is not sys.stdin.buffer:
+      source.close()
+
+
+def _prefixes(config: ml_collections.ConfigDict, count: int) -> Optional[List[str]]:
+  """The lines of `target_prefix_file` (None without one), one per input line."""
+  if not config.target_prefix_file:
+    return None
+  prefixes = textio.read_lines(config.target_prefix_file)
+  if len(prefixes) != count:
+    raise config_lib.ConfigError(
+        f'--config.target_prefix_file={config.target_prefix_file} has {len(prefixes)} lines '
+        f'but --input has {count}; expected one prefix (possibly empty) per input line')
+  return prefixes
 
 
 @contextlib.contextmanager

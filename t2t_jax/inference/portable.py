@@ -38,6 +38,7 @@ ARTIFACT_VERSION = 1
 MANIFEST = 'manifest.json'
 PARAMS = 'params.npz'
 VOCAB = 'spm.model'
+SOURCE_VOCAB = 'source_spm.model'  # separate vocabularies: the manifest's 'source_vocab'
 
 # (inputs [rows, src_len] int32, max_lengths [rows] int32, max_decode_len) -> [rows, >= 1]
 # int32 best hypotheses, each EOS-terminated unless cut.
@@ -246,7 +247,7 @@ class ExportedTranslator:
     self._files = {(b['source_length'], b['max_decode_len']): b['file']
                    for b in self.manifest['buckets']}
     self._functions = {}
-    self._sp = None
+    self._sp = {}  # file name -> SentencePieceProcessor
     self.truncated_lines: List[int] = []
 
   def _function(self, src_len: int, max_decode_len: int):
@@ -267,19 +268,23 @@ class ExportedTranslator:
     function = self._function(inputs.shape[1], max_decode_len)
     return np.asarray(function(self._params, inputs, max_lengths))
 
-  def _tokenizer(self):
-    if self._sp is None:
+  def _tokenizer(self, side: str = 'target'):
+    """The SentencePiece model of `side`: spm.model, or for the source side the manifest's
+    'source_vocab' (separate vocabularies; else spm.model serves both)."""
+    name = self.manifest.get('source_vocab', VOCAB) if side == 'source' else VOCAB
+    if name not in self._sp:
       import sentencepiece
-      self._sp = sentencepiece.SentencePieceProcessor(model_file=os.path.join(self.path, VOCAB))
-    return self._sp
+      self._sp[name] = sentencepiece.SentencePieceProcessor(
+          model_file=os.path.join(self.path, name))
+    return self._sp[name]
 
   def translate_ids(self, sentences: Sequence[str],
                     progress: Optional[Callable[[int, int, float], None]] = None
                     ) -> List[List[int]]:
     """The best hypotheses of `sentences` as ids without EOS ([] for a blank line)."""
-    m = self.manifest
+    m, source = self.manifest, self._tokenizer('source')
     outputs, self.truncated_lines = translate_ids(
-        sentences, lambda s: self._tokenizer().encode(s, out_type=int), self.decode_batch,
+        sentences, lambda s: source.encode(s, out_type=int), self.decode_batch,
         rows=m['rows'], buckets=m['bucket_lengths'], max_len=m['max_len'],
         max_decode_extra=m['max_decode_extra'], progress=progress, threads=self.threads)
     return outputs

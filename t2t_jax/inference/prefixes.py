@@ -13,6 +13,8 @@ from typing import Dict, List, Optional, Sequence
 import jax
 import numpy as np
 
+from t2t_jax.data import vocab_pair
+
 # Prefix arrays are padded to one of these widths (one compilation per width used).
 WIDTHS = (8, 16, 32, 64, 128, 256)
 
@@ -33,7 +35,7 @@ def encode(prefixes: Optional[Sequence[str]], encoded_sources: Dict[int, List[in
   for i, text in enumerate(prefixes):
     if not text.strip() or i not in encoded_sources:
       continue
-    ids = list(tokenizer.encode(text))
+    ids = list(vocab_pair.side(tokenizer, 'target').encode(text))  # target text
     room = len(encoded_sources[i]) + max_decode_extra - 1
     if len(ids) > room:
       line = line_numbers[i] if line_numbers is not None else i + 1

@@ -156,14 +156,14 @@ class Translator:
     `TokenizerError` naming a missing or damaged vocabulary file.
     """
     # Here, not at the top: parameters in memory need no orbax or sentencepiece.
-    from t2t_jax.data import tokenizer as tokenizer_lib
+    from t2t_jax.data import vocabularies
     from t2t_jax.runtime import resolution
     from t2t_jax.inference import checkpoint_choice
     inference = checkpoint_choice.load_inference_params(workdir, checkpoint)
     config = resolution.from_saved(inference.config_json, f'checkpoint {inference.path}')
     checkpoint_choice.check_built_from(config, inference, None if model is None else (
         model_lib.as_model(model).clone(cfg=model_lib.TransformerConfig.from_config(config))))
-    tok = tokenizer_lib.load(tokenizer_lib.vocab_path(workdir), config.vocab_size)
+    tok = vocabularies.load(workdir, config)  # separate vocabularies: a VocabPair
     return from_config(config, inference.params, tok, model=model, **overrides)
 
   @property
@@ -299,10 +299,12 @@ class Translator:
   def _encode(self, sentence: str) -> List[int]:
     """`tokenizer.encode`, refusing ids the model has no embedding for (NaN logits)."""
     ids = self.tokenizer.encode(sentence)
-    bad = next((p for p, i in enumerate(ids) if not 0 <= i < self.cfg.vocab_size), None)
+    size = self.cfg.input_vocab_size  # the source side's: vocab_size, or source_vocab_size
+    bad = next((p for p, i in enumerate(ids) if not 0 <= i < size), None)
     if bad is not None:
+      name = 'source_vocab_size' if self.cfg.source_vocab_size else 'vocab_size'
       raise ValueError(f'the tokenizer gave id {ids[bad]} at position {bad} of {sentence!r:.60}, '
-                       f'outside the model\'s vocabulary (vocab_size={self.cfg.vocab_size})')
+                       f'outside the model\'s vocabulary ({name}={size})')
     return ids
 
   def _note_truncated(self, truncated: List[int], line_numbers: Optional[Sequence[int]]
@@ -372,6 +374,13 @@ def _check_tokenizer(tokenizer, vocab_size: int) -> None:
                      'the vocabulary this model was trained with?)')
 
 
+# Translator argument, config key, default for a config of before the key.
+_SEARCH_KEYS = (('strategy', 'decode_strategy', 'beam'),
+                ('no_repeat_ngram_size', 'no_repeat_ngram_size', 0),
+                ('temperature', 'temperature', 1.0), ('top_k', 'top_k', 0),
+                ('top_p', 'top_p', 1.0), ('seed', 'sample_seed', 0))
+
+
 def from_config(config, params, tokenizer, *, model: Optional[model_lib.Transformer] = None,
                 **overrides: Any) -> Translator:
   """A Translator with the inference settings of a run config (configs/default.py keys;
@@ -382,7 +391,8 @@ def from_config(config, params, tokenizer, *, model: Optional[model_lib.Transfor
                   max_decode_extra=config.max_decode_extra,
                   batch_sentences=config.decode_batch_sentences,
                   bucket_lengths=config.bucket_lengths, threads=config.decode_threads,
-                  parallelism=config.decode_parallelism)
+                  parallelism=config.decode_parallelism,
+                  **{key: getattr(config, name, default) for key, name, default in _SEARCH_KEYS})
   settings.update(overrides)
   net = (variant.from_config(config) if model is None else
          model_lib.as_model(model).clone(cfg=model_lib.TransformerConfig.from_config(config)))

@@ -79,8 +79,9 @@ def attention_weights(model: model_lib.ModelLike, params, inputs, targets) -> At
     AttentionWeights with `[layers, batch, heads, q_len, k_len]` float32 arrays.
   """
   net = model_lib.as_model(model, deterministic=True, decode=False, capture_attention=True)
-  for name, ids in (('inputs', inputs), ('targets', targets)):
-    check_ids('attention_weights', name, ids, net.cfg.vocab_size)
+  for name, ids, size in (('inputs', inputs, net.cfg.input_vocab_size),
+                          ('targets', targets, net.cfg.vocab_size)):
+    check_ids('attention_weights', name, ids, size)
   check_same_batch('attention_weights', inputs, targets)
   captured = _capture(net, params, jnp.asarray(inputs, jnp.int32),
                       jnp.asarray(targets, jnp.int32))

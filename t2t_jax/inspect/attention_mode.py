@@ -36,7 +36,7 @@ from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence
 import numpy as np
 from etils import epath
 
-from t2t_jax.data import tokenizer as tokenizer_lib
+from t2t_jax.data import vocab_pair, vocabularies
 from t2t_jax.inference import modes, translate
 from t2t_jax.inspect import attention_html, attention_maps, attention_plots
 from t2t_jax.model import transformer as model, variant
@@ -165,16 +165,16 @@ def prepare(config, params, tokenizer, sources: Sequence[str], targets: Optional
   net = variant.from_config(config)
   cfg = net.cfg
   # The Translator's limit: a longer source would be decoded truncated.
-  source_ids = encode_checked(tokenizer, sources, f'--input={input_path}', cfg.max_len - 1,
-                              cfg.max_len)
+  source_ids = encode_checked(vocab_pair.side(tokenizer, 'source'), sources,
+                              f'--input={input_path}', cfg.max_len - 1, cfg.max_len)
   if targets is None:
     translator = translate.from_config(config, params, tokenizer)
     decoded = translator.translate_ids(sources, progress=translate.print_progress)
     target_ids = [(ids + [model.EOS_ID])[:cfg.max_len] for ids in decoded]
     targets = [tokenizer.decode(ids) for ids in target_ids]
   else:
-    target_ids = encode_checked(tokenizer, targets, f'--targets={targets_path}', cfg.max_len,
-                                cfg.max_len)
+    target_ids = encode_checked(vocab_pair.side(tokenizer, 'target'), targets,
+                                f'--targets={targets_path}', cfg.max_len, cfg.max_len)
   maps = compute_maps(net, params, source_ids, target_ids)
   return [Sentence(*fields) for fields in zip(sources, targets, source_ids, target_ids, maps)]
 
@@ -193,8 +193,9 @@ def _npz_bytes(sentence: Sentence, source_pieces: List[str], target_pieces: List
 def write_sentence(directory: str, title: str, sentence: Sentence, tokenizer,
                    lines_layer: int) -> List[str]:
   """Writes one sentence's files (module docstring) into `directory`; returns their paths."""
-  source_pieces = tokenizer.pieces(sentence.source_ids)
-  target_pieces = tokenizer.pieces(sentence.target_ids)
+  # Each side's pieces from its own vocabulary (one shared, or a `VocabPair`'s two).
+  source_pieces = vocab_pair.side(tokenizer, 'source').pieces(sentence.source_ids)
+  target_pieces = vocab_pair.side(tokenizer, 'target').pieces(sentence.target_ids)
   files = {}
   for kind in attention_maps.KINDS:
     for layer in range(len(sentence.maps[kind])):
@@ -237,7 +238,7 @@ def run(workdir: str, overrides: modes.Overrides, checkpoint: Optional[str],
   sources, targets = read_sentences(input_path, targets_path)
   config, inference = modes.load(workdir, checkpoint, overrides)
   layer = check_layer(attention_layer, config.num_encoder_layers or config.num_layers)
-  tok = tokenizer_lib.load(tokenizer_lib.vocab_path(workdir), config.vocab_size)
+  tok = vocabularies.load(workdir, config)
   sentences = prepare(config, inference.params, tok, sources, targets, input_path,
                       targets_path)
   if multihost.is_writer():

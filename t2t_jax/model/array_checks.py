@@ -161,3 +161,13 @@ def check_tree_shapes(where: str, name: str, tree: Any, reference: Any, referenc
     what = f'{name}{path} has shape {got[path]}, {reference_name} {want[path]}'
   more = f' ({len(differ) - 1} more differ)' if len(differ) > 1 else ''
   raise ValueError(f'{where}: {what}{more}; expected {expected}')
+
+
+def check_rng(where: str, rng) -> None:
+  """Refuses what is no PRNG key: a new-style key array, or an old-style uint32 one."""
+  dtype = getattr(rng, 'dtype', None)
+  if dtype is None or not (jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+                           or dtype == jnp.uint32):
+    raise TypeError(f'{where}: rng is a {type(rng).__name__}'
+                    f'{"" if dtype is None else f" of dtype {dtype}"}; expected a PRNG key, '
+                    'e.g. jax.random.PRNGKey(0)')

@@ -119,7 +119,7 @@ def decode_context(model: ModelLike, params, inputs: Array,
                    encoded: Optional[Array] = None) -> DecodeContext:
   """Encodes `[batch, src_len]` source ids (unless `encoded` is given) and precomputes what
   the decode steps share: the encoder-decoder keys/values and the transposed vocabulary."""
-  check_ids('decode_context', 'inputs', inputs, as_model(model).cfg.vocab_size)
+  check_ids('decode_context', 'inputs', inputs, as_model(model).cfg.input_vocab_size)
   if encoded is None:
     encoded = as_model(model, deterministic=True, decode=False).apply(
         {'params': params}, inputs, method=Transformer.encode)
@@ -168,9 +168,10 @@ def incremental_logits(model: ModelLike, params, inputs: Array, targets: Array,
   Returns:
     `[batch, tgt_len, vocab]` float32, what `Transformer.__call__(inputs, targets)` gives.
   """
-  vocab_size = as_model(model).cfg.vocab_size
-  for name, ids in (('inputs', inputs), ('targets', targets)):
-    check_ids('incremental_logits', name, ids, vocab_size)
+  cfg = as_model(model).cfg
+  for name, ids, size in (('inputs', inputs, cfg.input_vocab_size),
+                          ('targets', targets, cfg.vocab_size)):
+    check_ids('incremental_logits', name, ids, size)
   inputs, targets = jnp.asarray(inputs, jnp.int32), jnp.asarray(targets, jnp.int32)
   if max_decode_len is None:
     max_decode_len = targets.shape[1]
@@ -217,8 +218,9 @@ def check_incremental(model: ModelLike, params, inputs: Array, targets: Array,
   the vocabulary, or batches of different sizes; each naming the argument.
   """
   net = as_model(model, deterministic=True, decode=False)
-  for name, ids in (('inputs', inputs), ('targets', targets)):
-    check_ids('check_incremental', name, ids, net.cfg.vocab_size)
+  for name, ids, size in (('inputs', inputs, net.cfg.input_vocab_size),
+                          ('targets', targets, net.cfg.vocab_size)):
+    check_ids('check_incremental', name, ids, size)
   check_same_batch('check_incremental', inputs, targets)
   if max_decode_len is not None and (isinstance(max_decode_len, bool) or not isinstance(
       max_decode_len, int) or not 1 <= max_decode_len <= net.cfg.max_len):

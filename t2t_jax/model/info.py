@@ -17,7 +17,8 @@ def describe(config) -> str:
       + (f' encoder_layers={cfg.encoder_layers} decoder_layers={cfg.decoder_layers}'
          if cfg.encoder_layers != cfg.decoder_layers else '')
       + f' vocab_size={cfg.vocab_size} '
-      f'positional={cfg.positional} norm_position={cfg.norm_position} dtype={cfg.dtype.name}'
+      + (f'source_vocab_size={cfg.source_vocab_size} ' if cfg.source_vocab_size else '')
+      + f'positional={cfg.positional} norm_position={cfg.norm_position} dtype={cfg.dtype.name}'
       + (f' num_kv_heads={cfg.num_kv_heads}' if cfg.num_kv_heads is not None else '')
       + ('' if cfg.share_embeddings else ' share_embeddings=False')
       + ('' if cfg.scale_embeddings else ' scale_embeddings=False')

@@ -189,7 +189,7 @@ def generate(module: 'nnx.Module', inputs: jax.Array, *, beam_size: int = 4,
   under `jit`), `beam_size` < 1 or `max_decode_extra` < 0.
   """
   net = transformer.as_model(module.to_nnx__module, deterministic=True, decode=False)
-  check_ids('generate', 'inputs', inputs, net.cfg.vocab_size)
+  check_ids('generate', 'inputs', inputs, net.cfg.input_vocab_size)
   for name, value, least in (('beam_size', beam_size, 1), ('max_decode_extra',
                                                            max_decode_extra, 0)):
     if isinstance(value, bool) or not isinstance(value, int) or value < least:

@@ -31,7 +31,9 @@ config and a module name; the name fixes where its parameters live in the tree.
     `tables() -> (input [vocab, d_model], output [vocab, d_model])` as stored (what the
     CTranslate2 export writes). Built once, at the top of the model, as `shared_embedding`;
     default `layers.SharedEmbedding`, tied and scaled as `cfg.share_embeddings` and
-    `cfg.scale_embeddings` say.
+    `cfg.scale_embeddings` say. With separate vocabularies (`cfg.source_vocab_size`) it is
+    the target side's, and built once more as `source_embedding` from `cfg.source_side()`:
+    the encoder's (only its `__call__` is used).
   shared(cfg, name=) -> module `(query_positions, key_positions, *, kind) -> anything`: state
     every layer shares, e.g. T5's one relative-position bias table. Built once, at the top of
     the model (its parameters under 'shared'); every attention layer calls it with its

@@ -65,7 +65,7 @@ def token_log_probs(model: transformer.ModelLike, params: Any, inputs: Any, targ
   net = transformer.as_model(model, deterministic=True, decode=False)
   for name, ids in (('inputs', inputs), ('targets', targets)):
     id_arrays.check_ids('token_log_probs', name, ids)  # dtype, rank, empty; values below
-  check_ids(inputs, net.cfg.vocab_size, 'inputs')
+  check_ids(inputs, net.cfg.input_vocab_size, 'inputs')
   check_ids(targets, net.cfg.vocab_size, 'targets')
   return _token_log_probs(net, exclude_pad, params, jnp.asarray(inputs, jnp.int32),
                           jnp.asarray(targets, jnp.int32))

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from t2t_jax.model import attention, module_jit, parts as parts_lib, stack
-from t2t_jax.model.array_checks import check_array, check_int
+from t2t_jax.model.array_checks import check_array, check_int, check_rng
 from t2t_jax.model.parts import Parts
 from t2t_jax.model.transformer_config import EOS_ID, PAD_ID, TransformerConfig
 from t2t_jax.model.stack import REMAT_POLICIES, layer_class  # noqa: F401  (model.REMAT_POLICIES)
@@ -303,9 +303,15 @@ class Transformer(nn.Module):
 
   def setup(self):
     cfg = self.cfg
+    # Both sides' embedding and the pre-softmax projection (§3.4); the target side's only when
+    # the source has a vocabulary of its own (`cfg.source_vocab_size`), with its own table.
     self.shared_embedding = self.embedding(cfg, name='shared_embedding')
+    source = self.shared_embedding
+    if cfg.source_vocab_size is not None:
+      self.source_embedding = self.embedding(cfg.source_side(), name='source_embedding')
+      source = self.source_embedding
     shared = None if self.shared is None else self.shared(cfg, name='shared')
-    self.encoder = Encoder(cfg, self.shared_embedding, self.parts, shared)
+    self.encoder = Encoder(cfg, source, self.parts, shared)
     self.decoder = Decoder(cfg, self.shared_embedding, self.parts, shared)
 
   def encode(self, inputs: Array, segmentation: Optional[Array] = None,
@@ -363,7 +369,7 @@ def init_params(model: ModelLike, rng: Array, batch: int = 1, length: int = 8):
   `rng` is a PRNG key (`jax.random.PRNGKey(seed)` or `jax.random.key(seed)`); `batch` and
   `length` (>= 1) the shape of the dummy batch it traces. One compiled program, bit for bit
   the parameters training starts from (`parallel.create_train_state`)."""
-  _check_rng('init_params', rng)
+  check_rng('init_params', rng)
   batch = check_int('init_params', 'batch', batch, minimum=1)
   length = check_int('init_params', 'length', length, minimum=1)
   return _init_params(as_model(model, deterministic=True, decode=False), batch, length, rng)
@@ -373,16 +379,6 @@ def init_params(model: ModelLike, rng: Array, batch: int = 1, length: int = 8):
 def _init_params(net: nn.Module, batch: int, length: int, rng: Array):
   dummy = jnp.ones((batch, length), jnp.int32)
   return net.init(rng, dummy, dummy)['params']
-
-
-def _check_rng(where: str, rng) -> None:
-  """Refuses what is no PRNG key: a new-style key array, or an old-style uint32 one."""
-  dtype = getattr(rng, 'dtype', None)
-  if dtype is None or not (jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
-                           or dtype == jnp.uint32):
-    raise TypeError(f'{where}: rng is a {type(rng).__name__}'
-                    f'{"" if dtype is None else f" of dtype {dtype}"}; expected a PRNG key, '
-                    'e.g. jax.random.PRNGKey(0)')
 
 
 def param_shapes(model: ModelLike):

@@ -17,9 +17,9 @@ from t2t_jax.choices import (AttentionImpl, ConfigError, DTypeName, NormPosition
 
 _POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'd_k', 'd_v', 'num_layers',
              'max_len', 'num_kv_heads', 'num_encoder_layers', 'num_decoder_layers',
-             'decoder_window')
+             'decoder_window', 'source_vocab_size')
 _OPTIONAL = ('num_kv_heads', 'num_encoder_layers', 'num_decoder_layers',
-             'decoder_window')  # None: follows (the window: unbounded)
+             'decoder_window', 'source_vocab_size')  # None: follows (the window: unbounded)
 _HEAD_WIDTHS = ('d_k', 'd_v')  # None: d_model / num_heads (h must divide d_model)
 
 # Token ids the model reserves (transformer.py re-exports them): padding 0; on the decoder side
@@ -41,7 +41,13 @@ class TransformerConfig:
   Attributes:
     vocab_size: rows of the one embedding shared by source, target and the pre-softmax
       projection (§3.4; the shared BPE vocabulary of §5.1: 37000 EN-DE, 32000 EN-FR); > 2:
-      ids 0 (padding) and 1 (EOS/BOS) are reserved.
+      ids 0 (padding) and 1 (EOS/BOS) are reserved. With `source_vocab_size`: the target
+      side's (decoder embedding and pre-softmax projection).
+    source_vocab_size: separate vocabularies (`config.share_vocab=False`): rows of the
+      encoder's own embedding (`source_embedding/embedding`, `[source_vocab_size, d_model]`),
+      even when equal to vocab_size; needs share_embeddings=False (one matrix cannot embed
+      two vocabularies). None (the default): the source shares the target's vocabulary and
+      embedding (§3.4, §5.1). Read `input_vocab_size` for the encoder's number.
     d_model: width of the embeddings and of every sub-layer's output (§3.1; 512 base, 1024 big).
     d_ff: inner width of the position-wise feed-forward network (§3.3, Eq. 2; 2048 base).
     num_heads: h, the parallel attention heads (§3.2.2; 8 base, 16 big).
@@ -62,7 +68,8 @@ class TransformerConfig:
     share_embeddings: one matrix for the source and target embeddings and the pre-softmax
       projection (§3.4, the default); False: the pre-softmax projection is a matrix of its
       own (`shared_embedding/projection`, `[vocab, d_model]`), untied from the embeddings
-      (which source and target still share: one vocabulary).
+      (which source and target still share: one vocabulary; with `source_vocab_size` the
+      encoder has its own, and `shared_embedding` is the target side's).
     scale_embeddings: multiply the embeddings by sqrt(d_model) (§3.4, the default); False:
       the table's rows as they are (fairseq's --no-scale-embedding).
     dropout_rate: P_drop on each sub-layer's output and on embeddings + positions, in [0, 1)
@@ -128,11 +135,14 @@ class TransformerConfig:
   share_embeddings: bool = True
   scale_embeddings: bool = True
   decoder_window: Optional[int] = None
+  source_vocab_size: Optional[int] = None
 
   def __post_init__(self):
-    if isinstance(self.decoder_window, numbers.Integral) and not isinstance(
-        self.decoder_window, bool) and self.decoder_window == 0:
-      object.__setattr__(self, 'decoder_window', None)  # 0 is unbounded: the paper's
+    # 0 is None: an unbounded window (the paper's), one vocabulary for both sides.
+    for name in ('decoder_window', 'source_vocab_size'):
+      value = getattr(self, name)
+      if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value == 0:
+        object.__setattr__(self, name, None)
     for field in dataclasses.fields(self):
       value, allowed = getattr(self, field.name), _allowed(field.type)
       if allowed is not None and not (isinstance(value, (str, type(None))) and value in allowed):
@@ -164,10 +174,14 @@ class TransformerConfig:
     for name in ('num_encoder_layers', 'num_decoder_layers'):
       if getattr(self, name) == self.num_layers:  # None follows num_layers: the paper's value
         object.__setattr__(self, name, None)
-    if self.vocab_size < MIN_VOCAB_SIZE:
-      _fail('vocab_size', self.vocab_size,
-            f'an integer >= {MIN_VOCAB_SIZE} (ids {PAD_ID} = padding and {EOS_ID} = EOS/BOS '
-            'are reserved, and one token more)')
+    for name in ('vocab_size', 'source_vocab_size'):
+      if (getattr(self, name) or MIN_VOCAB_SIZE) < MIN_VOCAB_SIZE:
+        _fail(name, getattr(self, name),
+              f'an integer >= {MIN_VOCAB_SIZE} (ids {PAD_ID} = padding and {EOS_ID} = EOS/BOS '
+              'are reserved, and one token more)')
+    if self.source_vocab_size is not None and self.share_embeddings:
+      _fail('source_vocab_size', self.source_vocab_size, 'None while share_embeddings=True '
+            '(one matrix cannot embed two vocabularies); or set share_embeddings=False')
     for name in _RATES:
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
@@ -202,12 +216,27 @@ class TransformerConfig:
         max_len=config.max_len, dtype=jnp.dtype(config.dtype),
         attention_impl=config.attention_impl or None, remat_policy=config.remat_policy,
         scan_layers=bool(config.scan_layers), num_kv_heads=config.num_kv_heads or None,
-        decoder_window=config.decoder_window or None, **overrides)
+        decoder_window=config.decoder_window or None,
+        source_vocab_size=None if config.share_vocab else (config.source_vocab_size
+                                                           or config.vocab_size), **overrides)
 
   @property
   def kv_heads(self) -> int:
     """The key/value heads: `num_kv_heads`, or num_heads when it is None."""
     return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+  @property
+  def input_vocab_size(self) -> int:
+    """The encoder's vocabulary size (ids `inputs` may hold): `source_vocab_size`, or
+    vocab_size when the two sides share one vocabulary."""
+    return self.vocab_size if self.source_vocab_size is None else self.source_vocab_size
+
+  def source_side(self) -> 'TransformerConfig':
+    """The config the encoder's own embedding part is built with (`source_vocab_size` set):
+    vocab_size the source's, tied (no pre-softmax matrix of its own: the encoder has no
+    output)."""
+    return self.replace(vocab_size=self.input_vocab_size, source_vocab_size=None,
+                        share_embeddings=True)
 
   @property
   def encoder_layers(self) -> int:

@@ -40,7 +40,7 @@ from t2t_jax.data import fingerprint as fingerprint_lib
 from jax.experimental import multihost_utils
 
 FINGERPRINT_ITEM = 'data_fingerprint'
-VOCAB_ITEM = 'vocabulary'  # the sha256 and size of the vocabulary (`data/vocab_record.py`)
+VOCAB_ITEM = 'vocabulary'  # sha256 and size of the vocabulary, each side's (`vocab_record.py`)
 # The file and sha256 of a `--config.model` factory's module (`variant.source_record`).
 MODEL_ITEM = 'model_source'
 # Where a fine-tuned run started (`training/init_from.py`): saved with each of its checkpoints.

@@ -176,7 +176,8 @@ def make_grad_fn(model: model_lib.ModelLike, mesh: Mesh, label_smoothing: float,
 
   def grad_fn(params, batch, rng):
     check_params('make_grad_fn', params)
-    check_batch('make_grad_fn', batch, train_model.cfg.vocab_size, row_multiple=num_devices)
+    check_batch('make_grad_fn', batch, train_model.cfg.vocab_size, row_multiple=num_devices,
+                source_vocab_size=train_model.cfg.input_vocab_size)
     # The gradients' out_specs follow the parameter shapes, known once `params` is traced.
     grad_specs = (jax.tree_util.tree_map(lambda p: zero_spec(p.shape, num_devices), params)
                   if shard_gradients else P())

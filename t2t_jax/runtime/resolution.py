@@ -14,7 +14,9 @@ and everything that runs:
   keys: a key the command line gives and the factory sets otherwise is an error naming both;
   one that a config file set is taken from the factory with a warning;
 * the peak of a warmup-then-decay `lr_schedule` is written out as `learning_rate`, and
-  `vocab_size` is a given `vocab_model`'s piece count;
+  `vocab_size` is a given `vocab_model`'s piece count (`source_vocab_size` a
+  `source_vocab_model`'s; with `share_vocab=False` and none given, 0 becomes vocab_size),
+  and separate vocabularies' keys are checked together (`_check_vocabularies`);
 * paths are absolute (`config.absolute_paths`).
 
 The result is what a training checkpoint records, what resuming compares (`checkpoint.py`),
@@ -62,7 +64,8 @@ def model_settings(cfg: TransformerConfig) -> Dict[str, Any]:
       attention_dropout_rate=cfg.attention_dropout_rate, positional=cfg.positional,
       norm_position=cfg.norm_position, max_len=cfg.max_len, dtype=cfg.dtype.name,
       attention_impl=cfg.attention_impl or '', remat_policy=cfg.remat_policy,
-      scan_layers=cfg.scan_layers)
+      scan_layers=cfg.scan_layers, share_vocab=cfg.source_vocab_size is None,
+      source_vocab_size=cfg.source_vocab_size or 0)
 
 
 def _copy(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -82,22 +85,45 @@ def _drop_no_effect(config: ml_collections.ConfigDict, explicit: set, quiet: boo
     config[key] = defaults[key]
 
 
-def _vocab_size_of_model(config: ml_collections.ConfigDict, explicit: set) -> None:
-  """`vocab_size` follows a given `vocab_model`: its piece count, unless the command line
-  gives another (an error naming both)."""
-  if not config.vocab_model:
+def _vocab_size_of_model(config: ml_collections.ConfigDict, explicit: set,
+                         model_key: str = 'vocab_model', size_key: str = 'vocab_size') -> None:
+  """`vocab_size` follows a given `vocab_model` (`source_vocab_size` a `source_vocab_model`):
+  its piece count, unless the command line gives another (an error naming both)."""
+  if not config[model_key]:
     return
   from t2t_jax.data import tokenizer  # pylint: disable=import-outside-toplevel  (sentencepiece)
+  given = f'--config.{model_key}={config[model_key]}'
   try:
-    pieces = tokenizer.Tokenizer(config.vocab_model).vocab_size
+    pieces = tokenizer.Tokenizer(config[model_key]).vocab_size
   except OSError as e:
-    raise ConfigError(f'--config.vocab_model={config.vocab_model} cannot be read '
-                      f'({type(e).__name__}: {e})') from None
-  if pieces != config.vocab_size and 'vocab_size' in explicit:
-    raise ConfigError(f'--config.vocab_model={config.vocab_model} has {pieces} pieces, but the '
-                      f'command line gives --config.vocab_size={config.vocab_size}; drop one '
-                      'of the two')
-  config.vocab_size = pieces
+    raise ConfigError(f'{given} cannot be read ({type(e).__name__}: {e})') from None
+  except tokenizer.TokenizerError as e:  # not the advice to a workdir's owner: a given file
+    raise ConfigError(f'{given} is not a SentencePiece model t2t_jax can use '
+                      f'({getattr(e, "what", None) or e})') from None
+  if pieces != config[size_key] and size_key in explicit:
+    raise ConfigError(f'{given} has {pieces} pieces, but the command line gives '
+                      f'--config.{size_key}={config[size_key]}; drop one of the two')
+  config[size_key] = pieces
+
+
+def _check_vocabularies(config: ml_collections.ConfigDict) -> None:
+  """Separate vocabularies (`share_vocab=False`): untied embeddings, and the two given models
+  together or neither (one given and one trained would be two vocabularies of other data)."""
+  if config.share_vocab:
+    return
+  if config.share_embeddings:
+    raise ConfigError('--config.share_vocab=False needs --config.share_embeddings=False: one '
+                      'matrix cannot embed two vocabularies (§3.4 ties source, target and '
+                      'pre-softmax weights of one shared vocabulary)')
+  if config.source_vocab_model and config.init_from:
+    raise ConfigError("config key 'source_vocab_model': expected '' with init_from, which "
+                      f"takes the source run's vocabularies, got {config.source_vocab_model!r}")
+  if bool(config.vocab_model) != bool(config.source_vocab_model):
+    key, other = (('vocab_model', 'source_vocab_model') if config.source_vocab_model
+                  else ('source_vocab_model', 'vocab_model'))
+    raise ConfigError(f'config key {key!r}: expected a SentencePiece .model with share_vocab='
+                      f'False and --config.{other} (the two sides are given together, or both '
+                      f'trained), got {config[key]!r}')
 
 
 def _derive_peak(config: ml_collections.ConfigDict) -> None:
@@ -169,11 +195,14 @@ def resolve(config: ml_collections.ConfigDict, explicit: Iterable[str] = (), *,
   """
   config_lib.check_config_dict('resolve', config)
   config = config_lib.absolute_paths(config_lib.validate(config))
+  _check_vocabularies(config)
   explicit = set(explicit)
   _drop_no_effect(config, explicit, quiet=saved)
   defaults = default_config.get_config()
   written = {k for k in config.keys() if config[k] != defaults[k]}
   _vocab_size_of_model(config, explicit)
+  if not config.share_vocab:
+    _vocab_size_of_model(config, explicit, 'source_vocab_model', 'source_vocab_size')
   config.update(model_settings(TransformerConfig.from_config(config)))
   _derive_peak(config)
   if config.model:

@@ -55,12 +55,12 @@ def check_params(where: str, params) -> None:
 
 
 def check_batch(where: str, batch, vocab_size: Optional[int] = None,
-                row_multiple: int = 1) -> None:
+                row_multiple: int = 1, source_vocab_size: Optional[int] = None) -> None:
   """Refuses `batch` unless it is a dict with `inputs` and `targets`, integer `[rows, length]`
   arrays of as many rows (a multiple of `row_multiple`, the mesh's 'data' devices), and each
   packing key present shaped as its side's ids; with `vocab_size`, every id of `inputs` and
   `targets` in [0, vocab_size) when the values are known (not under `jit`, and held by this
-  process).
+  process); those of `inputs` in [0, source_vocab_size) when given (separate vocabularies).
 
   Raises:
     TypeError: not a dict, or ids that are not integers.
@@ -92,8 +92,9 @@ def check_batch(where: str, batch, vocab_size: Optional[int] = None,
         raise ValueError(f'{where}: batch[{key!r}] has shape {got}; expected that of '
                          f"batch['{side}'], {shapes[side]}")
   if vocab_size is not None:
+    sizes = {'inputs': source_vocab_size or vocab_size, 'targets': vocab_size}
     for side in ('inputs', 'targets'):
-      id_arrays.check_id_values(where, f"batch['{side}']", batch[side], vocab_size)
+      id_arrays.check_id_values(where, f"batch['{side}']", batch[side], sizes[side])
 
 
 def check_metrics(where: str, metrics, required: Sequence[str]) -> None:
@@ -152,7 +153,7 @@ def check_shard_arguments(where: str, cfg, params, batch, dropout_rng) -> None:
   """`metric_sums`' checks: `params` a dict, `batch` (`check_batch`, ids against
   `cfg.vocab_size` when known), a dropout key where the model (config `cfg`) needs one."""
   check_params(where, params)
-  check_batch(where, batch, cfg.vocab_size)
+  check_batch(where, batch, cfg.vocab_size, source_vocab_size=cfg.input_vocab_size)
   check_dropout_rng(where, dropout_rng, cfg)
 
 

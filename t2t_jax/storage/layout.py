@@ -59,6 +59,17 @@ VOCAB_RECORD = Entry(
 VOCAB_LISTING = Entry(
     'vocab/spm.vocab', WRITTEN, 'train, beside spm.model', '',
     'nothing reads it (the pieces and their scores, for people)')
+# Separate vocabularies (`share_vocab=False`): spm.* is the target side's, these the source's.
+SOURCE_VOCAB = Entry(
+    'vocab/source_spm.model', PRECIOUS, 'train with share_vocab=False (process 0, once, '
+    'before the first step)', 'train, eval, decode, score, attention, export',
+    VOCAB.on_damage)
+SOURCE_VOCAB_RECORD = Entry(
+    'vocab/source_spm.meta.json', PRECIOUS, 'train with share_vocab=False, before '
+    'source_spm.model', 'train', VOCAB_RECORD.on_damage)
+SOURCE_VOCAB_LISTING = Entry(
+    'vocab/source_spm.vocab', WRITTEN, 'train with share_vocab=False, beside source_spm.model',
+    '', VOCAB_LISTING.on_damage)
 CHECKPOINTS = Entry(
     'checkpoints/<step>', PRECIOUS, 'train (orbax, every N steps / T minutes, last K kept)',
     'train (resume), eval, decode, attention, export, average',
@@ -130,7 +141,8 @@ RUN_LEASE = Entry(
     'unreadable or stale: taken over with one warning line (`storage/lease.py`)')
 
 ENTRIES: Tuple[Entry, ...] = (
-    VOCAB, VOCAB_RECORD, VOCAB_LISTING, CHECKPOINTS, UNREADABLE, AVERAGED, BEST, EARLY_STOP,
+    VOCAB, VOCAB_RECORD, VOCAB_LISTING, SOURCE_VOCAB, SOURCE_VOCAB_RECORD, SOURCE_VOCAB_LISTING,
+    CHECKPOINTS, UNREADABLE, AVERAGED, BEST, EARLY_STOP,
     METRICS, METRICS_SET_ASIDE, TENSORBOARD, PLOTS, EVAL_RESULT, EVAL_TEXTS, TOKEN_STORE,
     PREPARED, DOWNLOADS, STORE_LOCK, RUN_LOCK, RUN_LEASE)
 
@@ -142,6 +154,10 @@ class Workdir(os.PathLike):
   a call chain without every module making the path absolute again (`of`).
   """
 
+  # The files `vocab` and `vocab_record` name: the shared (or target) vocabulary's here, the
+  # source side's in a `SourceSide`.
+  _VOCAB_ENTRIES = (VOCAB, VOCAB_RECORD)
+
   def __init__(self, root: Union[str, os.PathLike]):
     self.root = paths.absolute(root)
 
@@ -152,10 +168,10 @@ class Workdir(os.PathLike):
     return self.root
 
   def __repr__(self) -> str:
-    return f'Workdir({self.root!r})'
+    return f'{type(self).__name__}({self.root!r})'
 
   def __eq__(self, other) -> bool:
-    return isinstance(other, Workdir) and other.root == self.root
+    return type(other) is type(self) and other.root == self.root  # a `SourceSide` is not
 
   def __hash__(self) -> int:
     return hash(self.root)
@@ -165,11 +181,21 @@ class Workdir(os.PathLike):
 
   @property
   def vocab(self) -> str:
-    return self.join(VOCAB.name)
+    return self.join(self._VOCAB_ENTRIES[0].name)
 
   @property
   def vocab_record(self) -> str:
-    return self.join(VOCAB_RECORD.name)
+    return self.join(self._VOCAB_ENTRIES[1].name)
+
+  @property
+  def source_vocab(self) -> str:
+    """The source side's vocabulary of a run with separate ones (`share_vocab=False`)."""
+    return self.join(SOURCE_VOCAB.name)
+
+  @property
+  def source_side(self) -> 'Workdir':
+    """This workdir as its source vocabulary's reader sees it (`SourceSide`)."""
+    return SourceSide(self.root)
 
   @property
   def checkpoints(self) -> str:
@@ -238,6 +264,15 @@ class Workdir(os.PathLike):
   @property
   def lease(self) -> str:
     return self.join(RUN_LEASE.name)
+
+
+class SourceSide(Workdir):
+  """A workdir whose `vocab` and `vocab_record` are the source side's files
+  (`vocab/source_spm.*`, separate vocabularies), every other path the workdir's: what the
+  vocabulary's readers and writers (`data/tokenizer.load_or_train`, `data/vocab_record.py`)
+  take in place of the workdir to handle the source side as they handle the shared one."""
+
+  _VOCAB_ENTRIES = (SOURCE_VOCAB, SOURCE_VOCAB_RECORD)
 
 
 # The lock processes of one host take in turn to prepare or encode into a shared folder

@@ -5,7 +5,7 @@
 training checkpoint, as eval and decode choose), 'WORKDIR:STEP' or 'WORKDIR:best'
 (`--checkpoint=best`). Only the parameters are taken: the optimizer state, the schedule and
 the step start fresh. The source's vocabulary is taken as it is, byte for byte
-(`vocab_record.given`), never trained again. The source's model must be this run's: a model
+(`vocab_record.given`; both sides' with `share_vocab=False`), never trained again. The source's model must be this run's: a model
 key that differs is refused naming it, and so is a parameter missing, unexpected or of another
 shape, by path. The start is recorded with every checkpoint (`checkpoint.INIT_ITEM`: the
 source workdir, the checkpoint, its step and the sha256 of its parameters); once the run has
@@ -25,6 +25,7 @@ from t2t_jax import config as config_lib
 from t2t_jax.inference import checkpoint_choice
 from t2t_jax.model import variant
 from t2t_jax.runtime import checkpoint, resolution
+from t2t_jax.storage import layout
 
 
 def params_sha256(params: Any) -> str:
@@ -76,6 +77,11 @@ def check(config: ml_collections.ConfigDict) -> None:
   if not epath.Path(workdir).is_dir():
     raise config_lib.ConfigError(f'--config.init_from={config.init_from}: {workdir} is not a '
                                  'folder; expected the workdir of a trained run')
+  source_vocab = layout.of(workdir).source_vocab
+  if not config.share_vocab and not epath.Path(source_vocab).is_file():
+    raise config_lib.ConfigError(f'--config.init_from={config.init_from}: {workdir} has no '
+                                 f'source vocabulary ({source_vocab}) for share_vocab=False; a '
+                                 'fine-tune keeps the vocabularies of its source')
 
 
 def start(config: ml_collections.ConfigDict, state: Any, create: Callable[..., Any],

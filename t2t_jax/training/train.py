@@ -22,7 +22,7 @@ import ml_collections
 from absl import logging
 
 from t2t_jax.data import (corpora, fingerprint, pipeline, split_check, tasks, tokenizer,
-                          vocab_record)
+                          vocab_record, vocabularies)
 from t2t_jax.model import transformer as model, variant
 from t2t_jax.runtime import checkpoint, first_fit, parallel, resolution
 from t2t_jax.storage import layout
@@ -44,9 +44,9 @@ class Data:
     per_host = corpora.prepared_per_host(config, workdir)
     train_source = corpora.load_split(config, config.train_split, data_dir, process_index=pi,
                                       per_host=per_host)
-    self.tokenizer = tokenizer.load_or_train(
-        config, workdir,
-        lambda: tokenizer.sample_sentences(train_source, config.vocab_sample_sentences), pi, pc,
+    # One shared vocabulary, or a `VocabPair` of the two sides' (`share_vocab=False`).
+    self.tokenizer = vocabularies.load_or_train(
+        config, workdir, train_source, pi, pc,
         symbols_fn=vocabulary_symbols(config, train_source), trained=trained,
         data_fingerprint=data_fingerprint, checkpoint_vocabulary=checkpoint_vocabulary)
     rows = jax.local_device_count()
@@ -231,11 +231,11 @@ class _Run:
     by another of the same size that still parses); checkpoints from before the vocabulary
     was saved with them pass."""
     saved = self.checkpointer.saved_fingerprint(step, checkpoint.VOCAB_ITEM)
-    mismatch = vocab_record.checkpoint_mismatch(saved, None, self.data.tokenizer)
+    mismatch = vocab_record.mismatched_file(saved, self.data.tokenizer)  # either side's
     if mismatch:
       raise checkpoint.CheckpointError(
-          f'{self.data.tokenizer.path} is not the vocabulary checkpoint step {step} of '
-          f'{self.checkpointer.directory} was trained with ({mismatch}): it was replaced; '
+          f'{mismatch[0]} is not the vocabulary checkpoint step {step} of '
+          f'{self.checkpointer.directory} was trained with ({mismatch[1]}): it was replaced; '
           'restore the original file from a copy, or train in a new --workdir')
 
   def loop(self, handler: preemption.PreemptionHandler) -> Dict[str, float]:

@@ -83,8 +83,14 @@ _ROWS = 'base, A1, A2, A3, A4, B1, B2, C1, C2, C3, C4, C5, C6, C7, D1, D2, D3, D
      '<train|dev|test>'),
     (['--config.num_train_steps=0'],  # refused before any data is prepared
      "config key 'num_train_steps': expected a value > 0, got 0"),
+    (['--config.share_vocab=False'], '--config.share_vocab=False needs '
+     '--config.share_embeddings=False: one matrix cannot embed two vocabularies (§3.4 ties '
+     'source, target and pre-softmax weights of one shared vocabulary)'),
+    (['--config.source_vocab_size=8000'], "config key 'source_vocab_size'=8000 has no effect: "
+     'share_vocab=True: one vocabulary of vocab_size serves both sides; drop it'),
 ], ids=['missing-config', 'lower-case-row', 'unknown-row', 'nested-key', 'input-folder',
-        'workdir-file', 'bad-split', 'zero-steps'])
+        'workdir-file', 'bad-split', 'zero-steps', 'shared-embeddings-of-two-vocabularies',
+        'source-size-of-one-vocabulary'])
 def test_user_mistakes_fail_in_one_line_and_touch_nothing(tmp_path, args, message):
   blocker = tmp_path / 'file'
   blocker.write_text('keep me\n')

@@ -161,3 +161,26 @@ def test_a_run_whose_vocabulary_is_not_the_models_is_refused(tmp_path):
       '120..149, which have no piece, so the export could not decode them; expected the '
       'SentencePiece model the model was trained with (150 pieces)')
   assert sorted(os.listdir(tmp_path)) == ['spm.model', 'spm.vocab']
+
+
+def test_separate_vocabularies_map_to_a_source_and_a_target_vocabulary(tmp_path):
+  """share_vocab=False: the encoder's own table and pieces are CTranslate2's source side,
+  the target's its target side and output; ids only the source has (48..55) score as ours."""
+  cfg = CFG.replace(share_embeddings=False, source_vocab_size=VOCAB + 8)
+  params = _params(cfg)
+  source_pieces = ['<pad>', '</s>', '<unk>'] + [f'\u2581s{i}' for i in range(3, VOCAB + 8)]
+  path = export.write_model(cfg, params, PIECES, str(tmp_path / 'ct2'),
+                            source_pieces=source_pieces)
+  assert not os.path.exists(os.path.join(path, 'shared_vocabulary.json'))
+  with open(os.path.join(path, 'source_vocabulary.json')) as f:
+    assert json.load(f) == source_pieces
+  with open(os.path.join(path, 'target_vocabulary.json')) as f:
+    assert json.load(f) == TOKENS
+  rng = np.random.RandomState(3)
+  sources = [list(rng.randint(3, VOCAB + 8, rng.randint(2, 12))) for _ in range(6)]
+  assert max(map(max, sources)) >= VOCAB
+  targets = [PieceTokenizer().encode(t) for t in _sentences(seed=2)]
+  scored = _ct2(path).score_batch([[source_pieces[i] for i in s] for s in sources],
+                                  [[PIECES[i] for i in t] for t in targets])
+  for result, expected in zip(scored, log_probs(cfg, params, sources, targets)):
+    np.testing.assert_allclose(result.log_probs, expected, atol=1e-4, rtol=0)

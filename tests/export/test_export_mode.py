@@ -158,7 +158,12 @@ def test_stablehlo_export_to_gcs_uploads_the_artifact_and_refuses_an_existing_ou
      'choose a new directory or remove it (nothing was written)'),
     (['--format=stablehlo'], 'no checkpoint in workdir {tmp}/empty: looked in '
      '{tmp}/empty/checkpoints and {tmp}/empty/averaged'),
-], ids=['unknown-format', 'no-format', 'existing-output', 'no-checkpoint'])
+    (['--format=ctranslate2', '--config.decode_strategy=sample'], '--config.decode_strategy: '
+     'an export does not decode, so it carries no decoding options; give them when translating '
+     '(CTranslate2: num_hypotheses, sampling_topk/sampling_topp/sampling_temperature, '
+     "no_repeat_ngram_size, target_prefix; the StableHLO artifact decodes with the paper's "
+     'beam search)'),
+], ids=['unknown-format', 'no-format', 'existing-output', 'no-checkpoint', 'decoding-key'])
 def test_bad_export_requests_fail_in_one_line(tmp_path, args, message):
   (tmp_path / 'taken').mkdir()
   (tmp_path / 'taken' / 'keep').write_text('keep me')

@@ -27,7 +27,7 @@ def stubbed(monkeypatch, tmp_path):
     return default.get_config(), types.SimpleNamespace(params=None)
 
   monkeypatch.setattr(modes, 'load', load)
-  monkeypatch.setattr(modes.tokenizer, 'load', lambda *args: None)
+  monkeypatch.setattr(modes.vocabularies, 'load', lambda *args: None)
   monkeypatch.setattr(modes.translate, 'from_config', lambda *args: None)
   monkeypatch.setattr(modes.multihost, 'translate_all',
                       lambda translator, lines, progress: [line.upper() for line in lines])

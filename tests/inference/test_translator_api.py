@@ -13,6 +13,7 @@ import pytest
 
 from t2t_jax import config as config_lib
 from t2t_jax.data import tokenizer as tokenizer_lib
+from t2t_jax.data import vocab_pair
 from t2t_jax.inference import checkpoint_choice, translate
 from t2t_jax.model import parts, scoring, search, transformer as model
 from t2t_jax.runtime.checkpoint import CheckpointError
@@ -104,6 +105,34 @@ def test_tokenizer_ids_outside_the_vocabulary_are_refused_before_decoding(params
                        r"outside the model's vocabulary \(vocab_size=40\)$"):
       call(['ab', 'bad'])
   assert translator.compiled_shapes == set()  # refused before anything was decoded
+
+
+class _Source(CharTokenizer):
+  """A source vocabulary of its own: letters -> ids 42..67, beyond the target's 40."""
+
+  def encode(self, text):
+    return [i + 40 for i in super().encode(text)] + ([75] if text == 'bad' else [])
+
+
+def test_separate_vocabularies_encode_the_source_and_decode_the_target_side():
+  cfg = CFG.replace(share_embeddings=False, source_vocab_size=70)
+  params = jax.jit(lambda rng: model.init_params(cfg, rng))(jax.random.PRNGKey(1))
+  params['shared_embedding'] = {k: v * 4.0 for k, v in params['shared_embedding'].items()}
+  pair = vocab_pair.VocabPair(_Source(), CharTokenizer())
+  translator = translate.Translator(cfg, params, pair, beam_size=2, max_decode_extra=5,
+                                    batch_sentences=2, bucket_lengths=(8,))
+  [[best]] = translator.translate_n_best(['hello'], n=1)
+  assert best.ids and best.text == CharTokenizer().decode(best.ids)  # the target's text
+  # Its probability is the model's given the source tokenizer's ids (42.., beyond the
+  # target's vocabulary), which only the encoder's own table holds.
+  source_ids = _Source().encode('hello') + [model.EOS_ID]
+  assert min(source_ids[:-1]) >= cfg.vocab_size
+  per_token = scoring.token_log_probs(cfg, params, [source_ids], [best.ids + [model.EOS_ID]],
+                                      exclude_pad=True)
+  np.testing.assert_allclose(float(np.sum(per_token)), best.log_prob, atol=2e-4)
+  with pytest.raises(ValueError, match=r"^the tokenizer gave id 75 at position 3 of 'bad', "
+                     r"outside the model's vocabulary \(source_vocab_size=70\)$"):
+    translator.translate(['bad'])
 
 
 def test_from_workdir_loads_config_params_vocabulary_and_settings(tiny_workdir):

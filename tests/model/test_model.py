@@ -321,3 +321,30 @@ def test_one_pre_norm_layer_equals_a_hand_written_reference(how):
   expected = _np_layer_norm(x, params['encoder']['final_norm'])
   assert heads * d_k == 32
   np.testing.assert_allclose(encoded, expected, atol=2e-5)
+
+
+def test_separate_vocabularies_give_the_encoder_a_table_of_its_own():
+  shared = model.param_shapes(TINY)
+  assert set(shared) == {'shared_embedding', 'encoder', 'decoder'}  # the paper's tree
+  assert {k: v.shape for k, v in shared['shared_embedding'].items()} == {'embedding': (40, 32)}
+  cfg = TINY.replace(share_embeddings=False, source_vocab_size=50)
+  shapes = model.param_shapes(cfg)
+  assert {k: v.shape for k, v in shapes['source_embedding'].items()} == {'embedding': (50, 32)}
+  assert {k: v.shape for k, v in shapes['shared_embedding'].items()} == {
+      'embedding': (40, 32), 'projection': (40, 32)}  # the target side's, untied (§3.4 off)
+  params = model.init_params(cfg, jax.random.PRNGKey(0))
+  # The rest of the model starts as it does with one vocabulary: same paths, same numbers.
+  untied = model.init_params(TINY.replace(share_embeddings=False), jax.random.PRNGKey(0))
+  for part in ('encoder', 'decoder', 'shared_embedding'):
+    jax.tree_util.tree_map(np.testing.assert_array_equal, params[part], untied[part])
+  # Source ids 40..49 exist only in the encoder's table: the encoder reads it, not the
+  # target's (changing the target embedding leaves the encoder output as it is).
+  src = jnp.array([[45, 49, 3, model.EOS_ID]], jnp.int32)
+  encode = jax.jit(lambda p: model.Transformer(cfg).apply({'params': p}, src,
+                                                          method=model.Transformer.encode))
+  other = dict(params, shared_embedding=dict(params['shared_embedding'], embedding=jnp.zeros(
+      (40, 32))))
+  np.testing.assert_array_equal(encode(params), encode(other))
+  moved = dict(params, source_embedding={'embedding': params['source_embedding']['embedding']
+                                         + 1.0})
+  assert not np.allclose(encode(params), encode(moved))

@@ -222,3 +222,35 @@ def test_every_preset_builds_a_model_config():
   big = built['wmt_big']
   assert (big.d_model, big.d_ff, big.num_heads, big.d_k, big.dropout_rate) == (
       1024, 4096, 16, 64, 0.3)
+
+
+def test_a_source_vocabulary_of_its_own_needs_untied_embeddings():
+  assert TINY.source_vocab_size is None and TINY.input_vocab_size == TINY.vocab_size
+  assert TINY.replace(source_vocab_size=0) == TINY  # 0 is None: one vocabulary for both
+  untied = TINY.replace(share_embeddings=False)
+  same_size = untied.replace(source_vocab_size=TINY.vocab_size)  # still an encoder table
+  assert same_size.source_vocab_size == same_size.input_vocab_size == 40 and same_size != untied
+  separate = untied.replace(source_vocab_size=50)
+  assert (separate.input_vocab_size, separate.vocab_size) == (50, 40)
+  side = separate.source_side()  # what the encoder's embedding part is built with
+  assert (side.vocab_size, side.source_vocab_size, side.share_embeddings) == (50, None, True)
+  _refused('TransformerConfig.source_vocab_size=50: expected None while share_embeddings=True '
+           '(one matrix cannot embed two vocabularies); or set share_embeddings=False',
+           source_vocab_size=50)
+  _refused('TransformerConfig.source_vocab_size=2: expected an integer >= 3 (ids 0 = padding '
+           'and 1 = EOS/BOS are reserved, and one token more)', source_vocab_size=2,
+           share_embeddings=False)
+
+
+def test_share_vocab_false_builds_the_source_side_of_its_own():
+  config = config_lib.validate(_run_config(share_vocab=False, share_embeddings=False))
+  assert TransformerConfig.from_config(config).source_vocab_size == config.vocab_size
+  config.source_vocab_size = 300
+  assert TransformerConfig.from_config(config).input_vocab_size == 300
+  assert TransformerConfig.from_config(_run_config(source_vocab_size=300)).source_vocab_size is None
+
+
+def _run_config(**changes):
+  c = _load('default').get_config()
+  c.update(changes)
+  return c

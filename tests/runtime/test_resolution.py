@@ -180,3 +180,57 @@ def test_every_preset_resolves_to_the_model_it_always_built(preset):
   assert [k for k in config.keys() if config[k] != resolved[k]] == [
       k for k in ('d_k', 'd_v', 'num_decoder_layers', 'num_encoder_layers', 'num_kv_heads')
       if config[k] != resolved[k]]
+
+
+def test_separate_vocabularies_resolve_their_source_size_and_refuse_what_does_nothing(
+    tmp_path):
+  separate = resolution.resolve(_config(share_vocab=False, share_embeddings=False))
+  assert (separate.share_vocab, separate.source_vocab_size) == (False, 64)  # vocab_size's
+  assert resolution.resolve(separate) == separate  # idempotent
+  assert resolution.resolve(_config()).source_vocab_size == 0  # one vocabulary: as ever
+  with pytest.raises(config_lib.ConfigError, match=r"^--config.share_vocab=False needs "
+                     r"--config.share_embeddings=False: one matrix cannot embed two"):
+    resolution.resolve(_config(share_vocab=False))
+  for key, value in (('source_vocab_size', 300), ('source_vocab_model', '/x.model')):
+    with pytest.raises(config_lib.ConfigError, match=rf"^config key '{key}'=.* has no effect: "
+                       r'share_vocab=True: .*; drop it$'):
+      resolution.resolve(_config(**{key: value}), explicit=[key])
+  bad = tmp_path / 'notes.model'
+  bad.write_text('not a model')
+  with pytest.raises(config_lib.ConfigError, match=rf'^--config.source_vocab_model={bad} is '
+                     r'not a SentencePiece model t2t_jax can use \(11 bytes that are not'):
+    resolution.resolve(_config(share_vocab=False, share_embeddings=False,
+                               vocab_model=_spm(tmp_path, 40), source_vocab_model=str(bad)))
+
+
+@pytest.mark.parametrize('values, message', [
+    (dict(vocab_model='/a.model'), r"^config key 'source_vocab_model': expected a "
+     r'SentencePiece .model with share_vocab=False and --config.vocab_model \(the two sides '
+     r"are given together, or both trained\), got ''$"),
+    (dict(source_vocab_model='/a.model'), r"^config key 'vocab_model': expected a "
+     r'SentencePiece .model with share_vocab=False and --config.source_vocab_model'),
+    (dict(source_vocab_model='/a.model', init_from='/runs/a'), r"^config key "
+     r"'source_vocab_model': expected '' with init_from, which takes the source run's "
+     r"vocabularies, got '/a.model'$"),
+])
+def test_given_vocabularies_of_separate_sides_come_together(values, message):
+  with pytest.raises(config_lib.ConfigError, match=message):
+    resolution.resolve(_config(share_vocab=False, share_embeddings=False, **values))
+
+
+def _spm(folder, pieces):
+  """A SentencePiece model of `pieces` pieces trained in `folder`; returns its path."""
+  from t2t_jax.data import tokenizer  # pylint: disable=import-outside-toplevel
+  words = 'the quick brown fox jumps over a lazy dog while seven zebras vex him'.split()
+  text = [' '.join(words[i:] + words[:i]) for i in range(len(words))] * 4
+  return tokenizer.train(text, pieces, os.path.join(folder, f'{pieces}.model')).path
+
+
+def test_a_given_source_model_sets_source_vocab_size(tmp_path):
+  values = dict(share_vocab=False, share_embeddings=False, vocab_model=_spm(tmp_path, 40),
+                source_vocab_model=_spm(tmp_path, 45))
+  assert resolution.resolve(_config(**values)).source_vocab_size == 45
+  with pytest.raises(config_lib.ConfigError, match=r'has 45 pieces, but the command line '
+                     r'gives --config.source_vocab_size=300; drop one of the two$'):
+    resolution.resolve(_config(source_vocab_size=300, **values),
+                       explicit=['source_vocab_size'])

@@ -17,7 +17,7 @@ import pytest
 
 from t2t_jax import config as config_lib
 from t2t_jax.errors import user_errors
-from t2t_jax.data import corpora, prepared, token_store, tokenizer
+from t2t_jax.data import corpora, prepared, token_store, tokenizer, vocabularies
 from t2t_jax.inference import averaging, checkpoint_choice, compare, evaluate
 from t2t_jax.storage import layout
 from t2t_jax.storage import lease as lease_lib
@@ -35,6 +35,8 @@ STOP, WARN, WORKS = 'stops in one line', 'warns and goes on', 'goes on'
 EXPECTED = {
     layout.VOCAB: STOP, layout.VOCAB_LISTING: WORKS,
     layout.VOCAB_RECORD: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
+    layout.SOURCE_VOCAB: STOP, layout.SOURCE_VOCAB_LISTING: WORKS,  # separate vocabularies
+    layout.SOURCE_VOCAB_RECORD: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
     layout.CHECKPOINTS: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
     layout.UNREADABLE: WORKS,
     layout.AVERAGED: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
@@ -94,7 +96,20 @@ def trained(tiny_workdir, tmp_path_factory):
     pass
   with workdir_lib.WorkdirLock(root):
     pass
+  _source_side(wd)
   return root
+
+
+def _source_side(wd):
+  """The source side's files of a run with separate vocabularies (share_vocab=False): the
+  tiny run's vocabulary, recorded as trained on the source text."""
+  shutil.copy(wd.vocab, wd.source_vocab)
+  shutil.copy(wd.vocab[:-len('.model')] + '.vocab', os.path.join(wd.root,
+                                                                layout.SOURCE_VOCAB_LISTING.name))
+  with open(wd.vocab_record, encoding='utf-8') as f:
+    record = dict(json.load(f), trained_on='source')
+  with open(wd.source_side.vocab_record, 'w', encoding='utf-8') as f:
+    json.dump(record, f)
 
 
 def _path(wd, entry):
@@ -142,6 +157,11 @@ def _exercise(wd, entry, config):
   """Reads `entry` the way the project does; what that changes is under `_changes`."""
   if entry in (layout.VOCAB, layout.VOCAB_RECORD, layout.VOCAB_LISTING):
     tokenizer.load_or_train(config, wd, lambda: [], trained=True)
+  elif entry in (layout.SOURCE_VOCAB, layout.SOURCE_VOCAB_RECORD, layout.SOURCE_VOCAB_LISTING):
+    separate = config_lib.from_json(dict(config.to_dict(), share_vocab=False,
+                                         share_embeddings=False))
+    tokenizer.load_or_train(vocabularies.side_config(separate, 'source'), wd.source_side,
+                            lambda: [], trained=True)
   elif entry in (layout.CHECKPOINTS, layout.UNREADABLE):
     shutil.rmtree(wd.averaged)  # training checkpoints are read after the averaged ones
     assert checkpoint_choice.load_inference_params(wd).step in (5, 10)
@@ -242,6 +262,10 @@ def test_workdir_paths_are_absolute_and_made_once(tmp_path, monkeypatch):
   wd = layout.of('run')
   assert wd.root == str(tmp_path / 'run') and layout.of(wd) is wd and os.fspath(wd) == wd.root
   assert wd.vocab == str(tmp_path / 'run' / 'vocab' / 'spm.model')
+  assert wd.source_vocab == wd.source_side.vocab == str(tmp_path / 'run' / 'vocab' /
+                                                        'source_spm.model')
+  assert wd.source_side.vocab_record == str(tmp_path / 'run' / 'vocab' / 'source_spm.meta.json')
+  assert wd.source_side.root == wd.root and wd.source_side != wd
   assert wd.eval_result('dev', 7) == str(tmp_path / 'run' / 'eval_dev_7.json')
   assert wd.eval_result('dev', 7, 2) == str(tmp_path / 'run' / 'eval_dev_7.2.json')
   assert wd.averaged_checkpoint(9, 5) == str(tmp_path / 'run' / 'averaged' / 'step_9_last_5')

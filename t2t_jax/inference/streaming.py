@@ -1,0 +1,86 @@
+"""Decoding as lines arrive (`--mode=decode --input=-`, or an `--input` that is a pipe):
+`main.py` as an interactive filter, as `fairseq-interactive` is.
+
+A reader thread takes lines from the input as they come. A batch is decoded when it holds
+`batch_lines` lines, when the input has paused for `PAUSE_S` seconds after its last line, or
+at the end of the input; each translation is written and flushed at once, in input order.
+So one line typed into a pipe gives its translation within a pause and a decode, without the
+input being closed. An interruption (Ctrl-C, SIGTERM) ends the loop between batches; what
+was written stays written.
+"""
+
+import queue
+import threading
+from typing import BinaryIO, Callable, List, Optional, Sequence
+
+# How long the input may pause before the lines read so far are decoded.
+PAUSE_S = 0.2
+_END = object()
+
+
+class StreamError(ValueError):
+  """A streamed line that cannot be read; the message names its number."""
+
+
+def is_stream(path: Optional[str]) -> bool:
+  """Whether `--input=path` is read as a stream: '-' (standard input) or a named pipe."""
+  import os  # pylint: disable=import-outside-toplevel
+  import stat  # pylint: disable=import-outside-toplevel
+  if path == '-':
+    return True
+  try:
+    return bool(path) and stat.S_ISFIFO(os.stat(path).st_mode)
+  except OSError:
+    return False
+
+
+def _read(source: BinaryIO, lines: 'queue.Queue') -> None:
+  """Puts each line of `source` (bytes, without its newline) on `lines`, then `_END`."""
+  try:
+    for raw in iter(source.readline, b''):
+      lines.put(raw.rstrip(b'\n').rstrip(b'\r'))
+  except Exception as e:  # noqa: BLE001  reported by the consumer, in its thread
+    lines.put(e)
+  lines.put(_END)
+
+
+def _text(raw: bytes, number: int, name: str) -> str:
+  try:
+    return raw.decode('utf-8')
+  except UnicodeDecodeError as e:
+    raise StreamError(f'{name} line {number}: not UTF-8 ({e.reason} at byte {e.start})') from None
+
+
+def stream(source: BinaryIO, translate: Callable[[Sequence[str], List[int]], List[str]],
+           write: Callable[[str], None], batch_lines: int, name: str = '<stdin>',
+           pause_s: float = PAUSE_S) -> int:
+  """Decodes `source`'s lines in batches as they arrive; returns the number of lines.
+
+  `translate(lines, line_numbers)` gives one output string per line (1-based numbers in the
+  whole stream); `write(text)` writes one output line (newline included) and flushes it.
+  """
+  lines: 'queue.Queue' = queue.Queue()
+  threading.Thread(target=_read, args=(source, lines), daemon=True).start()
+  done, ended = 0, False
+  while not ended:
+    batch: List[str] = []
+    item = lines.get()  # the first line of a batch: wait as long as it takes
+    while True:
+      if item is _END:
+        ended = True
+        break
+      if isinstance(item, Exception):
+        raise StreamError(f'{name}: reading failed after line {done + len(batch)}: {item}')
+      batch.append(_text(item, done + len(batch) + 1, name))
+      if len(batch) >= batch_lines:
+        break
+      try:
+        item = lines.get(timeout=pause_s)
+      except queue.Empty:
+        break  # the input paused: decode what came
+    if batch:
+      numbers = list(range(done + 1, done + len(batch) + 1))
+      for text in translate(batch, numbers):
+        write(text + '\n')
+      done += len(batch)
+  return done
