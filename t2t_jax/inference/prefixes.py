@@ -45,6 +45,15 @@ def encode(prefixes: Optional[Sequence[str]], encoded_sources: Dict[int, List[in
   return out or None
 
 
+@jax.jit
+def _row_keys(seed, lines, samples):
+  """`fold_in(fold_in(PRNGKey(seed), line), sample)` of every row at once: one dispatch per
+  batch, not two per row."""
+  base = jax.random.PRNGKey(seed)
+  return jax.vmap(lambda l, s: jax.random.fold_in(jax.random.fold_in(base, l), s))(
+      lines, samples)
+
+
 def width(length: int) -> int:
   return next((w for w in WIDTHS if length <= w), -(-length // 256) * 256)
 
@@ -57,12 +66,11 @@ def extras(rows: Sequence[int], count: int, copies: int,
   'row_keys' `[count, 2]` uint32, `fold_in(fold_in(PRNGKey(seed), line), sample)` with `line`
   the sentence's 1-based line number in the whole input."""
   out: Dict[str, np.ndarray] = {}
-  base = jax.random.PRNGKey(seed)
-  keys = np.zeros((count, 2), np.uint32)
+  lines = np.zeros((count,), np.uint32)
+  samples = np.zeros((count,), np.uint32)
   for r, row in enumerate(rows):
-    keys[r] = np.asarray(jax.random.fold_in(
-        jax.random.fold_in(base, line_numbers[row // copies]), row % copies))
-  out['row_keys'] = keys
+    lines[r], samples[r] = line_numbers[row // copies], row % copies
+  out['row_keys'] = np.asarray(_row_keys(seed, lines, samples))
   if prefix_ids:
     longest = max((len(prefix_ids.get(row // copies, ())) for row in rows), default=0)
     prefix = np.zeros((count, width(max(longest, 1))), np.int32)
