@@ -246,7 +246,14 @@ def test_eval_decode_and_average_on_two_processes_write_what_one_process_writes(
   b = jax.device_get(checkpoint_choice.load_inference_params(two).params)
   jax.tree_util.tree_map(np.testing.assert_array_equal, a, b)
   evals = [sorted(n for n in os.listdir(w) if n.startswith('eval_dev')) for w in (one, two)]
-  assert evals[0] == evals[1] and len(evals[1]) == 1, evals  # one JSON, written once
+  # one JSON and one texts folder, each written once (no second writer's leftovers)
+  assert evals[0] == evals[1] and [n.rsplit('.', 1)[1] for n in evals[1]] == ['json', 'texts'], evals
+  texts = [sorted(os.listdir(os.path.join(w, evals[0][1]))) for w in (one, two)]
+  assert texts[0] == texts[1], texts
+  for name in texts[0]:
+    with open(os.path.join(one, evals[0][1], name), 'rb') as f1, open(
+        os.path.join(two, evals[0][1], name), 'rb') as f2:
+      assert f1.read() == f2.read(), name
   results = []
   for w in (one, two):
     with open(os.path.join(w, evals[0][0]), encoding='utf-8') as f:
