@@ -73,7 +73,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.trainable = ''                # a regular expression over parameter paths (--mode=info lists them): only the parameters whose whole path it matches are trained, e.g. 'decoder/.*'; the others stay bitwise as they are and get no optimizer state ('': all)
   c.ema_decay = 0.0               # keep an exponential moving average of the weights with this decay (e.g. 0.9999; 0: off, the paper), checkpointed; --checkpoint=ema evaluates and decodes with it
   c.grad_accum_steps = 1          # micro-batches summed per update, to emulate a larger batch on a small machine
-  c.shard_optimizer_state = False  # ZeRO: Adam moments and gradients sharded over the 'data' axis (reduce-scatter + all-gather instead of an all-reduce)
+  c.shard_optimizer_state = False  # ZeRO-2: Adam moments and gradients sharded over the 'data' axis (reduce-scatter + all-gather instead of an all-reduce); a mesh with 'fsdp' shards them already
+  c.mesh = ''                     # the device mesh, e.g. 'data:2,fsdp:2,tensor:2' ('': every device on 'data', the paper's data parallelism): data splits the batch; fsdp splits the batch and every parameter, gradient and optimizer state (ZeRO-3); tensor splits heads, d_ff and the vocabulary (Megatron); one size may be -1 (the devices left); docs/meshes.md
   c.num_train_steps = 100_000     # training steps (base: 100K, big: 300K; §5.2)
   c.seed = 0                      # parameter initialisation and dropout seed
   c.init_from = ''                # fine-tune: start from another run's parameters, 'WORKDIR' (its newest average, else its last checkpoint), 'WORKDIR:STEP' or 'WORKDIR:best', with its vocabulary as it is; the optimizer, schedule and step start fresh

@@ -15,7 +15,7 @@ from absl import logging
 from t2t_jax.configs import default as default_config
 from t2t_jax import choices
 from t2t_jax.choices import ConfigError  # noqa: F401  (config.ConfigError, as always)
-from t2t_jax.choices import compile_pattern
+from t2t_jax.choices import compile_pattern, parse_mesh
 
 # The splits every dataset has: train, dev (WMT's 'validation') and test. Defined here, at the
 # bottom of the package, so that the config imports nothing from t2t_jax.data.
@@ -192,6 +192,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   _check_optimizer(config.optimizer)
   if config.trainable:
     compile_pattern(config.trainable)
+  parse_mesh(config.mesh)  # the syntax; the device count when the mesh is built
   _check_buckets(tuple(config.bucket_lengths), config.max_length)
   # One row of the largest bucket a run uses (the first >= max_length, as
   # `pipeline.bucket_rows` picks) must fit the batch, or the pipeline refuses it after the

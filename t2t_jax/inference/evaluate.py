@@ -15,7 +15,7 @@ from t2t_jax.data import tasks
 from t2t_jax.inference import bleu, translate
 from t2t_jax.inference.bleu import chrf_ter
 from t2t_jax.model import losses, variant
-from t2t_jax.runtime import multihost, parallel
+from t2t_jax.runtime import meshes, multihost, parallel
 from t2t_jax.storage import layout, textio
 from t2t_jax.storage import workdir as workdir_lib
 
@@ -161,7 +161,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str, split: str = 'dev'
   source = corpora.load_split(config, split, corpora.default_data_dir(config, workdir),
                              process_index=jax.process_index())
   net = variant.from_config(config)
-  mesh = parallel.make_mesh()
+  mesh = meshes.make(config.mesh)
   batches = pipeline.make_eval_batches(config, source, tok,
                                        rows_multiple=jax.local_device_count(),
                                        process_index=jax.process_index(),
@@ -169,7 +169,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str, split: str = 'dev'
   eval_step = parallel.make_eval_step(net, mesh, label_smoothing=config.label_smoothing)
   result: Dict[str, Any] = {'split': split, 'step': inference.step,
                             'checkpoint': inference.description}
-  result.update(evaluate_batches(eval_step, parallel.replicate(inference.params, mesh),
+  result.update(evaluate_batches(eval_step, meshes.place_params(inference.params, net, mesh),
                                  batches, mesh))
   logging.info('%s teacher-forced: loss %.4f perplexity %.2f accuracy %.3f', split,
                result['loss'], result['perplexity'], result['accuracy'])

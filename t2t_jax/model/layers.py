@@ -67,7 +67,8 @@ class SharedEmbedding(nn.Module):
   def setup(self):
     # Normal(0, d_model^-0.5): after the sqrt(d_model) scale the embeddings have unit variance,
     # comparable to the sinusoids they are added to (tensor2tensor's choice).
-    init = nn.initializers.normal(stddev=self.d_model ** -0.5)
+    init = nn.with_logical_partitioning(nn.initializers.normal(stddev=self.d_model ** -0.5),
+                                        ('vocab', 'embed'))
     shape = (self.vocab_size, self.d_model)
     self.embedding = self.param('embedding', init, shape, jnp.float32)
     if not self.tie:
@@ -121,7 +122,8 @@ class AddPositions(nn.Module):
   def __call__(self, x: Array, positions: Optional[Array] = None) -> Array:
     length, d_model = x.shape[1], x.shape[2]
     if self.positional == 'learned':
-      table = self.param('positions', nn.initializers.normal(stddev=d_model ** -0.5),
+      table = self.param('positions', nn.with_logical_partitioning(
+          nn.initializers.normal(stddev=d_model ** -0.5), ('position', 'embed')),
                          (self.max_len, d_model), jnp.float32)
     else:
       table = jnp.asarray(sinusoidal_positions(self.max_len, d_model))
@@ -145,15 +147,21 @@ class FeedForward(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
-    dense = lambda features, name: nn.Dense(  # noqa: E731
+    # W1 column-parallel and W2 row-parallel over d_ff ('mlp'), Megatron's split.
+    dense = lambda features, axes, name: nn.Dense(  # noqa: E731
         features, dtype=self.dtype, param_dtype=jnp.float32,
-        kernel_init=nn.initializers.xavier_uniform(), name=name)
-    return dense(self.d_model, 'wo')(nn.relu(dense(self.d_ff, 'wi')(x)))
+        kernel_init=nn.with_logical_partitioning(nn.initializers.xavier_uniform(), axes),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), axes[1:]),
+        name=name)
+    hidden = nn.relu(dense(self.d_ff, ('embed', 'mlp'), 'wi')(x))
+    return dense(self.d_model, ('mlp', 'embed'), 'wo')(hidden)
 
 
 def layer_norm(dtype: Dtype, *, name: str) -> nn.LayerNorm:
   """LayerNorm (§3.1) with epsilon 1e-6 (tensor2tensor's) and float32 parameters."""
-  return nn.LayerNorm(epsilon=1e-6, dtype=dtype, param_dtype=jnp.float32, name=name)
+  return nn.LayerNorm(epsilon=1e-6, dtype=dtype, param_dtype=jnp.float32, name=name,
+                      scale_init=nn.with_logical_partitioning(nn.initializers.ones, ('norm',)),
+                      bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ('norm',)))
 
 
 class Residual(nn.Module):

@@ -44,10 +44,12 @@ class QKTransform(Protocol):
 
 
 def head_projection(num_heads: int, features: int, dtype: Dtype,
-                    name: Optional[str] = None) -> nn.DenseGeneral:
-  """x W^Q (or W^K, W^V) for all heads: `[..., d_model]` -> `[..., heads, features]`, no bias."""
+                    name: Optional[str] = None, heads_axis: str = 'heads') -> nn.DenseGeneral:
+  """x W^Q (or W^K, W^V) for all heads: `[..., d_model]` -> `[..., heads, features]`, no bias;
+  the kernel `[d_model, heads, features]` has the logical axes ('embed', `heads_axis`, 'kv')."""
   return nn.DenseGeneral((num_heads, features), use_bias=False, dtype=dtype,
-                         param_dtype=jnp.float32, kernel_init=nn.initializers.xavier_uniform(),
+                         param_dtype=jnp.float32, kernel_init=nn.with_logical_partitioning(
+                             nn.initializers.xavier_uniform(), ('embed', heads_axis, 'kv')),
                          name=name)
 
 
@@ -181,7 +183,10 @@ class MultiHeadAttention(nn.Module):
     return out
 
   def _project(self, heads: int, features: int, name: str) -> nn.DenseGeneral:
-    return head_projection(heads, features, self.dtype, name=name)
+    # Keys and values have their own logical axis: grouped-query attention's fewer kv heads
+    # may not divide the tensor axis that splits the query heads (`runtime/meshes.py`).
+    return head_projection(heads, features, self.dtype, name=name,
+                           heads_axis='heads' if name == 'query' else 'kv_heads')
 
   def _transform(self, x: Array, positions: Optional[Array], role: str) -> Array:
     """`qk_transform` of queries or keys (nothing without one)."""
@@ -228,8 +233,9 @@ class MultiHeadAttention(nn.Module):
   def _out(self, heads: Array) -> Array:
     """W^O: `[rows, q_len, heads, d_v]` -> `[rows, q_len, d_model]`."""
     return nn.DenseGeneral(self.d_model, axis=(-2, -1), use_bias=False, dtype=self.dtype,
-                           param_dtype=jnp.float32,
-                           kernel_init=nn.initializers.xavier_uniform(), name='out')(heads)
+                           param_dtype=jnp.float32, kernel_init=nn.with_logical_partitioning(
+                               nn.initializers.xavier_uniform(), ('heads', 'kv', 'embed')),
+                           name='out')(heads)
 
   def _cache_variables(self, key: Array, value: Array):
     """The cache: heads-first keys/values `[batch, kv_heads, max_len, d]` and the fill index."""

@@ -115,8 +115,11 @@ def to_nnx(model: transformer.ModelLike, rngs: 'nnx.Rngs', *, params: Optional[A
   dummy = jnp.ones((batch, length), jnp.int32)
   cls = _module_class()
   # Shapes only (nothing computed): the bridge's variables, then the given arrays put in.
-  abstract = nnx.eval_shape(lambda: cls(transformer.as_model(net, deterministic=True)).lazy_init(
-      dummy, dummy, rngs=jax.random.key(0)))
+  # The parts' logical axes (`logical_axes.py`) become variable metadata; placing by them is
+  # `runtime/meshes.py`'s job, so nnx must not try to shard eagerly (it needs a mesh then).
+  with nnx.use_eager_sharding(False):
+    abstract = nnx.eval_shape(lambda: cls(transformer.as_model(
+        net, deterministic=True)).lazy_init(dummy, dummy, rngs=jax.random.key(0)))
   graphdef, state = nnx.split(abstract)
   _check_tree(nnx.to_pure_dict(state), params)
   nnx.replace_by_pure_dict(state, params)

@@ -378,7 +378,8 @@ def init_params(model: ModelLike, rng: Array, batch: int = 1, length: int = 8):
 @module_jit.jit_on_module(static_argnums=(1, 2))
 def _init_params(net: nn.Module, batch: int, length: int, rng: Array):
   dummy = jnp.ones((batch, length), jnp.int32)
-  return net.init(rng, dummy, dummy)['params']
+  # Plain arrays: the logical axes the parts declare (`logical_axes.py`) are read apart.
+  return nn.meta.unbox(net.init(rng, dummy, dummy)['params'])
 
 
 def param_shapes(model: ModelLike):

@@ -34,6 +34,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from t2t_jax.model import losses, param_paths, transformer as model_lib
 from t2t_jax.model.array_checks import check_real
+from t2t_jax.runtime import meshes
 from t2t_jax.runtime.step_checks import (  # noqa: F401  (re-exported)
     DATA, PACKING_KEYS, check_batch, check_mesh, check_metrics, check_optimizer, check_params,
     check_shard_arguments, check_update_arguments)
@@ -63,7 +64,8 @@ def make_mesh(devices=None) -> Mesh:
 
 
 def data_sharded(mesh: Mesh) -> NamedSharding:
-  return NamedSharding(mesh, P(DATA))
+  """A batch's sharding: rows split over 'data' (and 'fsdp', `meshes.batch_spec`)."""
+  return NamedSharding(mesh, meshes.batch_spec(mesh))
 
 
 def replicate(tree, mesh: Mesh):
@@ -157,18 +159,17 @@ def make_grad_fn(model: model_lib.ModelLike, mesh: Mesh, label_smoothing: float,
   label_smoothing = losses.check_label_smoothing('make_grad_fn', label_smoothing)
   check_real('make_grad_fn', 'aux_loss_weight', aux_loss_weight)
   train_model = model_lib.as_model(model, deterministic=False, decode=False)
+  loss_fn = summed_objective(train_model, label_smoothing, aux_loss_weight, trainable)
+  if not meshes.is_data_parallel(mesh):
+    from t2t_jax.runtime import sharded_step  # pylint: disable=import-outside-toplevel
+    meshes.check_step_mesh('make_grad_fn', mesh, shard_gradients)
+    return sharded_step.grad_fn(train_model, mesh, loss_fn)
   num_devices = mesh.shape[DATA]
 
   def per_device(params, batch, rng):
     # Different dropout masks on every device, reproducible from (rng, device index).
     rng = jax.random.fold_in(rng, jax.lax.axis_index(DATA))
-    def loss_fn(p):
-      if trainable:
-        p = jax.tree_util.tree_map(lambda keep, x: x if keep else jax.lax.stop_gradient(x),
-                                   param_paths.trainable_mask(p, trainable), p)
-      metrics = metric_sums(train_model, p, batch, rng, label_smoothing)
-      return objective(metrics, aux_loss_weight), metrics
-    grads, metrics = jax.grad(loss_fn, has_aux=True)(params)
+    grads, metrics = jax.grad(loss_fn, has_aux=True)(params, batch, rng)
     if not shard_gradients:
       return jax.lax.psum((grads, metrics), DATA)
     return (jax.tree_util.tree_map(lambda g: _reduce_scatter(g, num_devices), grads),
@@ -185,6 +186,20 @@ def make_grad_fn(model: model_lib.ModelLike, mesh: Mesh, label_smoothing: float,
                          out_specs=(grad_specs, P()), check_vma=False)(params, batch, rng)
 
   return grad_fn
+
+
+def summed_objective(train_model: model_lib.Transformer, label_smoothing: float,
+                     aux_loss_weight: float, trainable: str) -> Callable:
+  """(params, batch, dropout key) -> (`objective` of the batch's `metric_sums`, the sums): what
+  every step differentiates, on a device's shard or on the whole batch. The leaves `trainable`
+  does not match are constants of it (`make_grad_fn`)."""
+  def loss_fn(p, batch, rng):
+    if trainable:
+      p = jax.tree_util.tree_map(lambda keep, x: x if keep else jax.lax.stop_gradient(x),
+                                 param_paths.trainable_mask(p, trainable), p)
+    metrics = metric_sums(train_model, p, batch, rng, label_smoothing)
+    return objective(metrics, aux_loss_weight), metrics
+  return loss_fn
 
 
 def apply_gradients(state: TrainState, optimizer: optax.GradientTransformation, grad_sums,
@@ -257,8 +272,9 @@ def make_train_step(model: model_lib.ModelLike, optimizer: optax.GradientTransfo
   losses.check_label_smoothing('make_train_step', label_smoothing)
   grad_fn = make_grad_fn(model, mesh, label_smoothing, shard_gradients=shard_optimizer_state,
                          aux_loss_weight=aux_loss_weight, trainable=trainable)
-  state_shardings = train_state_shardings(_abstract_state(model, optimizer), mesh,
-                                          shard_optimizer_state=shard_optimizer_state)
+  state_shardings = train_state_shardings(
+      _abstract_state(model, optimizer), mesh, shard_optimizer_state=shard_optimizer_state,
+      param_shardings=meshes.step_param_shardings(model, mesh))
 
   def step(state: TrainState, batch):
     grads, metrics = grad_fn(state.params, batch, dropout_rng(seed, state.step))
@@ -287,9 +303,11 @@ def make_accumulating_steps(model: model_lib.ModelLike, optimizer: optax.Gradien
   grad_fn = make_grad_fn(model, mesh, label_smoothing, shard_gradients=shard_optimizer_state,
                          aux_loss_weight=aux_loss_weight, trainable=trainable)
   abstract = _abstract_state(model, optimizer)
-  state_shardings = train_state_shardings(abstract, mesh,
+  placed = meshes.step_param_shardings(model, mesh)
+  state_shardings = train_state_shardings(abstract, mesh, param_shardings=placed,
                                           shard_optimizer_state=shard_optimizer_state)
-  grad_shardings = _leaf_shardings(abstract.params, mesh, shard_optimizer_state)
+  grad_shardings = (placed if placed is not None
+                    else _leaf_shardings(abstract.params, mesh, shard_optimizer_state))
 
   def grad_step(params, batch, step, micro):
     return grad_fn(params, batch, jax.random.fold_in(dropout_rng(seed, step), micro))
@@ -314,6 +332,10 @@ def make_eval_step(model: model_lib.ModelLike, mesh: Mesh, *,
   check_mesh('make_eval_step', mesh)
   label_smoothing = losses.check_label_smoothing('make_eval_step', label_smoothing)
   eval_model = model_lib.as_model(model, deterministic=True, decode=False)
+  if not meshes.is_data_parallel(mesh):  # one program over the whole batch, GSPMD
+    return jax.jit(lambda params, batch: metric_sums(
+        eval_model, params, batch, jax.random.PRNGKey(0), label_smoothing),
+        out_shardings=replicated(mesh))
 
   def per_device(params, batch):
     metrics = metric_sums(eval_model, params, batch, jax.random.PRNGKey(0), label_smoothing)

@@ -17,10 +17,12 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
+from t2t_jax import choices
 from t2t_jax.model import id_arrays, losses
 from t2t_jax.model.array_checks import check_array, check_tree_shapes
 
 DATA = 'data'
+MESH_AXES = choices.MESH_AXES  # runtime/meshes.py: what each one splits
 # Batch keys of packed rows (pipeline with config.pack_examples), each shaped as its side's ids.
 PACKING_KEYS = ('inputs_segmentation', 'targets_segmentation', 'inputs_position',
                 'targets_position')
@@ -37,14 +39,16 @@ def check_optimizer(where: str, optimizer) -> None:
 
 
 def check_mesh(where: str, mesh) -> None:
-  """TypeError unless `mesh` is a jax.sharding.Mesh; ValueError unless it has a 'data' axis,
-  the one every step shards its batch over."""
+  """TypeError unless `mesh` is a jax.sharding.Mesh; ValueError for an axis no step knows how
+  to honour (`MESH_AXES`: it would be replicated over silently)."""
   if not isinstance(mesh, Mesh):
     raise TypeError(f'{where}: mesh is a {type(mesh).__name__}; expected a '
-                    'jax.sharding.Mesh (make_mesh())')
-  if DATA not in mesh.axis_names:
-    raise ValueError(f'{where}: mesh has the axes {tuple(mesh.axis_names)}, no {DATA!r}; '
-                     f"expected a mesh with a {DATA!r} axis, the batch's (make_mesh())")
+                    'jax.sharding.Mesh (make_mesh(), meshes.make())')
+  unknown = [a for a in mesh.axis_names if a not in MESH_AXES]
+  if unknown:
+    raise ValueError(f'{where}: mesh axis {unknown[0]!r} (of {tuple(mesh.axis_names)}) is not '
+                     f"one a step splits anything over; expected axes among {MESH_AXES} "
+                     "(meshes.make('data:2,fsdp:2,tensor:2'))")
 
 
 def check_params(where: str, params) -> None:

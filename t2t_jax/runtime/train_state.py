@@ -16,6 +16,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from t2t_jax.model import transformer as model_lib
+from t2t_jax.runtime import meshes
 from t2t_jax.runtime.step_checks import DATA, check_mesh, check_optimizer
 
 Array = jax.Array
@@ -57,15 +58,44 @@ def _leaf_shardings(tree, mesh: Mesh, shard: bool):
       tree)
 
 
+def like_params(tree, params, param_shardings, mesh: Mesh):
+  """NamedShardings for every leaf of `tree` (an optimizer state: Adam's moments, an average
+  of the weights, a mask's leaves) that mirrors a parameter: the parameter's sharding, found
+  by the parameter's path ending the leaf's path with the same shape; replicated otherwise
+  (counts, factored moments)."""
+  from t2t_jax.model import param_paths  # pylint: disable=import-outside-toplevel
+  by_path = {}
+  for (path, x), s in zip(jax.tree_util.tree_leaves_with_path(params),
+                          jax.tree_util.tree_leaves(param_shardings, is_leaf=lambda v: isinstance(
+                              v, NamedSharding))):
+    by_path[tuple(param_paths.path_name(path).split('/'))] = (tuple(x.shape), s)
+
+  def leaf(path, x):
+    keys = tuple(param_paths.path_name(path).split('/'))
+    for start in range(len(keys)):
+      hit = by_path.get(keys[start:])
+      if hit is not None and hit[0] == tuple(x.shape):
+        return hit[1]
+    return replicated(mesh)
+  return jax.tree_util.tree_map_with_path(leaf, tree)
+
+
 def train_state_shardings(state: TrainState, mesh: Mesh, *,
-                          shard_optimizer_state: bool) -> TrainState:
+                          shard_optimizer_state: bool, param_shardings: Any = None) -> TrainState:
   """Where each leaf of `state` (arrays or `jax.ShapeDtypeStruct`s) lives: a TrainState of
   NamedShardings. Step and parameters replicated; optimizer state replicated, or with
-  `shard_optimizer_state` split over 'data' leaf by leaf (`zero_spec`)."""
+  `shard_optimizer_state` split over 'data' leaf by leaf (`zero_spec`).
+
+  `param_shardings` (`meshes.param_shardings`, a mesh beyond data parallelism): parameters
+  placed by them and every optimizer leaf that mirrors a parameter placed as it (`like_params`).
+  """
   if not isinstance(state, TrainState):
     raise TypeError(f'train_state_shardings: state is a {type(state).__name__}; expected a '
                     'TrainState')
   check_mesh('train_state_shardings', mesh)
+  if param_shardings is not None:
+    return TrainState(replicated(mesh), param_shardings,
+                      like_params(state.opt_state, state.params, param_shardings, mesh))
   return TrainState(replicated(mesh), _leaf_shardings(state.params, mesh, False),
                     _leaf_shardings(state.opt_state, mesh, shard_optimizer_state))
 
@@ -99,7 +129,8 @@ def create_train_state(model: model_lib.ModelLike, optimizer: optax.GradientTran
   check_mesh('create_train_state', mesh)
   init = _init_fn(model, optimizer, seed)
   shardings = train_state_shardings(jax.eval_shape(init), mesh,
-                                    shard_optimizer_state=shard_optimizer_state)
+                                    shard_optimizer_state=shard_optimizer_state,
+                                    param_shardings=meshes.step_param_shardings(model, mesh))
   if params is None:
     return jax.jit(init, out_shardings=shardings)()
   expected = jax.tree_util.tree_structure(shardings.params)

@@ -24,7 +24,7 @@ from absl import logging
 from t2t_jax.data import (corpora, fingerprint, pipeline, split_check, tasks, tokenizer,
                           vocab_record, vocabularies)
 from t2t_jax.model import transformer as model, variant
-from t2t_jax.runtime import checkpoint, first_fit, parallel, resolution
+from t2t_jax.runtime import checkpoint, first_fit, meshes, parallel, resolution
 from t2t_jax.storage import layout
 from t2t_jax.storage import workdir as workdir_lib
 from t2t_jax.training import (best, dev_eval, init_from, log_window, metrics, optim,
@@ -154,8 +154,9 @@ class _Run:
     self.policy = save_policy.SavePolicy(config.checkpoint_every_steps,
                                          config.checkpoint_every_minutes,
                                          check_every=config.log_every_steps)
-    self.mesh = parallel.make_mesh()
-    logging.info('mesh: %d devices over %d processes', self.mesh.size, jax.process_count())
+    self.mesh = meshes.make(config.mesh)
+    logging.info('mesh: %s, %d devices over %d processes', dict(self.mesh.shape),
+                 self.mesh.size, jax.process_count())
     self.data = Data(config, workdir, with_eval=config.eval_every_steps > 0,
                      trained=self.checkpointer.latest_step() is not None,
                      data_fingerprint=self.checkpointer.data_fingerprint,

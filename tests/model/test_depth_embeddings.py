@@ -4,6 +4,7 @@ paper's model bit for bit as before these options (values recorded from commit 7
 
 import hashlib
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -65,7 +66,7 @@ def test_the_paper_model_is_bitwise_what_it_was():
   # Initialised op by op, as init_params did when the records were made (it is compiled now,
   # as training's init is: tests/runtime/test_parallel.py).
   dummy = jnp.ones((1, 8), jnp.int32)
-  params = net.init(jax.random.PRNGKey(0), dummy, dummy)['params']
+  params = nn.meta.unbox(net.init(jax.random.PRNGKey(0), dummy, dummy)['params'])
 
   def loss_fn(p):
     logits = net.apply({'params': p}, INPUTS, TARGETS, rngs={'dropout': jax.random.PRNGKey(1)})

@@ -2,6 +2,7 @@
 
 import math
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,7 +28,8 @@ def test_sinusoidal_odd_width():
 
 def test_shared_embedding_scales_and_attends():
   emb = layers.SharedEmbedding(vocab_size=10, d_model=4)
-  params = emb.init(jax.random.PRNGKey(0), jnp.zeros((1, 1), jnp.int32))
+  # Parts declare logical axes (model/logical_axes.py): `init` boxes them, unbox for arrays.
+  params = nn.meta.unbox(emb.init(jax.random.PRNGKey(0), jnp.zeros((1, 1), jnp.int32)))
   table = np.asarray(params['params']['embedding'])
   out = emb.apply(params, jnp.array([[3, 7]]))
   np.testing.assert_allclose(out[0, 1], table[7] * 2.0, rtol=1e-6)  # sqrt(4) = 2
@@ -39,7 +41,7 @@ def test_shared_embedding_scales_and_attends():
 def test_feed_forward_equals_equation_2():
   ffn = layers.FeedForward(d_ff=6, d_model=3)
   x = jax.random.normal(jax.random.PRNGKey(1), (2, 4, 3))
-  params = ffn.init(jax.random.PRNGKey(0), x)['params']
+  params = nn.meta.unbox(ffn.init(jax.random.PRNGKey(0), x)['params'])
   w1, b1 = params['wi']['kernel'], params['wi']['bias']
   w2, b2 = params['wo']['kernel'], params['wo']['bias']
   expected = np.maximum(0, np.asarray(x) @ w1 + b1) @ w2 + b2
@@ -63,7 +65,7 @@ def test_residual_post_and_pre_norm():
 def test_learned_positions_are_a_parameter():
   module = layers.AddPositions(max_len=10, positional='learned')
   x = jnp.zeros((1, 5, 4))
-  params = module.init(jax.random.PRNGKey(0), x)
+  params = nn.meta.unbox(module.init(jax.random.PRNGKey(0), x))
   table = params['params']['positions']
   assert table.shape == (10, 4)
   np.testing.assert_allclose(module.apply(params, x)[0], table[:5])
