@@ -73,7 +73,8 @@ def _sowing_ffn(scale=1.0, shape=()):
     def __call__(self, x):
       ffn = parts.feed_forward(self.cfg, name='ffn')
       y = ffn(x)
-      kernel = ffn.variables['params']['wi']['kernel']
+      # Boxed with its logical axes while initialising (model/logical_axes.py): unbox it.
+      kernel = nn.meta.unbox(ffn.variables['params']['wi']['kernel'])
       self.sow('losses', 'l2', jnp.broadcast_to(scale * jnp.mean(kernel ** 2), shape))
       return y
 
