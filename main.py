@@ -42,7 +42,7 @@ from t2t_jax.model import info as model_info  # noqa: E402
 from t2t_jax.plan import mode as plan_mode  # noqa: E402
 from t2t_jax.runtime import interruptible, resolution  # noqa: E402
 from t2t_jax.storage import workdir as workdir_lib  # noqa: E402
-from t2t_jax.training import optim, plots, summary  # noqa: E402
+from t2t_jax.training import mesh_info, optim, plots, summary  # noqa: E402
 
 if __name__ == '__main__':
   gc.freeze()
@@ -150,7 +150,7 @@ def _plan(config) -> None:
 def _info() -> None:
   config, header = inference_modes.info_config(FLAGS.workdir, _overrides())
   print(header + model_info.describe(config) + '\n' + resolution.describe(config) + '\n'
-        + optim.describe(config, recorded=bool(FLAGS.workdir)))
+        + mesh_info.describe(config) + '\n' + optim.describe(config, recorded=bool(FLAGS.workdir)))
 
 
 MODE_FUNCTIONS = {

@@ -58,17 +58,17 @@ def _leaf_shardings(tree, mesh: Mesh, shard: bool):
       tree)
 
 
-def like_params(tree, params, param_shardings, mesh: Mesh):
-  """NamedShardings for every leaf of `tree` (an optimizer state: Adam's moments, an average
-  of the weights, a mask's leaves) that mirrors a parameter: the parameter's sharding, found
-  by the parameter's path ending the leaf's path with the same shape; replicated otherwise
-  (counts, factored moments)."""
+def match_params(tree, params, values, default):
+  """For every leaf of `tree` (an optimizer state: Adam's moments, an average of the weights,
+  a mask's leaves), the leaf of `values` (shaped as `params`: shardings or PartitionSpecs)
+  of the parameter it mirrors: the parameter whose path ends the leaf's path, with the same
+  shape; `default` for the others (counts, factored moments)."""
   from t2t_jax.model import param_paths  # pylint: disable=import-outside-toplevel
   by_path = {}
-  for (path, x), s in zip(jax.tree_util.tree_leaves_with_path(params),
-                          jax.tree_util.tree_leaves(param_shardings, is_leaf=lambda v: isinstance(
-                              v, NamedSharding))):
-    by_path[tuple(param_paths.path_name(path).split('/'))] = (tuple(x.shape), s)
+  for (path, x), v in zip(jax.tree_util.tree_leaves_with_path(params),
+                          jax.tree_util.tree_leaves(values, is_leaf=lambda v: isinstance(
+                              v, (NamedSharding, P)))):
+    by_path[tuple(param_paths.path_name(path).split('/'))] = (tuple(x.shape), v)
 
   def leaf(path, x):
     keys = tuple(param_paths.path_name(path).split('/'))
@@ -76,8 +76,13 @@ def like_params(tree, params, param_shardings, mesh: Mesh):
       hit = by_path.get(keys[start:])
       if hit is not None and hit[0] == tuple(x.shape):
         return hit[1]
-    return replicated(mesh)
+    return default
   return jax.tree_util.tree_map_with_path(leaf, tree)
+
+
+def like_params(tree, params, param_shardings, mesh: Mesh):
+  """`match_params` of shardings: a mirrored parameter's sharding, else replicated."""
+  return match_params(tree, params, param_shardings, replicated(mesh))
 
 
 def train_state_shardings(state: TrainState, mesh: Mesh, *,

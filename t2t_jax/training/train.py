@@ -147,6 +147,10 @@ class _Run:
     self.config, self.workdir = config, workdir
     self.is_chief = jax.process_index() == 0
     self.start_time = time.monotonic()
+    # Before anything is written or prepared: a mesh the model cannot be split over.
+    self.mesh = meshes.make(config.mesh)
+    net = variant.from_config(config) if net is None else net
+    meshes.step_param_shardings(net, self.mesh)
     self.checkpointer = checkpoint.Checkpointer(
         workdir, config.keep_checkpoints,
         data_fingerprint=fingerprint.compute(config, corpora.default_data_dir(config, workdir)))
@@ -154,7 +158,6 @@ class _Run:
     self.policy = save_policy.SavePolicy(config.checkpoint_every_steps,
                                          config.checkpoint_every_minutes,
                                          check_every=config.log_every_steps)
-    self.mesh = meshes.make(config.mesh)
     logging.info('mesh: %s, %d devices over %d processes', dict(self.mesh.shape),
                  self.mesh.size, jax.process_count())
     self.data = Data(config, workdir, with_eval=config.eval_every_steps > 0,
@@ -162,7 +165,6 @@ class _Run:
                      data_fingerprint=self.checkpointer.data_fingerprint,
                      checkpoint_vocabulary=saved_vocabulary(self.checkpointer))
     self.checkpointer.vocabulary = vocab_record.of_tokenizer(self.data.tokenizer)
-    net = variant.from_config(config) if net is None else net
     self.checkpointer.model_source = variant.source_record(config.model)
     optimizer, schedule = optim.make(config) if optimizer is None else optimizer
     warning = optim.advice(config)

@@ -3,6 +3,8 @@ mesh, every layout trains as one device does (one step's loss and gradients, 20 
 the decoded outputs), places its parameters and optimizer state where the rules say, moves
 its checkpoints to any other layout bitwise, and refuses what it would not honour."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -186,3 +188,26 @@ def test_a_mesh_no_step_honours_is_refused_in_one_line():
     parallel.make_train_step(CFG, optax.adam(1e-3), mesh, label_smoothing=0.1, seed=0)
   with pytest.raises(ValueError, match=r"make_grad_fn: mesh axis 'model'"):
     parallel.make_grad_fn(CFG, mesh, 0.1)
+
+
+def test_main_refuses_a_mesh_in_one_line_and_info_shows_the_bytes_per_device(corpus, tmp_path):
+  from conftest import TINY, run_main  # pylint: disable=import-outside-toplevel
+  workdir = str(tmp_path / 'run')
+  result = run_main(f'--workdir={workdir}', f'--config.local_corpus_dir={corpus}', *TINY,
+                    '--config.mesh=tensor:8', '--config.num_train_steps=2')
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines()[-1] == (
+      "error: mesh axis 'tensor' (8 devices) does not divide dimension 0 ('heads', 4) of "
+      "decoder/layer_0/cross_attention/out/kernel (4, 8, 32); expected a size that divides 4, "
+      "or a mesh without 'tensor'")
+  assert not any(n.startswith('checkpoints') for n in (os.listdir(workdir)
+                                                      if os.path.isdir(workdir) else []))
+  result = run_main('--mode=info', *TINY, '--config.mesh=data:2,fsdp:2,tensor:2')
+  assert result.returncode == 0, result.stderr[-2000:]
+  lines = result.stdout.splitlines()
+  assert 'mesh: data:2, fsdp:2, tensor:2 (8 devices)' in lines
+  assert any(line.split()[:2] == ['layer_*/ffn/wi/kernel', "('embed',"]
+             and line.endswith("P('fsdp', 'tensor')") for line in lines)
+  per_device = [line for line in lines if 'per device' in line]
+  assert len(per_device) == 1 and per_device[0].strip().startswith(
+      'training state per device: parameters ')

@@ -1,0 +1,86 @@
+"""`--mode=info`'s mesh part: for the configured `--config.mesh`, where each group of
+parameters lives (its logical axes and their mesh axes, `runtime/meshes.py`) and the training
+state's bytes per device, parameters plus optimizer state. Shapes only: nothing is placed, so
+it describes a mesh of more devices than this machine has."""
+
+import math
+import re
+from typing import Dict
+
+import jax
+import ml_collections
+from jax.sharding import AbstractMesh, PartitionSpec as P
+
+from t2t_jax import choices
+from t2t_jax.model import logical_axes, param_paths, transformer as model_lib, variant
+from t2t_jax.runtime import meshes, train_state
+from t2t_jax.training import optim
+
+
+def _bytes(shape, dtype, spec: P, sizes: Dict[str, int]) -> int:
+  """One device's bytes of a leaf split by `spec` over axes of `sizes`."""
+  shard = list(shape)
+  for dim, axes in enumerate(tuple(spec)):
+    for axis in (axes,) if isinstance(axes, str) else (axes or ()):
+      shard[dim] = -(-shard[dim] // sizes[axis])
+  return math.prod(shard) * jax.numpy.dtype(dtype).itemsize
+
+
+def _mib(n: int) -> str:
+  return f'{n / 2 ** 20:.1f} MiB'
+
+
+def describe(config: ml_collections.ConfigDict) -> str:
+  """The lines (see the module docstring); a mesh the model cannot honour is a MeshError."""
+  spec = str(config.mesh).strip()
+  if not spec or '-1' in spec:  # the devices of this machine fill in
+    sizes = choices.parse_mesh(spec, jax.device_count())
+  else:  # the mesh as written, however many devices this machine has
+    sizes = choices.parse_mesh(spec)
+  sizes = {a: n for a, n in sizes.items() if n > 1 or a == 'data'}
+  mesh = AbstractMesh(tuple(sizes.values()), tuple(sizes))
+  net = variant.from_config(config)
+  shapes = model_lib.param_shapes(net)
+  names = logical_axes.param_logical_axes(net)
+  specs = meshes.param_specs(net, mesh)
+  data_only = all(n == 1 for a, n in sizes.items() if a != 'data')
+  lines = [f"mesh: {', '.join(f'{a}:{n}' for a, n in sizes.items())} "
+           f'({math.prod(sizes.values())} devices)'
+           + (" - data parallel: parameters replicated" if data_only else '')]
+  groups = {}
+  for (path, leaf), spec in zip(jax.tree_util.tree_leaves_with_path(shapes),
+                                jax.tree_util.tree_leaves(specs, is_leaf=lambda x: isinstance(
+                                    x, P))):
+    name = param_paths.path_name(path)
+    group = re.sub(r'^(encoder|decoder)/layer_\d+/', 'layer_*/', name)
+    groups.setdefault(group, (names[name], spec))
+  if not data_only:
+    for group, (axes, spec) in groups.items():
+      lines.append(f'  {group:<52} {str(axes):<28} {spec}')
+  undeclared = meshes.undeclared(net)
+  if undeclared:
+    lines.append(f'  replicated, their part declares no logical axes: {", ".join(undeclared)}')
+  param_bytes = sum(_bytes(x.shape, x.dtype, s, sizes) for x, s in zip(
+      jax.tree_util.tree_leaves(shapes), jax.tree_util.tree_leaves(
+          specs, is_leaf=lambda x: isinstance(x, P))))
+  try:
+    optimizer, _ = optim.make(config)
+  except variant.VariantError as e:  # a recorded factory that cannot be loaded here
+    lines.append(f'  training state per device: parameters {_mib(param_bytes)}; optimizer '
+                 f'state unknown ({e.reason})')
+    return '\n'.join(lines)
+  opt = jax.eval_shape(optimizer.init, shapes)
+  if data_only:
+    zero = config.shard_optimizer_state
+    opt_specs = jax.tree_util.tree_map(
+        lambda x: train_state.zero_spec(x.shape, sizes['data']) if zero else P(), opt)
+  else:
+    opt_specs = train_state.match_params(opt, shapes, specs, P())
+  opt_bytes = sum(_bytes(x.shape, x.dtype, s, sizes) for x, s in zip(
+      jax.tree_util.tree_leaves(opt), jax.tree_util.tree_leaves(
+          opt_specs, is_leaf=lambda x: isinstance(x, P))))
+  whole = sum(math.prod(x.shape) * x.dtype.itemsize
+              for x in jax.tree_util.tree_leaves((shapes, opt)))
+  lines.append(f'  training state per device: parameters {_mib(param_bytes)} + optimizer state '
+               f'{_mib(opt_bytes)} = {_mib(param_bytes + opt_bytes)} (of {_mib(whole)} in all)')
+  return '\n'.join(lines)
