@@ -158,8 +158,8 @@ class _Run:
     self.policy = save_policy.SavePolicy(config.checkpoint_every_steps,
                                          config.checkpoint_every_minutes,
                                          check_every=config.log_every_steps)
-    logging.info('mesh: %s, %d devices over %d processes', dict(self.mesh.shape),
-                 self.mesh.size, jax.process_count())
+    logging.info('mesh: %d devices over %d processes (%s)', self.mesh.size, jax.process_count(),
+                 ', '.join(f'{a}:{n}' for a, n in self.mesh.shape.items()))
     self.data = Data(config, workdir, with_eval=config.eval_every_steps > 0,
                      trained=self.checkpointer.latest_step() is not None,
                      data_fingerprint=self.checkpointer.data_fingerprint,

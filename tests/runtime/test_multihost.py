@@ -123,8 +123,31 @@ def test_two_processes_equal_one_process_with_eight_devices(corpus, tmp_path):
   outputs = [p.communicate(timeout=600) for p in processes]
   for p, (_, err) in zip(processes, outputs):
     assert p.returncode == 0, err[-3000:]
-  assert 'mesh: 8 devices over 2 processes' in outputs[0][1]
+  assert 'mesh: 8 devices over 2 processes (data:8)' in outputs[0][1]
   assert 'step 8/8' in outputs[0][1] and 'step 8/8' not in outputs[1][1]  # one process logs
+  a = jax.device_get(checkpoint_choice.load_inference_params(single, '8').params)
+  b = jax.device_get(checkpoint_choice.load_inference_params(multi, '8').params)
+  jax.tree_util.tree_map(lambda x, y: np.testing.assert_allclose(x, y, atol=2e-5), a, b)
+
+
+@pytest.mark.slow
+def test_a_sharded_mesh_on_two_processes_equals_one_process(corpus, tmp_path):
+  """data:2,fsdp:2,tensor:2 over 2 processes x 4 devices (parameters split across the
+  processes): the dev losses and BLEU and the checkpoints are one 8-device process's."""
+  common = [f'--config.local_corpus_dir={corpus}', *TINY, '--config.eval_every_steps=4',
+            '--config.eval_bleu_sentences=6', '--config.num_train_steps=8',
+            '--config.checkpoint_every_steps=4', '--config.mesh=data:2,fsdp:2,tensor:2']
+  single, multi = str(tmp_path / 'single'), str(tmp_path / 'multi')
+  result = run_main(f'--workdir={single}', *common, env=_env(8))
+  assert result.returncode == 0, result.stderr[-3000:]
+  shutil.copytree(os.path.join(single, 'vocab'), os.path.join(multi, 'vocab'))
+  outputs = _run_two(multi, *common)
+  assert 'mesh: 8 devices over 2 processes (data:2, fsdp:2, tensor:2)' in outputs[0][2]
+  evals = [[(r['step'], r['eval_dev/loss'], r.get('eval_dev/bleu')) for r in read_metrics(w)
+            if 'eval_dev/loss' in r] for w in (single, multi)]
+  assert [e[0] for e in evals[0]] == [e[0] for e in evals[1]] == [0, 4, 8]
+  for (_, loss_a, bleu_a), (_, loss_b, bleu_b) in zip(*evals):
+    assert loss_a == pytest.approx(loss_b, rel=1e-5) and bleu_a == bleu_b
   a = jax.device_get(checkpoint_choice.load_inference_params(single, '8').params)
   b = jax.device_get(checkpoint_choice.load_inference_params(multi, '8').params)
   jax.tree_util.tree_map(lambda x, y: np.testing.assert_allclose(x, y, atol=2e-5), a, b)
