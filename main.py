@@ -94,6 +94,9 @@ flags.DEFINE_bool('search_batch', True, 'plan: find the largest tokens_per_batch
 flags.DEFINE_bool('plan_all_shapes', True, 'plan: compile the train step at every batch shape '
                   'the run uses and report each compile time and their sum (False: the largest '
                   'shape only, a quicker plan).')
+flags.DEFINE_string('plan_meshes', '', "plan: ';'-separated --config.mesh layouts (e.g. "
+                    "'data:-1;fsdp:-1;data:-1,tensor:4') to compile side by side, printing each "
+                    "one's memory, step and collectives and the layout chosen (docs/meshes.md).")
 flags.DEFINE_enum('format', None, export_formats.FORMATS, 'export: ctranslate2 (a CTranslate2 model '
                   'directory) or stablehlo (jax.export beam search, parameters, vocabulary '
                   'and a jax-only runtime, serve.py).')
@@ -142,7 +145,8 @@ def _plan(config) -> None:
   plan_mode.run(resolution.resolve(FLAGS.config, _override_keys(sys.argv)), FLAGS.topology, FLAGS.output,
                 search_batch=FLAGS.search_batch, all_shapes=FLAGS.plan_all_shapes,
                 config_name=config_flags.get_config_filename(FLAGS['config']),
-                compilation_cache=FLAGS.compilation_cache)
+                compilation_cache=FLAGS.compilation_cache,
+                mesh_specs=[m.strip() for m in FLAGS.plan_meshes.split(';') if m.strip()])
 
 
 # Each mode, as a function of the validated --config (None for the bare modes below); the work

@@ -24,7 +24,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P, SingleDeviceSharding
 
 from t2t_jax.inference import translate
 from t2t_jax.model import transformer as model, variant
-from t2t_jax.runtime import parallel
+from t2t_jax.runtime import meshes, parallel
 from t2t_jax.training import optim
 from t2t_jax.data import pipeline
 from t2t_jax.plan import cache as cache_lib, hlo, progress
@@ -197,7 +197,7 @@ class Run:
     self.model = variant.from_config(config)
     self.cfg = self.model.cfg
     self.optimizer = optim.make_optimizer(config)
-    self.mesh = parallel.make_mesh(list(devices))
+    self.mesh = meshes.make(config.mesh, list(devices))  # the run's --config.mesh
     self.processes = len({d.process_index for d in devices})
     self.local_devices = len(devices) // self.processes
     self.shard_optimizer_state = bool(config.shard_optimizer_state)
@@ -205,8 +205,10 @@ class Run:
         self.model, self.optimizer, config.seed, self.mesh,
         shard_optimizer_state=self.shard_optimizer_state))
     # eval_shape drops the shardings of create_train_state's jit: put them back.
+    self.param_shardings = meshes.step_param_shardings(self.model, self.mesh)
     self.state = _abstract(state, parallel.train_state_shardings(
-        state, self.mesh, shard_optimizer_state=self.shard_optimizer_state))
+        state, self.mesh, shard_optimizer_state=self.shard_optimizer_state,
+        param_shardings=self.param_shardings))
 
   def train_shapes(self, tokens_per_batch: Optional[int] = None) -> List[Tuple[int, int]]:
     """[(global rows, length)] of every batch shape the run's train step sees, shortest
@@ -272,8 +274,9 @@ class Run:
       return [grads]
     grad_sums, metric_sums = jax.eval_shape(grad_step, self.state.params, batch, scalar, scalar)
     mesh, shard = self.mesh, self.shard_optimizer_state
-    grad_shardings = jax.tree_util.tree_map(lambda g: NamedSharding(mesh, parallel.zero_spec(
-        g.shape, mesh.size) if shard else P()), grad_sums)
+    grad_shardings = self.param_shardings or jax.tree_util.tree_map(
+        lambda g: NamedSharding(mesh, parallel.zero_spec(g.shape, mesh.size) if shard else P()),
+        grad_sums)
     metric_shardings = jax.tree_util.tree_map(lambda _: parallel.replicated(mesh), metric_sums)
     apply = compile_step('train_apply', apply_step,
                          (self.state, _abstract(grad_sums, grad_shardings),

@@ -3,7 +3,7 @@
 import json
 import os
 import sys
-from typing import Optional
+from typing import Optional, Sequence
 
 import jax
 import ml_collections
@@ -11,7 +11,7 @@ from etils import epath
 
 from t2t_jax.runtime import compile_cache, interruptible
 from t2t_jax.storage import outputs, paths, workdir
-from t2t_jax.plan import cache, report, topology
+from t2t_jax.plan import cache, layouts, report, topology
 
 
 # What the caller may have set in `jax.config` that the plan depends on: the child process
@@ -37,7 +37,7 @@ def cache_dir(compilation_cache: Optional[str]) -> Optional[str]:
 def run(config: ml_collections.ConfigDict, topology_name: Optional[str],
         output: Optional[str], *, search_batch: bool = True, all_shapes: bool = True,
         config_name: str = '', compilation_cache: Optional[str] = None,
-        stream=sys.stdout) -> dict:
+        stream=sys.stdout, mesh_specs: Sequence[str] = ()) -> dict:
   """Plans `config` on `topology_name`, prints the plan, writes it to `output` as JSON.
 
   Every check that needs no compilation comes first (topology name, --output and its folder,
@@ -46,7 +46,8 @@ def run(config: ml_collections.ConfigDict, topology_name: Optional[str],
   the largest batch that fits). `all_shapes` False compiles the train step at the largest
   batch shape alone, not at every bucket's (a quicker plan, without the run's total compile
   time). What each compilation reported is kept in `cache_dir(compilation_cache)`, so
-  planning the same programs again takes seconds.
+  planning the same programs again takes seconds. `mesh_specs` (`--plan_meshes`): each
+  layout's train step instead, side by side, and the one chosen (`layouts.py`).
 
   Raises:
     topology.TopologyError, report.PlanError, FileExistsError, WorkdirError: one-line
@@ -63,15 +64,27 @@ def run(config: ml_collections.ConfigDict, topology_name: Optional[str],
   # In a child process: Ctrl-C or SIGTERM during a compile of minutes stops the plan at once,
   # not when XLA returns, whatever XLA does with the GIL (`interruptible`).
   options = {name: getattr(jax.config, name) for name in _JAX_OPTIONS}
+  if mesh_specs:  # several layouts side by side, and the one it would choose
+    result = interruptible.call(_make_plan, layouts.plan_layouts, options, config,
+                                topology_name, mesh_specs, cache_dir(compilation_cache))
+    interruptible.raise_if_signalled()
+    stream.write(layouts.format_layouts(result) + '\n')
+    _write(output, result, stream)
+    return result
   plan = interruptible.call(_make_plan, report.make_plan, options, config, topology_name,
                             search_batch=search_batch, all_shapes=all_shapes,
                             cache_dir=cache_dir(compilation_cache))
   interruptible.raise_if_signalled()  # one swallowed on the way: no plan printed or written
   stream.write(report.format_plan(plan, config_name) + '\n')
+  _write(output, plan, stream)
+  report.check_fits(plan)
+  return plan
+
+
+def _write(output: Optional[str], result: dict, stream) -> None:
+  """`result` as JSON into `output` (none: nothing)."""
   if output:
     interruptible.raise_if_signalled()
     with workdir.writing(output):  # a disk full by now: one line naming the file
-      paths.write_atomic(output, (json.dumps(plan, indent=2, sort_keys=True) + '\n').encode())
+      paths.write_atomic(output, (json.dumps(result, indent=2, sort_keys=True) + '\n').encode())
     stream.write(f'wrote {output}\n')
-  report.check_fits(plan)
-  return plan

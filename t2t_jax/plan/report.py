@@ -212,11 +212,11 @@ def _fitted(config: ml_collections.ConfigDict, run: 'compile_lib.Run', train: Li
       train_hours=config.num_train_steps * times['step_s'] / 3600)
 
 
-def _gib(n: Optional[float]) -> str:
+def gib(n: Optional[float]) -> str:
   return '?' if n is None else f'{n / GiB:.2f} GiB'
 
 
-def _collectives_text(collectives) -> str:
+def collectives_text(collectives) -> str:
   if not collectives:
     return 'none'
   return ', '.join(f'{c["kind"]} x{c["count"]} ({c["bytes"] / 2 ** 20:,.1f} MiB)'
@@ -227,7 +227,7 @@ def format_plan(plan: Dict[str, Any], config_name: str = '') -> str:
   """The plan as the lines `--mode=plan` prints."""
   rows, length = plan['train_batch']
   head = (f'plan{" for " + config_name if config_name else ""} on {plan["topology"]}: '
-          f'{plan["chips"]} x {plan["chip"]} ({_gib(plan["hbm_capacity_bytes_per_chip"])} '
+          f'{plan["chips"]} x {plan["chip"]} ({gib(plan["hbm_capacity_bytes_per_chip"])} '
           f'HBM each), {plan["processes"]} host(s); {plan["dtype"]}; libtpu '
           f'{plan["versions"]["libtpu"]}, jax {plan["versions"]["jax"]}')
   lines = [head, f'train batch: {rows} rows x {length} tokens (the largest bucket; '
@@ -240,17 +240,17 @@ def format_plan(plan: Dict[str, Any], config_name: str = '') -> str:
   steps = plan['steps']
   train_names = [n for n in steps if n.startswith('train')]
   lines += [
-      f'HBM per chip: {_gib(plan["hbm_bytes_per_chip"])} of '
-      f'{_gib(plan["hbm_capacity_bytes_per_chip"])} '
+      f'HBM per chip: {gib(plan["hbm_bytes_per_chip"])} of '
+      f'{gib(plan["hbm_capacity_bytes_per_chip"])} '
       f'({100 * plan["hbm_bytes_per_chip"] / plan["hbm_capacity_bytes_per_chip"]:.0f}%): '
-      f'parameters {_gib(memory["params"])}, optimizer state '
-      f'{_gib(memory["optimizer_state"])}, temporaries (gradients, activations) '
-      f'{_gib(memory["temporaries"])}; fits: {"yes" if plan["fits"] else "NO"}',
+      f'parameters {gib(memory["params"])}, optimizer state '
+      f'{gib(memory["optimizer_state"])}, temporaries (gradients, activations) '
+      f'{gib(memory["temporaries"])}; fits: {"yes" if plan["fits"] else "NO"}',
       largest_line,
       f'FLOPs per step: {plan["flops_per_step"]:.3e} (XLA) vs '
       f'{plan["analytic_flops_per_step"]:.3e} analytic (matmuls: '
       f'{plan["flops_per_step"] / plan["analytic_flops_per_step"]:.2f}x)',
-      f'collectives per step: {_collectives_text(plan["collectives"])}',
+      f'collectives per step: {collectives_text(plan["collectives"])}',
   ]
   r = plan['roofline']
   lines += [
@@ -262,7 +262,7 @@ def format_plan(plan: Dict[str, Any], config_name: str = '') -> str:
   for name in train_names + ['eval', 'decode']:
     s = steps[name]
     shapes = ', '.join(f'{k} {"x".join(map(str, v))}' for k, v in s['shapes'].items())
-    lines.append(f'  {name}: {shapes}; HBM {_gib(s["hbm_bytes"])}; '
+    lines.append(f'  {name}: {shapes}; HBM {gib(s["hbm_bytes"])}; '
                  f'{s["flops"]:.3e} FLOPs per chip; compiled in {s["compile_s"]:.0f} s')
   return '\n'.join(lines + compiles_lib.lines(plan))
 
@@ -285,9 +285,9 @@ def check_fits(plan: Dict[str, Any]) -> None:
   if plan['fits']:
     return
   capacity, needed = plan['hbm_capacity_bytes_per_chip'], plan['hbm_bytes_per_chip']
-  over = (f'needs {_gib(needed)} of HBM per chip, {_gib(needed - capacity)} more than '
-          f"{plan['chip']}'s {_gib(capacity)}" if needed else
-          f"does not fit {plan['chip']}'s {_gib(capacity)} of HBM")
+  over = (f'needs {gib(needed)} of HBM per chip, {gib(needed - capacity)} more than '
+          f"{plan['chip']}'s {gib(capacity)}" if needed else
+          f"does not fit {plan['chip']}'s {gib(capacity)} of HBM")
   largest = plan['largest_tokens_per_batch']
   stopped = plan.get('batch_search_converged') is False
   if not plan['batch_searched']:

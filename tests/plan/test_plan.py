@@ -297,3 +297,24 @@ def test_zero_sharding_shows_in_the_plan(accum):
   assert set(p['steps']) == ({'train'} if accum == 1 else {'train_gradients', 'train_apply'}
                              ) | {'eval', 'decode'}
   assert p['fits'] and p['tokens_per_s'] == pytest.approx(accum * 32 * 32 / p['step_time_s'])
+
+
+@pytest.mark.slow  # the fsdp layout's TPU compile: 70 s on 2 cores
+@needs_libtpu
+def test_plan_meshes_compiles_each_layout_and_chooses_one_that_fits():
+  # 1 layer of d_model 4096 and d_ff 65536: 1.2B parameters, 19 GiB with Adam's moments, so
+  # not data-parallel on a 16 GiB v5e chip; split over 8 chips by fsdp it fits.
+  config = _tiny(d_model=4096, d_ff=65536, num_heads=8, tokens_per_batch=256,
+                 bucket_lengths=(16, 32), max_length=16)
+  from t2t_jax.plan import layouts  # pylint: disable=import-outside-toplevel
+  result = layouts.plan_layouts(config, 'v5e:2x4', ['data:-1', 'fsdp:-1', 'tensor:3'])
+  rows = {r['mesh']: r for r in result['layouts']}
+  assert rows['data:-1']['fits'] is False and rows['fsdp:-1']['fits'] is True
+  assert rows['fsdp:-1']['memory']['params'] < rows['data:-1']['memory']['params'] / 7
+  assert any(c['kind'] == 'all-gather' for c in rows['fsdp:-1']['collectives'])
+  assert rows['tensor:3']['error'].startswith("config key 'mesh': 'tensor:3' needs 3 devices")
+  assert result['chosen'] == 'fsdp:-1'
+  assert result['reason'].startswith('fsdp:-1 fits (') and result['reason'].endswith(
+      'data:-1 do not fit')
+  text = layouts.format_layouts(result)
+  assert text.splitlines()[-1].startswith('chosen: fsdp:-1 (fsdp:-1 fits')
