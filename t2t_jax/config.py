@@ -215,6 +215,8 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 # A value other than the default is refused when typed on the command line, else warned
 # about; the canonical form (`runtime/resolution.py`) records the default in its place.
 _NO_EFFECT = (
+    ('shard_optimizer_state', ('mesh',), lambda c: parse_mesh(c.mesh).get('fsdp', 1) != 1,
+     "a mesh with 'fsdp' splits the optimizer state with the parameters already (ZeRO-3)"),
     ('weight_decay', ('optimizer',), lambda c: c.optimizer in ('adam', 'adafactor'),
      "only optimizer='adamw' (or an optimizer factory) decays weights"),
     ('adam_b1', ('optimizer',), lambda c: c.optimizer == 'adafactor', "optimizer='adafactor' uses "

@@ -106,8 +106,8 @@ def info_config(workdir: Optional[str], overrides: Overrides) -> Tuple[Any, str]
   (else with the checkpoint eval and decode read, e.g. an averaged one), command-line
   overrides applied (model keys refused, as every mode that reads a run), its `model`
   variant checked."""
-  if not workdir:
-    return overrides.config, ''
+  if not workdir:  # resolved, as main.py resolved it (which warned already)
+    return resolution.resolve(overrides.config, overrides.keys, saved=True), ''
   try:
     saved, setup = checkpoint_choice.latest_training_setup(workdir)
     source = f'the latest training checkpoint in {layout.of(workdir).checkpoints}'

@@ -26,6 +26,11 @@ def _bytes(shape, dtype, spec: P, sizes: Dict[str, int]) -> int:
   return math.prod(shard) * jax.numpy.dtype(dtype).itemsize
 
 
+def _group(path: str) -> str:
+  """'encoder/layer_3/ffn/wi/kernel' -> 'layer_*/ffn/wi/kernel': one line for every layer."""
+  return re.sub(r'^(encoder|decoder)/layer_\d+/', 'layer_*/', path)
+
+
 def _mib(n: int) -> str:
   return f'{n / 2 ** 20:.1f} MiB'
 
@@ -52,12 +57,11 @@ def describe(config: ml_collections.ConfigDict) -> str:
                                 jax.tree_util.tree_leaves(specs, is_leaf=lambda x: isinstance(
                                     x, P))):
     name = param_paths.path_name(path)
-    group = re.sub(r'^(encoder|decoder)/layer_\d+/', 'layer_*/', name)
-    groups.setdefault(group, (names[name], spec))
+    groups.setdefault(_group(name), (names[name], spec))
   if not data_only:
     for group, (axes, spec) in groups.items():
       lines.append(f'  {group:<52} {str(axes):<28} {spec}')
-  undeclared = meshes.undeclared(net)
+  undeclared = dict.fromkeys(_group(p) for p in meshes.undeclared(net))
   if undeclared:
     lines.append(f'  replicated, their part declares no logical axes: {", ".join(undeclared)}')
   param_bytes = sum(_bytes(x.shape, x.dtype, s, sizes) for x, s in zip(

@@ -211,6 +211,18 @@ def test_main_refuses_a_mesh_in_one_line_and_info_shows_the_bytes_per_device(cor
   per_device = [line for line in lines if 'per device' in line]
   assert len(per_device) == 1 and per_device[0].strip().startswith(
       'training state per device: parameters ')
+  # ZeRO-2 beside fsdp: subsumed, said in one warning line, recorded as off; a part without
+  # logical axes (SwiGLU's) is listed as replicated.
+  result = run_main('--mode=info', *TINY, '--config.mesh=fsdp:-1',
+                    '--config.shard_optimizer_state=True',
+                    '--config.model=examples/variants.py:swiglu')
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert "config key 'shard_optimizer_state'=True has no effect (a mesh with 'fsdp' splits the " \
+      'optimizer state with the parameters already (ZeRO-3))' in result.stderr
+  lines = [line.strip() for line in result.stdout.splitlines()]
+  assert 'shard_optimizer_state     = False' in lines
+  assert ('replicated, their part declares no logical axes: layer_*/ffn/down/kernel, '
+          'layer_*/ffn/gate/kernel, layer_*/ffn/up/kernel') in lines
 
 
 _VARIANTS = [('examples/variants.py:' + name, {}) for name in (
