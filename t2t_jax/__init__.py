@@ -125,6 +125,8 @@ _EXPORTS = {
     't2t_jax.inference.translate': ('Hypothesis', 'Translator'),
     't2t_jax.inference.portable': ('ExportedTranslator',),
     't2t_jax.runtime.checkpoint': ('Checkpointer',),
+    't2t_jax.runtime.meshes': ('LOGICAL_AXIS_RULES', 'MeshError', 'param_shardings'),
+    't2t_jax.model.logical_axes': ('param_logical_axes',),
     't2t_jax.runtime.resolution': ('resolve',),
     't2t_jax.runtime.parallel': (
         'TrainState', 'apply_gradients', 'create_train_state', 'initialize_distributed',

@@ -36,12 +36,12 @@ def compile_pattern(pattern: str) -> 're.Pattern':
 MESH_AXES = ('data', 'fsdp', 'tensor')
 
 
-def parse_mesh(spec: str, device_count: Optional[int] = None, key: str = 'mesh'
-               ) -> Dict[str, int]:
+def parse_mesh(spec: str, device_count: Optional[int] = None,
+               where: str = "config key 'mesh'") -> Dict[str, int]:
   """`--config.mesh`: 'data:2,fsdp:-1' -> {'data': 2, 'fsdp': 4} for 8 devices, in
   `MESH_AXES` order, 'data' always there ('': every device on 'data'). One size may be -1
   (the devices left); with `device_count` the sizes' product must be it (without, only the
-  syntax is checked and -1 stays). One-line ConfigError naming `key` otherwise."""
+  syntax is checked and -1 stays). One-line ConfigError starting with `where` otherwise."""
   spec = str(spec).strip()
   if not spec:
     return {'data': -1 if device_count is None else device_count}
@@ -49,20 +49,20 @@ def parse_mesh(spec: str, device_count: Optional[int] = None, key: str = 'mesh'
   for part in spec.split(','):
     m = re.fullmatch(r'\s*([a-z]+)\s*:\s*(-?\d+)\s*', part)
     if not m:
-      raise ConfigError(f"config key {key!r}: {part.strip()!r} in {spec!r}; expected AXIS:SIZE "
+      raise ConfigError(f"{where}: {part.strip()!r} in {spec!r}; expected AXIS:SIZE "
                         f"pairs such as 'data:2,fsdp:2,tensor:2' (axes {', '.join(MESH_AXES)})")
     axis, size = m.group(1), int(m.group(2))
     if axis not in MESH_AXES:
-      raise ConfigError(f"config key {key!r}: unknown axis {axis!r}; expected one of "
+      raise ConfigError(f"{where}: unknown axis {axis!r}; expected one of "
                         f"{', '.join(MESH_AXES)}")
     if axis in sizes:
-      raise ConfigError(f"config key {key!r}: axis {axis!r} given twice in {spec!r}")
+      raise ConfigError(f"{where}: axis {axis!r} given twice in {spec!r}")
     if size == 0 or size < -1:
-      raise ConfigError(f"config key {key!r}: {axis}:{size}; expected a size of 1 or more, "
+      raise ConfigError(f"{where}: {axis}:{size}; expected a size of 1 or more, "
                         'or -1 for the devices left')
     sizes[axis] = size
   if sum(n == -1 for n in sizes.values()) > 1:
-    raise ConfigError(f"config key {key!r}: {spec!r} has -1 twice; at most one axis fills in")
+    raise ConfigError(f"{where}: {spec!r} has -1 twice; at most one axis fills in")
   out = {a: sizes.get(a, 1) for a in MESH_AXES if a in sizes or a == 'data'}
   if device_count is None:
     return out
@@ -71,7 +71,7 @@ def parse_mesh(spec: str, device_count: Optional[int] = None, key: str = 'mesh'
   if fill and device_count % known == 0:
     out[fill[0]] = device_count // known
   if math.prod(out.values()) != device_count:
-    raise ConfigError(f"config key {key!r}: {spec!r} needs {'a multiple of ' if fill else ''}"
+    raise ConfigError(f"{where}: {spec!r} needs {'a multiple of ' if fill else ''}"
                       f'{known} devices; this run has {device_count} (one axis of -1 takes the devices left, '
                       "e.g. 'data:-1,tensor:2')")
   return out

@@ -316,6 +316,14 @@ def _rows():
       # parallel
       Row('make_mesh', EMPTY, lambda c: t.make_mesh([]), ValueError, ('devices',)),
       Row('make_mesh', TYPE, lambda c: t.make_mesh(['cpu']), TypeError, ('devices',)),
+      Row('make_mesh', RANGE, lambda c: t.make_mesh(axes='tensor:3'), ValueError,
+          ('axes', 'tensor:3')),
+      Row('param_shardings', TYPE, lambda c: t.param_shardings(c.cfg, 'data'), TypeError,
+          ('mesh',)),
+      Row('param_shardings', RANGE, lambda c: t.param_shardings(
+          c.cfg, t.make_mesh(axes='tensor:8')), ValueError, ('tensor', 'heads')),
+      Row('param_logical_axes', TYPE, lambda c: t.param_logical_axes('x'), TypeError,
+          ('model',)),
       Row('create_train_state', TYPE, lambda c: t.create_train_state(
           c.cfg, 'adam', 0, c.mesh()), TypeError, ('optimizer',)),
       Row('make_train_step', TYPE, lambda c: t.make_train_step(
@@ -478,6 +486,7 @@ EXEMPT = {
     'BOS_ID': 'a constant', 'EOS_ID': 'a constant', 'PAD_ID': 'a constant',
     'ConfigError': 'an exception class', 'ExportError': 'an exception class',
     'PlanError': 'an exception class', 'VariantError': 'an exception class',
+    'MeshError': 'an exception class', 'LOGICAL_AXIS_RULES': 'a constant (the rules table)',
     'ModelLike': 'a type annotation (TransformerConfig | Transformer)',
     'AttentionWeights': 'a result record (attention_weights returns it)',
     'Hypothesis': 'a result record (Translator returns it)',

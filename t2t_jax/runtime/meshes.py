@@ -25,7 +25,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from t2t_jax import choices
 from t2t_jax.model import logical_axes as logical_lib
 from t2t_jax.model import transformer as model_lib
-from t2t_jax.runtime.step_checks import DATA, MESH_AXES
+from t2t_jax.runtime.step_checks import DATA, MESH_AXES, check_mesh
 
 AXES = MESH_AXES
 FSDP, TENSOR = AXES[1], AXES[2]
@@ -52,17 +52,17 @@ class MeshError(choices.ConfigError):
   """A mesh that cannot be built or honoured; the message names the axis and the dimension."""
 
 
-def parse(spec: str, device_count: int, key: str = 'mesh') -> Dict[str, int]:
+def parse(spec: str, device_count: int, where: str = "config key 'mesh'") -> Dict[str, int]:
   """`choices.parse_mesh` for `device_count` devices: {axis: size} in `AXES` order."""
-  return choices.parse_mesh(spec, device_count, key)
+  return choices.parse_mesh(spec, device_count, where)
 
 
 def make(spec: str = '', devices: Optional[Sequence[jax.Device]] = None,
-         key: str = 'mesh') -> Mesh:
+         where: str = "config key 'mesh'") -> Mesh:
   """The mesh of `spec` (`parse`) over `devices` (default: all of every process). Axes of size
   1 are left out but 'data', so 'data:8' (or '') is exactly `parallel.make_mesh()`."""
   devices = list(jax.devices() if devices is None else devices)
-  sizes = {a: n for a, n in parse(spec, len(devices), key).items() if n > 1 or a == DATA}
+  sizes = {a: n for a, n in parse(spec, len(devices), where).items() if n > 1 or a == DATA}
   return Mesh(np.asarray(devices).reshape(tuple(sizes.values())), tuple(sizes))
 
 
@@ -136,7 +136,11 @@ def param_specs(model: model_lib.ModelLike, mesh: Mesh, rules=None) -> Any:
 
 
 def param_shardings(model: model_lib.ModelLike, mesh: Mesh, rules=None) -> Any:
-  """`param_specs` as NamedShardings on `mesh`."""
+  """Where each parameter of `model` lives on `mesh`: a tree of NamedShardings shaped as
+  `init_params`', from the parts' logical axes (`param_logical_axes`) through `rules`
+  ((logical axis, mesh axis or None) pairs; None: `LOGICAL_AXIS_RULES`). MeshError naming the
+  axis, the parameter and the dimension for a mesh axis that does not divide what it splits."""
+  check_mesh('param_shardings', mesh)
   return jax.tree_util.tree_map(lambda s: NamedSharding(mesh, s), param_specs(model, mesh, rules),
                                 is_leaf=lambda x: isinstance(x, P))
 

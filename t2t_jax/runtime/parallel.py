@@ -49,8 +49,10 @@ Array = jax.Array
 Batch = Dict[str, np.ndarray]
 
 
-def make_mesh(devices=None) -> Mesh:
-  """A 1-D mesh named 'data' over `devices` (default: all devices of all processes)."""
+def make_mesh(devices=None, axes: str = '') -> Mesh:
+  """A 1-D mesh named 'data' over `devices` (default: all devices of all processes); with
+  `axes` (`--config.mesh`'s form, e.g. 'data:2,fsdp:2,tensor:2', one size may be -1) the mesh
+  of those axes (`runtime/meshes.py`, docs/meshes.md)."""
   devices = jax.devices() if devices is None else devices
   bad = next((d for d in np.asarray(devices, dtype=object).flat
               if not isinstance(d, jax.Device)), None)
@@ -60,6 +62,8 @@ def make_mesh(devices=None) -> Mesh:
   if not len(devices):  # pylint: disable=g-explicit-length-test  (a list or an array)
     raise ValueError('make_mesh: devices is empty; expected one device or more '
                      '(None: all devices)')
+  if axes:
+    return meshes.make(axes, list(devices), where='make_mesh: axes')
   return Mesh(np.asarray(devices), (DATA,))
 
 
