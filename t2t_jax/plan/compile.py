@@ -43,6 +43,9 @@ class DoesNotFit(RuntimeError):
     super().__init__(message)
     self.needed_bytes, self.available_bytes = needed_bytes, available_bytes
 
+  def __reduce__(self):  # across `interruptible.call`'s pipe, with its numbers
+    return DoesNotFit, (str(self), self.needed_bytes, self.available_bytes)
+
 
 _UNITS = {'': 1, 'K': 2 ** 10, 'M': 2 ** 20, 'G': 2 ** 30, 'T': 2 ** 40}
 _SIZE = r'([\d.]+)([KMGT]?)i?B?'

@@ -39,7 +39,7 @@ def _train_shape(run: compile_lib.Run, tokens: Optional[int] = None):
     raise PlanError(f'on {len(run.mesh.devices.flat)} chips: {e}') from None
 
 
-def _train(run: compile_lib.Run, tokens: Optional[int] = None):
+def train_stats(run: compile_lib.Run, tokens: Optional[int] = None):
   """(rows, length, [StepStats] or DoesNotFit) of the train step at a token budget."""
   rows, length = _train_shape(run, tokens)
   try:
@@ -62,7 +62,7 @@ def _search(run: compile_lib.Run, first, capacity: float) -> batch_search.Found:
     return _peak(result) <= capacity, float(_peak(result))
 
   def probe(tokens):
-    return outcome(_train(run, tokens)[2])
+    return outcome(train_stats(run, tokens)[2])
 
   return batch_search.largest_fitting(
       probe, run.config.tokens_per_batch, outcome(first), capacity,
@@ -127,7 +127,7 @@ def make_plan(config: ml_collections.ConfigDict, topology_name: str, *,
   cache = cache_lib.PlanCache(cache_dir) if cache_dir else None
   run = compile_lib.Run(config, topology.devices(topo), cache)
   chip, chips = topo.chip, run.mesh.devices.size
-  rows, length, train = _train(run)
+  rows, length, train = train_stats(run)
   plan = {
       'topology': topo.name, 'chip': chip.device_kind, 'chips': chips,
       'processes': run.processes, 'dtype': str(config.dtype),
@@ -142,7 +142,11 @@ def make_plan(config: ml_collections.ConfigDict, topology_name: str, *,
     plan.update(fits=False, hbm_bytes_per_chip=train.needed_bytes,
                 compiler_message=str(train))
     return plan
-  evaluated, decoded = run.compile_eval(rows, length), run.compile_decode()
+  try:
+    evaluated, decoded = run.compile_eval(rows, length), run.compile_decode()
+  except compile_lib.DoesNotFit as e:  # the train step fits, but not the eval or decode step
+    plan.update(fits=False, hbm_bytes_per_chip=e.needed_bytes, compiler_message=str(e))
+    return plan
   plan.update(_fitted(config, run, train, evaluated, decoded, plan['memory']['optimizer_state'],
                       plan['steps'], chip, chips))
   plan['memory']['temporaries'] = max(s.temp_bytes for s in train)
@@ -178,6 +182,22 @@ def loop_scale(cfg: Any, rows: int, length: int) -> float:
           analytic.train_flops(one, rows, length, length))
 
 
+def train_roofline(config: ml_collections.ConfigDict, run: 'compile_lib.Run', train: List[Any],
+                   chip: Any, chips: int):
+  """(xla_loop_scale, FLOPs per chip, collectives, `roofline.step_seconds`) of one update
+  made of the compiled `train` programs."""
+  rows, length = train[0].shapes['batch']
+  # Gradient steps run `accum` times; their FLOPs also count every scanned layer (loop_scale).
+  steps_of = {'train_gradients': config.grad_accum_steps}
+  scale = loop_scale(run.cfg, rows, length)
+  flops = sum(s.flops * steps_of.get(s.name, 1) * (1 if s.name == 'train_apply' else scale)
+              for s in train)
+  traffic = sum(s.bytes_accessed * steps_of.get(s.name, 1) for s in train)
+  collectives = [c for s in train for c in s.collectives]
+  return scale, flops, collectives, roofline.step_seconds(flops, traffic, collectives, chips,
+                                                          chip)
+
+
 def _fitted(config: ml_collections.ConfigDict, run: 'compile_lib.Run', train: List[Any],
             evaluated: Any, decoded: Any, beside: int, steps: Dict[str, Any], chip: Any,
             chips: int) -> Dict[str, Any]:
@@ -186,13 +206,7 @@ def _fitted(config: ml_collections.ConfigDict, run: 'compile_lib.Run', train: Li
   collectives and the roofline."""
   accum = config.grad_accum_steps
   rows, length = train[0].shapes['batch']
-  # Gradient steps run `accum` times; their FLOPs also count every scanned layer (loop_scale).
-  steps_of = {'train_gradients': accum}
-  scale = loop_scale(run.cfg, rows, length)
-  flops = sum(s.flops * steps_of.get(s.name, 1) * (1 if s.name == 'train_apply' else scale)
-              for s in train)
-  traffic = sum(s.bytes_accessed * steps_of.get(s.name, 1) for s in train)
-  collectives = [c for s in train for c in s.collectives]
+  scale, flops, collectives, times = train_roofline(config, run, train, chip, chips)
   for s in train + [evaluated, decoded]:
     steps[s.name] = _step_dict(s)
   # Training's dev evaluations run beside the optimizer state it keeps in HBM (`beside`); a
@@ -201,7 +215,6 @@ def _fitted(config: ml_collections.ConfigDict, run: 'compile_lib.Run', train: Li
             evaluated.hbm_bytes + beside if config.eval_every_steps else 0,
             decoded.hbm_bytes + beside if config.eval_every_steps and
             config.eval_bleu_sentences else 0)
-  times = roofline.step_seconds(flops, traffic, collectives, chips, chip)
   return dict(
       xla_loop_scale=scale,
       hbm_bytes_per_chip=hbm, fits=hbm <= chip.hbm_bytes,

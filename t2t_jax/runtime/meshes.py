@@ -23,7 +23,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from t2t_jax import choices
-from t2t_jax.model import logical_axes as logical_lib
+from t2t_jax.model import logical_axes as logical_lib, param_paths
 from t2t_jax.model import transformer as model_lib
 from t2t_jax.runtime.step_checks import DATA, MESH_AXES, check_mesh
 
@@ -129,7 +129,6 @@ def param_specs(model: model_lib.ModelLike, mesh: Mesh, rules=None) -> Any:
   `init_params`'."""
   shapes = model_lib.param_shapes(model)
   names = logical_lib.param_logical_axes(model)
-  from t2t_jax.model import param_paths  # pylint: disable=import-outside-toplevel
   return jax.tree_util.tree_map_with_path(
       lambda path, x: spec_for(param_paths.path_name(path), x.shape,
                                names.get(param_paths.path_name(path)), mesh, rules), shapes)

@@ -318,3 +318,11 @@ def test_plan_meshes_compiles_each_layout_and_chooses_one_that_fits():
       'data:-1 do not fit')
   text = layouts.format_layouts(result)
   assert text.splitlines()[-1].startswith('chosen: fsdp:-1 (fsdp:-1 fits')
+
+
+def test_a_step_too_big_for_a_chip_crosses_the_plan_process_with_its_numbers():
+  import pickle  # pylint: disable=import-outside-toplevel
+  error = pickle.loads(pickle.dumps(compile_lib.DoesNotFit('12 GiB more', 28.0 * 2 ** 30,
+                                                           16.0 * 2 ** 30)))
+  assert str(error) == '12 GiB more' and error.needed_bytes == 28.0 * 2 ** 30
+  assert error.available_bytes == 16.0 * 2 ** 30
