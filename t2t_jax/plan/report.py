@@ -142,13 +142,23 @@ def make_plan(config: ml_collections.ConfigDict, topology_name: str, *,
     plan.update(fits=False, hbm_bytes_per_chip=train.needed_bytes,
                 compiler_message=str(train))
     return plan
+  return _with_other_steps(plan, config, run, train, chip, all_shapes)
+
+
+def _with_other_steps(plan: Dict[str, Any], config: ml_collections.ConfigDict,
+                      run: compile_lib.Run, train: List[Any], chip: Any,
+                      all_shapes: bool) -> Dict[str, Any]:
+  """`plan` (its train step fits) completed with the eval and decode steps of the largest
+  shapes; one of them too big for a chip makes the plan `fits` False, with the compiler's
+  message."""
+  rows, length = plan['train_batch']
   try:
     evaluated, decoded = run.compile_eval(rows, length), run.compile_decode()
   except compile_lib.DoesNotFit as e:  # the train step fits, but not the eval or decode step
     plan.update(fits=False, hbm_bytes_per_chip=e.needed_bytes, compiler_message=str(e))
     return plan
   plan.update(_fitted(config, run, train, evaluated, decoded, plan['memory']['optimizer_state'],
-                      plan['steps'], chip, chips))
+                      plan['steps'], chip, run.mesh.devices.size))
   plan['memory']['temporaries'] = max(s.temp_bytes for s in train)
   plan.update(compiles_lib.fields(run, train, evaluated, decoded, all_shapes))
   return _every_train_shape_fits(plan, chip.hbm_bytes)
