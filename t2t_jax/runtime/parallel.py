@@ -1,4 +1,6 @@
-"""Data parallelism over a device mesh: sharded train and eval steps (§5.2).
+"""Data parallelism over a device mesh: sharded train and eval steps (§5.2); a mesh that also
+has 'fsdp' or 'tensor' axes (`--config.mesh`, `meshes.py`) gets the same steps as one GSPMD
+program instead (`sharded_step.py`), its parameters placed by their logical axes.
 
 One `Mesh` with a 'data' axis over every device of every process. Per-device work is a
 `jax.shard_map` over 'data' with explicit collectives: each device computes *sums* of the
