@@ -56,7 +56,7 @@ def trained():
   return out
 
 
-def test_every_layout_trains_as_one_device(trained):
+def _trains_as_one_device(trained):
   one = trained['one']
   for layout in LAYOUTS[1:]:
     np.testing.assert_allclose(trained[layout]['losses'], one['losses'], rtol=1e-4,
@@ -82,7 +82,7 @@ def test_data_parallel_is_the_shard_map_step_and_equals_one_device_without_dropo
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
-def test_parameters_and_optimizer_state_are_placed_by_the_rules(trained):
+def _placed_by_the_rules(trained):
   expected = {  # (ffn wi kernel [32, 64], query kernel [32, 4, 8], embedding [64, 32])
       'fsdp:8': (P('fsdp'), P('fsdp'), P(None, 'fsdp')),
       'data:2,tensor:4': (P(None, 'tensor'), P(None, 'tensor'), P('tensor')),
@@ -102,7 +102,7 @@ def test_parameters_and_optimizer_state_are_placed_by_the_rules(trained):
   assert total < model_lib.count_params(state.params) * 4 / 2  # split at least in halves
 
 
-def test_decoded_outputs_are_identical(trained):
+def _decodes_identically(trained):
   inputs = jnp.asarray(_batches()[0]['inputs'][:4])
   outputs = [np.asarray(beam_decode.beam_decode(
       CFG, 4, 0.6, jax.device_get(trained[layout]['state'].params), inputs,
@@ -111,7 +111,7 @@ def test_decoded_outputs_are_identical(trained):
     np.testing.assert_array_equal(out, outputs[0])
 
 
-def test_a_checkpoint_moves_between_meshes_bitwise(trained, tmp_path):
+def _checkpoint_moves_bitwise(trained, tmp_path):
   state = trained['data:2,fsdp:2,tensor:2']['state']
   saved = jax.device_get(state)
   optimizer = optax.adam(1e-3)
@@ -132,6 +132,16 @@ def test_a_checkpoint_moves_between_meshes_bitwise(trained, tmp_path):
     checkpointer.save(STEPS, restored, {'position': 0}, tiny_config())
     checkpointer.wait()
   checkpointer.close()
+
+
+def test_every_layout_trains_places_decodes_and_moves_as_one_device(trained, tmp_path):
+  """One test over the trained layouts (computed once: under pytest-xdist each worker that
+  needs a module fixture builds its own): one device's numbers, placements by the rules,
+  identical beams, checkpoints moved bitwise."""
+  _trains_as_one_device(trained)
+  _placed_by_the_rules(trained)
+  _decodes_identically(trained)
+  _checkpoint_moves_bitwise(trained, tmp_path)
 
 
 @pytest.mark.parametrize('spec, count, expected', [
