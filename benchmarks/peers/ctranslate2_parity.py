@@ -53,13 +53,9 @@ def _gnmt(log_prob: float, tokens: int, alpha: float) -> float:
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   args = serving_common.add_args(parser).parse_args(argv)
-  harness.start_jax()
-  emit = harness.Emitter(args.out)
+  emit, run, sources, targets, ct2 = serving_common.start_against_ctranslate2(args)
   from t2t_jax.export import ctranslate2_decoding as decoding
-  run, sources, targets = serving_common.load(args)
   c = run.config
-  ct2 = serving_common.ctranslate2_translator(serving_common.ctranslate2_model(
-      run, args.scratch), args.threads)
   pieces = run.pieces(sources)
   ids = lambda rows: [run.tokenizer.pieces(r) for r in rows]  # noqa: E731
   record = {'name': 'ctranslate2_parity', 'checkpoint': run.description,

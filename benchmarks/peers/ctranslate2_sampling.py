@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 import numpy as np  # noqa: E402
 
-from benchmarks.shared import harness, scripts, serving_common  # noqa: E402
+from benchmarks.shared import scripts, serving_common  # noqa: E402
 
 # (temperature, top_k, top_p): the full distribution, fairseq's usual top-k, a nucleus, a cooled one.
 SETTINGS = ((1.0, 0, 1.0), (1.0, 10, 1.0), (1.0, 0, 0.9), (0.7, 0, 1.0))
@@ -109,11 +109,7 @@ def main(argv=None):
   parser.add_argument('--samples', type=scripts.positive_int, default=4,
                       help='samples per sentence, each side')
   args = serving_common.add_args(parser).parse_args(argv)
-  harness.start_jax()
-  emit = harness.Emitter(args.out)
-  run, sources, references = serving_common.load(args)
-  ct2 = serving_common.ctranslate2_translator(serving_common.ctranslate2_model(
-      run, args.scratch), args.threads)
+  emit, run, sources, references, ct2 = serving_common.start_against_ctranslate2(args)
 
   greedy_ours = _ours(run, sources, 1, 1.0, 1, 1.0)
   greedy_theirs = _theirs(run, ct2, sources, 1, 1.0, 1, 1.0)

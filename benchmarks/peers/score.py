@@ -25,12 +25,8 @@ def main(argv=None):
   parser.add_argument('--repeats', type=int, default=3, help='timed passes of each side')
   parser.add_argument('--rows', type=int, default=64, help='pairs per batch, both sides')
   args = serving_common.add_args(parser).parse_args(argv)
-  harness.start_jax()
-  emit = harness.Emitter(args.out)
+  emit, run, sources, targets, ct2 = serving_common.start_against_ctranslate2(args)
   from t2t_jax.inference import score
-  run, sources, targets = serving_common.load(args)
-  ct2 = serving_common.ctranslate2_translator(serving_common.ctranslate2_model(
-      run, args.scratch), args.threads)
   tok = run.tokenizer
   pairs = score.encode_pairs(sources, targets, tok.encode, tok.encode, run.cfg.max_len)
   ours_call = lambda: score.score_pairs(  # noqa: E731

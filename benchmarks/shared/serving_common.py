@@ -86,3 +86,15 @@ def ctranslate2_model(run: Run, scratch: str, quantization: Optional[str] = None
 def ctranslate2_translator(path: str, threads: int):
   import ctranslate2
   return ctranslate2.Translator(path, device='cpu', inter_threads=1, intra_threads=threads)
+
+
+def start_against_ctranslate2(args):
+  """What a benchmark against the CTranslate2 export does first, after parsing `add_args`'
+  arguments: jax started, the `--out` emitter, the run and its test set (`load`), and a
+  CTranslate2 translator of its float32 export. Returns (emit, run, sources, references, ct2)."""
+  from benchmarks.shared import harness  # pylint: disable=import-outside-toplevel
+  harness.start_jax()
+  emit = harness.Emitter(args.out)
+  run, sources, references = load(args)
+  ct2 = ctranslate2_translator(ctranslate2_model(run, args.scratch), args.threads)
+  return emit, run, sources, references, ct2
