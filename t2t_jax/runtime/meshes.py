@@ -52,17 +52,20 @@ class MeshError(choices.ConfigError):
   """A mesh that cannot be built or honoured; the message names the axis and the dimension."""
 
 
-def parse(spec: str, device_count: int, where: str = "config key 'mesh'") -> Dict[str, int]:
-  """`choices.parse_mesh` for `device_count` devices: {axis: size} in `AXES` order."""
-  return choices.parse_mesh(spec, device_count, where)
+def axis_sizes(spec: str, device_count: Optional[int],
+               where: str = "config key 'mesh'") -> Dict[str, int]:
+  """{axis: size} of `spec` (`choices.parse_mesh`; `device_count` None: the mesh as written,
+  '' and -1 then left unresolved), in `AXES` order, axes of size 1 left out but 'data'."""
+  sizes = choices.parse_mesh(spec, device_count, where)
+  return {a: n for a, n in sizes.items() if n != 1 or a == DATA}
 
 
 def make(spec: str = '', devices: Optional[Sequence[jax.Device]] = None,
          where: str = "config key 'mesh'") -> Mesh:
-  """The mesh of `spec` (`parse`) over `devices` (default: all of every process). Axes of size
-  1 are left out but 'data', so 'data:8' (or '') is exactly `parallel.make_mesh()`."""
+  """The mesh of `spec` over `devices` (default: all of every process). Axes of size 1 are
+  left out but 'data', so 'data:8' (or '') is exactly `parallel.make_mesh()`."""
   devices = list(jax.devices() if devices is None else devices)
-  sizes = {a: n for a, n in parse(spec, len(devices), where).items() if n > 1 or a == DATA}
+  sizes = axis_sizes(spec, len(devices), where)
   return Mesh(np.asarray(devices).reshape(tuple(sizes.values())), tuple(sizes))
 
 

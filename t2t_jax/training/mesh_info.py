@@ -11,7 +11,6 @@ import jax
 import ml_collections
 from jax.sharding import AbstractMesh, PartitionSpec as P
 
-from t2t_jax import choices
 from t2t_jax.model import logical_axes, param_paths, transformer as model_lib, variant
 from t2t_jax.runtime import meshes, train_state
 from t2t_jax.training import optim
@@ -38,11 +37,8 @@ def _mib(n: int) -> str:
 def _sizes(config: ml_collections.ConfigDict) -> Dict[str, int]:
   """{axis: size} of `config.mesh`, axes of size 1 left out but 'data'."""
   spec = str(config.mesh).strip()
-  if not spec or '-1' in spec:  # the devices of this machine fill in
-    sizes = choices.parse_mesh(spec, jax.device_count())
-  else:  # the mesh as written, however many devices this machine has
-    sizes = choices.parse_mesh(spec)
-  return {a: n for a, n in sizes.items() if n > 1 or a == 'data'}
+  # '' or a -1: this machine's devices fill in; else the mesh as written, whatever this has.
+  return meshes.axis_sizes(spec, jax.device_count() if not spec or '-1' in spec else None)
 
 
 def _leaves(tree):
