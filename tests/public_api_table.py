@@ -238,6 +238,9 @@ def _rows():
           ('beam_size',)),
       Row('beam_search', EMPTY, lambda c: t.beam_search(
           logits_fn, {}, batch_size=1, max_decode_len=0), ValueError, ('max_decode_len',)),
+      Row('beam_search', TYPE, lambda c: t.beam_search(
+          logits_fn, {}, batch_size=1, max_decode_len=4, reorder_cache='gather'), TypeError,
+          ('reorder_cache',)),
       Row('greedy_search', TYPE, lambda c: t.greedy_search(
           'f', {}, batch_size=1, max_decode_len=4), TypeError, ('logits_fn',)),
       Row('greedy_search', EMPTY, lambda c: t.greedy_search(

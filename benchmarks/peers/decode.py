@@ -44,11 +44,14 @@ def _make_ours(cfg, batch, beam, max_len, alpha):
       return incremental.decode_step(cfg, params, cache, tokens, context)
 
     # search._search is what beam_search/greedy_search run (greedy = beam 1, alpha 0); it also
-    # returns the number of decode steps taken.
+    # returns the number of decode steps taken. The cache as `beam_decode` makes it: growing
+    # with the output, append-only for beams.
     seqs, scores, steps = search._search(
-        logits_fn, incremental.init_cache(cfg, batch, max_len), batch_size=batch, beam_size=beam,
-        alpha=alpha if beam > 1 else 0.0, max_decode_len=max_len, max_lengths=None,
-        eos_id=model.EOS_ID, bos_id=model.BOS_ID)
+        logits_fn, incremental.init_cache(cfg, batch, 1, ancestry=beam > 1), batch_size=batch,
+        beam_size=beam, alpha=alpha if beam > 1 else 0.0, max_decode_len=max_len,
+        max_lengths=None, eos_id=model.EOS_ID, bos_id=model.BOS_ID,
+        grow_cache=incremental.grow_cache,
+        reorder_cache=incremental.reorder_cache if beam > 1 else None)
     return seqs[:, 0], scores[:, 0], steps
 
   return jax.jit(decode)

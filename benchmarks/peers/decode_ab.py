@@ -110,7 +110,9 @@ def _size(args):
     run = None
     from configs import quickstart
     c = quickstart.get_config()
-  if c.num_kv_heads or (c.d_k and c.d_k != c.d_model // c.num_heads):
+  # A resolved run records num_kv_heads = num_heads for the paper's heads.
+  if (c.num_kv_heads and c.num_kv_heads != c.num_heads) or (
+      c.d_k and c.d_k != c.d_model // c.num_heads):
     raise SystemExit('decode_ab: the run must have the paper\'s heads (d_k = d_model / h, no '
                      'grouped heads), which every compared commit can build')
   size = {k: c[k] for k in ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_layers',

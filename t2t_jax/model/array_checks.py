@@ -83,12 +83,17 @@ def check_number(where: str, name: str, value: Any) -> None:
 
 
 def check_search_arguments(where: str, logits_fn: Any, batch_size: int, beam_size: int,
-                            max_decode_len: int) -> None:
-  """Refuses, before tracing, what no search can run with: a `logits_fn` that is not
-  callable, or a batch_size, beam_size or max_decode_len below 1 (static Python ints)."""
+                            max_decode_len: int, **hooks: Any) -> None:
+  """Refuses, before tracing, what no search can run with: a `logits_fn` (or one of the
+  optional cache `hooks`, by name) that is not callable, or a batch_size, beam_size or
+  max_decode_len below 1 (static Python ints)."""
   if not callable(logits_fn):
     raise TypeError(f'{where}: logits_fn is a {type(logits_fn).__name__}; expected a function '
                     '(tokens, cache) -> (logits, cache)')
+  for name, hook in hooks.items():
+    if hook is not None and not callable(hook):
+      raise TypeError(f'{where}: {name} is a {type(hook).__name__}; expected a function of '
+                      'the cache, or None')
   for name, value in (('batch_size', batch_size), ('beam_size', beam_size),
                       ('max_decode_len', max_decode_len)):
     if isinstance(value, int) and value < 1:

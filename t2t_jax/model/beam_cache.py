@@ -13,6 +13,8 @@ import jax.numpy as jnp
 Cache = Any
 # (cache, length) -> the cache with room for `length` decode positions (see `beam_search`).
 GrowCache = Callable[[Cache, int], Cache]
+# (cache, parents [batch * beam] int32) -> the cache of the hypotheses continuing those rows.
+ReorderCache = Callable[[Cache, jax.Array], Cache]
 # First length of a growing cache: short outputs never touch a longer one.
 FIRST_CACHE_LENGTH = 16
 

@@ -23,7 +23,8 @@ from t2t_jax.model.transformer import BOS_ID, EOS_ID, PAD_ID, ModelLike, as_mode
 def beam_decode(model: ModelLike, beam_size: int, alpha: float, params, inputs: jax.Array,
                 max_lengths: jax.Array, max_decode_len: int,
                 grow_cache: bool = True, *, no_repeat_ngram_size: int = 0,
-                prefix: Optional[jax.Array] = None) -> tuple[jax.Array, jax.Array]:
+                prefix: Optional[jax.Array] = None,
+                append_only: bool = True) -> tuple[jax.Array, jax.Array]:
   """Every beam of the search and its score.
 
   Args:
@@ -38,6 +39,9 @@ def beam_decode(model: ModelLike, beam_size: int, alpha: float, params, inputs: 
       False: one cache of L positions, the same results, slower.
     no_repeat_ngram_size, prefix: `search.beam_search`'s constraints (static n; `[rows, P]`
       int32 target prefixes, 0-padded); off by default, the paper's search.
+    append_only: each hypothesis reads its keys and values from where its ancestors wrote
+      them (`incremental.reorder_cache`); False: the whole cache is reordered by parent
+      every step, the same results bit for bit, slower.
 
   Returns:
     (sequences `[rows, K, L]` int32, best first, EOS-terminated then 0s; scores `[rows, K]`
@@ -52,11 +56,14 @@ def beam_decode(model: ModelLike, beam_size: int, alpha: float, params, inputs: 
       under `jit`) holding an id outside the vocabulary, `max_lengths` not `[rows]`.
   """
   _check_arguments(model, beam_size, alpha, params, inputs, max_lengths, max_decode_len)
-  logits_fn, cache, grow = _decoder(model, params, inputs, max_decode_len, grow_cache)
+  append_only = append_only and beam_size > 1  # one beam: nothing is ever reordered
+  logits_fn, cache, grow = _decoder(model, params, inputs, max_decode_len, grow_cache,
+                                    ancestry=append_only)
   return search.beam_search(
       logits_fn, cache, batch_size=inputs.shape[0], beam_size=beam_size, alpha=alpha,
       max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=EOS_ID, bos_id=BOS_ID,
-      grow_cache=grow, no_repeat_ngram_size=no_repeat_ngram_size, prefix=prefix)
+      grow_cache=grow, no_repeat_ngram_size=no_repeat_ngram_size, prefix=prefix,
+      reorder_cache=incremental.reorder_cache if append_only else None)
 
 
 def sample_decode(model: ModelLike, params, inputs: jax.Array, max_lengths: jax.Array,
@@ -78,8 +85,9 @@ def sample_decode(model: ModelLike, params, inputs: jax.Array, max_lengths: jax.
 
 
 def _decoder(model: ModelLike, params, inputs: jax.Array, max_decode_len: int,
-             grow_cache: bool):
-  """(logits_fn, initial cache, grow_cache function or None) of the incremental decoder."""
+             grow_cache: bool, ancestry: bool = False):
+  """(logits_fn, initial cache, grow_cache function or None) of the incremental decoder;
+  `ancestry`: an append-only self-attention cache (`incremental.reorder_cache`)."""
   # Per sentence, closed over: the encoder-decoder keys/values and the transposed vocabulary.
   # Only the self-attention cache goes through the search, which tiles it over beams and
   # reorders it at every step.
@@ -90,7 +98,8 @@ def _decoder(model: ModelLike, params, inputs: jax.Array, max_decode_len: int,
     # Padding is never a translation token (search.py does not mask it).
     return logits.at[:, PAD_ID].set(scoring.PAD_LOGIT), cache
 
-  cache = incremental.init_cache(model, inputs.shape[0], 1 if grow_cache else max_decode_len)
+  cache = incremental.init_cache(model, inputs.shape[0], 1 if grow_cache else max_decode_len,
+                                 ancestry=ancestry)
   grow = (functools.partial(incremental.grow_cache, window=as_model(model).cfg.decoder_window)
           if grow_cache else None)
   return logits_fn, cache, grow

@@ -20,6 +20,7 @@ import numpy as np
 from t2t_jax.model import module_jit
 from t2t_jax.model.array_checks import check_int
 from t2t_jax.model.id_arrays import check_ids, check_same_batch
+from t2t_jax.model.multi_head_attention import ANCESTRY
 from t2t_jax.model.transformer import (PAD_ID, ModelLike, Transformer, as_model, param_shapes,
                                        attention_layer, shift_right)
 
@@ -34,13 +35,16 @@ def cache_slots(model: ModelLike, max_decode_len: int) -> int:
   return max_decode_len if window is None else min(max_decode_len, window)
 
 
-def init_cache(model: ModelLike, batch: int, max_decode_len: int):
+def init_cache(model: ModelLike, batch: int, max_decode_len: int, *, ancestry: bool = False):
   """A zero decode cache for `batch` rows and up to `max_decode_len` target positions.
 
   Leaves: per-layer `cached_key` `[batch, kv_heads, slots, d_k]`, `cached_value`
   `[batch, kv_heads, slots, d_v]` (heads-first, see `attention.cached_attention`), and
   0-d int32 indices (`cache_index`, `position`); slots = `cache_slots(model,
   max_decode_len)`: max_decode_len, or the model's `decoder_window` when that is fewer.
+  With `ancestry`, also per layer `ancestor_rows` `[batch, slots]` int32: an append-only
+  cache for beam search, reordered by `reorder_cache` (which moves only those) instead of
+  `search.beam_search`'s default (which moves every key and value at every step).
 
   Raises:
     TypeError / ValueError: `batch` < 1, or `max_decode_len` outside [1, the config's
@@ -55,7 +59,39 @@ def init_cache(model: ModelLike, batch: int, max_decode_len: int):
   src = jnp.ones((batch, 1), jnp.int32)
   tgt = jnp.ones((batch, cache_slots(net, max_decode_len)), jnp.int32)
   shapes = jax.eval_shape(lambda: net.init(jax.random.PRNGKey(0), src, tgt)['cache'])
-  return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+  cache = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+  return _with_ancestry(cache) if ancestry else cache
+
+
+def _with_ancestry(cache):
+  """`cache` with a zero `ancestor_rows` `[rows, slots]` beside every layer's keys (each row
+  reads its own: nothing reordered yet)."""
+  if not hasattr(cache, 'keys'):
+    return cache
+  out = {name: _with_ancestry(leaf) for name, leaf in cache.items()}
+  if 'cached_key' in out:
+    rows, _, slots, _ = out['cached_key'].shape
+    out[ANCESTRY] = jnp.zeros((rows, slots), jnp.int32)
+  return out
+
+
+def reorder_cache(cache, flat_parent: Array):
+  """`search.beam_search`'s `reorder_cache` for a cache made with `init_cache(ancestry=True)`:
+  the hypotheses of rows `flat_parent` `[rows]` int32 continue in rows 0, 1, ...; their keys
+  and values stay where they were written, and `ancestor_rows` says where (the gather of a
+  `[rows, slots]` int32 array a step instead of every layer's `[rows, heads, slots, d]`
+  keys and values, and their copy back into the loop's buffer). Other leaves with rows are
+  reordered as the search's default does; 0-d ones pass through. Only for such a cache:
+  without `ancestor_rows` a row would read another hypothesis's keys."""
+  rows = jnp.arange(flat_parent.shape[0], dtype=jnp.int32)
+
+  def reorder(path, x):
+    name = getattr(path[-1], 'key', None)
+    if jnp.ndim(x) == 0 or name in ('cached_key', 'cached_value'):
+      return x
+    moved = x.at[flat_parent].get(mode='promise_in_bounds')
+    return moved + (flat_parent - rows)[:, None] if name == ANCESTRY else moved
+  return jax.tree_util.tree_map_with_path(reorder, cache)
 
 
 def grow_cache(cache, length: int, window: Optional[int] = None):
@@ -71,6 +107,8 @@ def grow_cache(cache, length: int, window: Optional[int] = None):
     length = min(length, window)
 
   def grow(path, x):
+    if getattr(path[-1], 'key', None) == ANCESTRY:  # new slots: each row's own (unfilled)
+      return jnp.pad(x, ((0, 0), (0, length - x.shape[1])))
     if getattr(path[-1], 'key', None) not in ('cached_key', 'cached_value'):
       return x
     if length < x.shape[2]:

@@ -265,6 +265,9 @@ class MultiHeadAttention(nn.Module):
     cached_value.value = jax.lax.dynamic_update_slice(cached_value.value,
                                                       value.transpose(0, 2, 1, 3), at)
     cache_index.value = index + 1
+    keys, values = cached_key.value, cached_value.value
+    if self.has_variable('cache', ANCESTRY):  # beam search reorders this, not the keys/values
+      keys, values = _ancestors(self.variable('cache', ANCESTRY), at[2], keys, values)
     filled = (jnp.arange(slots) <= index)[None, None, None]
     positions = None
     if self.window is not None:
@@ -274,8 +277,26 @@ class MultiHeadAttention(nn.Module):
       positions = slot + slots * jnp.maximum((index - slot) // slots, 0)
       filled = filled & (index - positions < self.window)[None, None, None]
       positions = positions[None]
-    return (cached_key.value.transpose(0, 2, 1, 3), cached_value.value.transpose(0, 2, 1, 3),
-            filled, positions)
+    return keys.transpose(0, 2, 1, 3), values.transpose(0, 2, 1, 3), filled, positions
+
+
+# The cache leaf of an append-only self-attention cache (`incremental.init_cache(ancestry=
+# True)`): `[rows, slots]` int32, per hypothesis and slot, the row whose keys/values there are
+# its ancestor's, as an offset from its own row (0, its own, is what a zero cache holds).
+ANCESTRY = 'ancestor_rows'
+
+
+def _ancestors(ancestry, slot: Array, keys: Array, values: Array) -> Tuple[Array, Array]:
+  """Each row's keys and values `[rows, kv_heads, slots, d]` read from its ancestors' rows
+  of the cache, after marking `slot` (just written by every row) as the row's own: the same
+  arrays a cache reordered by parent at every step would hold, without moving the cache
+  (`incremental.reorder_cache`)."""
+  rows, heads, slots = keys.shape[:3]
+  ancestry.value = jax.lax.dynamic_update_slice(
+      ancestry.value, jnp.zeros((rows, 1), jnp.int32), (jnp.zeros((), jnp.int32), slot))
+  source = jnp.arange(rows, dtype=jnp.int32)[:, None] + ancestry.value           # [rows, slots]
+  index = (source[:, None, :], jnp.arange(heads)[None, :, None], jnp.arange(slots)[None, None])
+  return tuple(x.at[index].get(mode='promise_in_bounds') for x in (keys, values))
 
 
 def _arange(n: int) -> Array:

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from t2t_jax.model import search
+from t2t_jax.model.top_k import top_k as exact_top_k
 from t2t_jax.model.beam_cache import Cache, GrowCache, cache_lengths
 
 
@@ -44,7 +45,7 @@ def truncated_logits(logits: jax.Array, temperature: float, top_k: int, top_p: f
   z = logits.astype(jnp.float32) / temperature
   vocab = z.shape[-1]
   if 0 < top_k < vocab:
-    kth = jax.lax.top_k(z, top_k)[0][:, -1:]
+    kth = exact_top_k(z, top_k)[0][:, -1:]
     z = jnp.where(z >= kth, z, -jnp.inf)
   if top_p < 1.0:
     ordered = jnp.sort(z, axis=-1)[:, ::-1]

@@ -36,10 +36,11 @@ from typing import Callable, NamedTuple, Optional, Union
 import jax
 import jax.numpy as jnp
 
-from t2t_jax.model import ngram_blocking
+from t2t_jax.model import ngram_blocking, top_k
 from t2t_jax.model.array_checks import check_number, check_search_arguments
 from t2t_jax.model.beam_cache import (  # noqa: F401  (re-exported: search.cache_lengths)
-    FIRST_CACHE_LENGTH, Cache, GrowCache, _gather_beams, _tile_beams, cache_lengths)
+    FIRST_CACHE_LENGTH, Cache, GrowCache, ReorderCache, _gather_beams, _tile_beams,
+    cache_lengths)
 
 # Stands in for log(0): finite, so sums, divisions and comparisons never make
 # NaNs. Impossible states hold exactly this value (assigned, never summed).
@@ -94,7 +95,8 @@ def _search(
     logits_fn: LogitsFn, cache: Cache, *, batch_size: int, beam_size: int,
     alpha: ArrayLike, max_decode_len: int, max_lengths: Optional[jax.Array],
     eos_id: int, bos_id: int, grow_cache: Optional[GrowCache] = None,
-    no_repeat_ngram_size: int = 0, prefix: Optional[jax.Array] = None
+    no_repeat_ngram_size: int = 0, prefix: Optional[jax.Array] = None,
+    reorder_cache: Optional[ReorderCache] = None
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """The beam search loop; `beam_search` documents the arguments.
 
@@ -111,7 +113,8 @@ def _search(
 
   def body(s: _State) -> _State:
     return _step(logits_fn, s, max_lengths=max_lengths, alpha=alpha, eos_id=eos_id,
-                 no_repeat_ngram_size=no_repeat_ngram_size, prefix=prefix)
+                 no_repeat_ngram_size=no_repeat_ngram_size, prefix=prefix,
+                 reorder_cache=reorder_cache or _gather_beams)
 
   s = _initial_state(cache, b, k, length, bos_id)
   # One while loop per cache length: steps 0..end-1 write positions below `end`.
@@ -143,7 +146,8 @@ def _initial_state(cache: Cache, b: int, k: int, length: int, bos_id: int) -> _S
 
 def _step(logits_fn: LogitsFn, s: _State, *, max_lengths: jax.Array, alpha: ArrayLike,
           eos_id: int, no_repeat_ngram_size: int = 0,
-          prefix: Optional[jax.Array] = None) -> _State:
+          prefix: Optional[jax.Array] = None,
+          reorder_cache: ReorderCache = _gather_beams) -> _State:
   """One decoding step: the 2K best extensions, then the finished and the live sets."""
   b, k, length = s.live_seqs.shape
   i = s.step
@@ -168,7 +172,7 @@ def _step(logits_fn: LogitsFn, s: _State, *, max_lengths: jax.Array, alpha: Arra
       jnp.where(live, top_lp, NEG_INF), k, live, top_seqs, token, parent)
   if k > 1:  # with one beam the parent is always the row itself
     flat_parent = (jnp.arange(b)[:, None] * k + live_parent).reshape(b * k)
-    new_cache = _gather_beams(new_cache, flat_parent)
+    new_cache = reorder_cache(new_cache, flat_parent)
 
   n = i + 1
   done = s.done | _finished_sentences(n, live_lp, live_ok, fin_scores, fin_ok,
@@ -210,7 +214,7 @@ def _top_candidates(logits: jax.Array, s: _State, *, max_lengths: jax.Array, eos
   n = min(2 * k, vocab)  # per beam; K x n >= 2K for any vocabulary of 2 or more
   constrained = bool(no_repeat_ngram_size) or prefix is not None
   choice = allowed_logits(x, s.live_seqs, i, no_repeat_ngram_size, prefix) if constrained else x
-  beam_x, beam_token = jax.lax.top_k(choice, n)                            # [B, K, n]
+  beam_x, beam_token = top_k.top_k(choice, n)                              # [B, K, n]
 
   # At the last allowed position only EOS may follow (per sentence).
   forced = (i >= max_lengths - 1)[:, None, None]                            # [B, 1, 1]
@@ -287,7 +291,7 @@ def beam_search(
     beam_size: int = 4, alpha: ArrayLike = 0.6, max_decode_len: int,
     max_lengths: Optional[jax.Array] = None, eos_id: int = 1, bos_id: int = 1,
     grow_cache: Optional[GrowCache] = None, no_repeat_ngram_size: int = 0,
-    prefix: Optional[jax.Array] = None
+    prefix: Optional[jax.Array] = None, reorder_cache: Optional[ReorderCache] = None
 ) -> tuple[jax.Array, jax.Array]:
   """Batched beam search with GNMT length penalty (paper section 6.1).
 
@@ -310,14 +314,12 @@ def beam_search(
       pass through untouched: logits_fn owns them. State that is per sentence
       and never changes (e.g. the encoder output) is better closed over by
       `logits_fn` than put here, where it would be tiled and reordered.
-    batch_size: number of sentences B.
-    beam_size: beam width K (paper: 4).
+    batch_size: number of sentences B. beam_size: beam width K (paper: 4).
     alpha: length penalty exponent (paper: 0.6); 0 ranks by raw log prob.
     max_decode_len: L, the length of the output arrays, and the most steps.
     max_lengths: [B] int32 per-sentence maximum output length including EOS
       (paper: source length + 50), clipped to [1, L]; None means L.
-    eos_id: end token, also the only token allowed at max_lengths[b] - 1.
-    bos_id: first decoder input (not part of the output).
+    eos_id: end token, the only one allowed at max_lengths[b] - 1; bos_id: first input.
     grow_cache: None: `cache` has room for all max_decode_len positions. Given, the cache
       grows with the output instead: `cache` may start with room for as few as one
       position, and `grow_cache(cache, n)` (n >= its current room, leaves [batch*beam,
@@ -327,6 +329,8 @@ def beam_search(
     no_repeat_ngram_size: n (static): no hypothesis repeats an n-gram (`ngram_blocking`).
     prefix: [B, P] int32: every hypothesis of sentence b starts with `prefix[b]`'s non-zero
       tokens (0 pads), which count in its score, and the search goes on from there.
+    reorder_cache: (cache, parents [batch*beam] int32) -> the cache with row r continuing
+      row parents[r]; None: gathers every leaf's rows (`incremental.reorder_cache`: cheaper).
 
   Returns:
     sequences: [B, K, L] int32, best first, each ending with eos_id then 0s
@@ -334,12 +338,13 @@ def beam_search(
     scores: [B, K] float32, descending: log p(sequence) / length_penalty(its length with
       EOS, alpha), what the search ranks by (NEG_INF for an empty slot).
   """
-  check_search_arguments('beam_search', logits_fn, batch_size, beam_size, max_decode_len)
+  check_search_arguments('beam_search', logits_fn, batch_size, beam_size, max_decode_len,
+                         grow_cache=grow_cache, reorder_cache=reorder_cache)
   sequences, scores, _ = _search(
       logits_fn, cache, batch_size=batch_size, beam_size=beam_size,
       alpha=alpha, max_decode_len=max_decode_len, max_lengths=max_lengths,
       eos_id=eos_id, bos_id=bos_id, grow_cache=grow_cache,
-      no_repeat_ngram_size=no_repeat_ngram_size, prefix=prefix)
+      no_repeat_ngram_size=no_repeat_ngram_size, prefix=prefix, reorder_cache=reorder_cache)
   return sequences, scores
 
 
