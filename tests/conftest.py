@@ -123,6 +123,23 @@ def _write_corpus(folder):
         f.write(''.join(text))
 
 
+def short_corpus(corpus, folder, count=8, words=10):
+  """A corpus folder at `folder`: `corpus`, with dev and test the bundled splits' first `count`
+  pairs of at most `words` words a side: for a test that evaluates a split through main.py to
+  check something else than scores, a few short sentences to compile and decode, not 64 long
+  ones (measured: a cold --mode=eval of a TINY run, 14 -> 8.5 CPU s)."""
+  shutil.copytree(corpus, folder)
+  for split in ('dev', 'test'):
+    with gzip.open(os.path.join(BUNDLED, f'{split}.en.gz'), 'rt', encoding='utf-8') as en, \
+         gzip.open(os.path.join(BUNDLED, f'{split}.es.gz'), 'rt', encoding='utf-8') as es:
+      short = (pair for pair in zip(en, es) if max(len(s.split()) for s in pair) <= words)
+      pairs = [next(short) for _ in range(count)]
+    for lang, side in zip(('en', 'es'), zip(*pairs)):
+      with open(os.path.join(folder, f'{split}.{lang}'), 'w', encoding='utf-8') as f:
+        f.write(''.join(side))
+  return str(folder)
+
+
 @pytest.fixture(scope='session')
 def corpus(tmp_path_factory):
   """The first lines of the bundled corpus as a local corpus folder (read-only)."""

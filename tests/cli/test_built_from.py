@@ -4,11 +4,10 @@ line naming them), and a relative corpus folder is stored absolute, so eval from
 folder scores the run's corpus, and says so when the data it scores is not the checkpoint's."""
 
 import os
-import shutil
 import subprocess
 
 import pytest
-from conftest import ROOT, TINY, main_command
+from conftest import ROOT, TINY, main_command, short_corpus
 from variant_helpers import SWIGLU_MODULE
 
 ARGS = [f'--config={os.path.join(ROOT, "configs", "quickstart.py")}' if arg.startswith(
@@ -39,7 +38,7 @@ def test_an_edited_factory_file_is_named_and_renamed_parameters_stop_in_one_line
   folder = tmp_path / 'a'
   folder.mkdir()
   (folder / 'variants.py').write_text(SWIGLU_MODULE)
-  shutil.copytree(corpus, folder / 'c3k')
+  short_corpus(corpus, folder / 'c3k')  # a few short dev lines: evaluated twice below
   workdir = tmp_path / 'run'
   _ok(_main(folder, f'--workdir={workdir}', '--config.local_corpus_dir=c3k', *ARGS,
             '--config.model=variants.py:swiglu', '--config.num_train_steps=10'))
@@ -54,7 +53,7 @@ def test_an_edited_factory_file_is_named_and_renamed_parameters_stop_in_one_line
   # Eval from another folder holding a corpus of the same relative name: the run's corpus
   # is scored (its path is absolute), and no data warning.
   other = tmp_path / 'b'
-  shutil.copytree(corpus, other / 'c3k')
+  short_corpus(corpus, other / 'c3k')
   # One letter of one reference changed: other data to the fingerprint, the same lengths to
   # the evaluation (its programs are the first evaluation's, not compiled again).
   dev = (other / 'c3k' / 'dev.es').read_text()

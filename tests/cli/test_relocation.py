@@ -5,11 +5,10 @@ advice that works, and a changed one is still refused."""
 
 import hashlib
 import os
-import shutil
 import subprocess
 
 import pytest
-from conftest import ROOT, TINY, main_command
+from conftest import ROOT, TINY, main_command, short_corpus
 
 WINDOW = 'import t2t_jax\n\ndef win(cfg):\n  return t2t_jax.Transformer(cfg.replace(decoder_window=8))\n'
 ARGS = [f'--config={os.path.join(ROOT, "configs", "quickstart.py")}' if a.startswith('--config=')
@@ -28,7 +27,7 @@ def _ok(result):
 
 @pytest.mark.slow
 def test_a_run_moved_with_its_corpus_and_factory_works_in_every_mode(tmp_path, corpus):
-  shutil.copytree(corpus, tmp_path / 'A')  # a copy of its own, to move
+  short_corpus(corpus, tmp_path / 'A')  # a copy of its own, to move (a short dev split)
   os.makedirs(tmp_path / 'F')
   (tmp_path / 'F' / 'myvar.py').write_text(WINDOW)
   _ok(_main(tmp_path, '--workdir=W1', '--config.local_corpus_dir=A', '--config.num_layers=1',

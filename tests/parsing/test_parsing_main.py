@@ -1,5 +1,5 @@
 """Parsing through main.py: train on a generated treebank (dev F1 at its evaluation), then eval
-(EVALB F1) and decode."""
+(EVALB F1) and decode. One run serves every check: each run compiles its own programs."""
 
 import json
 import os
@@ -17,41 +17,6 @@ TINY_PARSER = ['--config=configs/parsing_synthetic.py', '--config.vocab_size=200
                '--config.eval_every_steps=12', '--config.eval_bleu_sentences=4',
                '--config.final_eval_split=',
                '--config.beam_size=2', '--config.max_decode_extra=24']
-
-
-@pytest.mark.slow
-def test_train_then_eval_reports_f1_and_decode_writes_trees(tmp_path):
-  bank = str(tmp_path / 'treebank')
-  grammar.write_treebank(bank, {'train': 300, 'dev': 8, 'test': 12}, seed=5)
-  workdir = str(tmp_path / 'run')
-  result = run_main(*TINY_PARSER, f'--workdir={workdir}', f'--config.treebank_dir={bank}')
-  assert result.returncode == 0, result.stderr[-3000:]
-  dev = [r for r in read_metrics(workdir) if 'eval_dev/f1' in r]  # dev F1 while training
-  assert [r['step'] for r in dev] == [12] and 0.0 <= dev[0]['eval_dev/f1'] <= 100.0
-  result = run_main('--mode=eval', '--split=test', f'--workdir={workdir}')
-  assert result.returncode == 0, result.stderr[-3000:]
-  printed = json.loads(result.stdout)
-  with open(os.path.join(workdir, 'eval_test_12.json'), encoding='utf-8') as f:
-    assert json.load(f)['f1'] == printed['f1']
-  assert 0.0 <= printed['f1'] <= 100.0 and printed['sentences'] == 12
-  assert 'Bracketing FMeasure' in printed['evalb_summary'] and 'bleu' not in printed
-  with open(os.path.join(bank, 'test.trees'), encoding='utf-8') as f:
-    gold = [trees.clean(t) for _, _, t in trees.read_trees(f.read(), 'test.trees')]
-  first = printed['examples'][0]
-  assert (first['source'], first['reference']) == (' '.join(gold[0].words()), str(gold[0]))
-  assert next(trees.read_trees(first['hypothesis'], 'x'))[2].words() == gold[0].words()
-
-  sentences = tmp_path / 'sentences.txt'
-  sentences.write_text(' '.join(gold[1].words()) + '\n\nA (bracketed) word\n')
-  out = tmp_path / 'parsed.txt'
-  result = run_main('--mode=decode', f'--workdir={workdir}', f'--input={sentences}',
-                    f'--output={out}')
-  assert result.returncode == 0, result.stderr[-3000:]
-  lines = out.read_text().split('\n')
-  assert len(lines) == 4 and lines[1] == '' and lines[3] == ''
-  assert next(trees.read_trees(lines[0], 'x'))[2].words() == gold[1].words()
-  assert next(trees.read_trees(lines[2], 'x'))[2].words() == ['A', '-LRB-bracketed-RRB-',
-                                                             'word']
 
 
 def _short_treebank(folder, sizes, max_words=8, seed=5):
@@ -72,7 +37,8 @@ def test_eval_f1_is_evalb_of_the_decoded_trees_against_the_gold_file(tmp_path):
   """--mode=eval's F1 is what EVALB gives the trees --mode=decode writes, scored line by line
   against the gold trees file as the treebank reads it (`trees.clean`: the unlabelled root
   `( (S ...) )` dropped, as docs/parsing.md says); with some trees right, shifting them by a
-  line scores lower."""
+  line scores lower. The same run: dev F1 while training, eval's JSON and examples, decode of
+  blank and bracketed lines."""
   bank = _short_treebank(tmp_path / 'treebank', {'train': 1400, 'dev': 8, 'test': 40})
   workdir = str(tmp_path / 'run')
   result = run_main(*TINY_PARSER, f'--workdir={workdir}', f'--config.treebank_dir={bank}',
@@ -80,13 +46,16 @@ def test_eval_f1_is_evalb_of_the_decoded_trees_against_the_gold_file(tmp_path):
                     '--config.learning_rate_scale=4.0', '--config.dropout_rate=0.0',
                     '--config.max_length=64', '--config.bucket_lengths=(32,64)',
                     '--config.max_len=96', '--config.checkpoint_every_steps=300',
-                    '--config.eval_every_steps=0', '--config.log_every_steps=100')
+                    '--config.eval_every_steps=300', '--config.log_every_steps=100')
   assert result.returncode == 0, result.stderr[-3000:]
+  dev = [r for r in read_metrics(workdir) if 'eval_dev/f1' in r]  # dev F1 while training
+  assert [r['step'] for r in dev] == [300] and 0.0 <= dev[0]['eval_dev/f1'] <= 100.0
   result = run_main('--mode=eval', '--split=test', f'--workdir={workdir}')
   assert result.returncode == 0, result.stderr[-3000:]
   printed = json.loads(result.stdout)
   with open(os.path.join(bank, 'test.trees'), encoding='utf-8') as f:
     gold = [trees.clean(t) for _, _, t in trees.read_trees(f.read(), 'test.trees')]
+  _check_eval_json(workdir, printed, gold)
   gold_file = tmp_path / 'gold.trees'
   gold_file.write_text(''.join(trees.to_string(t) + '\n' for t in gold), encoding='utf-8')
   sentences = tmp_path / 'sentences.txt'
@@ -107,3 +76,32 @@ def test_eval_f1_is_evalb_of_the_decoded_trees_against_the_gold_file(tmp_path):
   parsed = parsed_file.read_text(encoding='utf-8').splitlines()
   shifted = evalb.score_lines(gold_lines, parsed[1:] + parsed[:1], parse.EVAL_PARAMS)
   assert not shifted.f1 >= scored.f1 - 1.0, shifted.summary()  # nan (no valid tree) or lower
+  _check_blank_and_bracketed_lines(workdir, gold[1], tmp_path)
+
+
+def _check_eval_json(workdir, printed, gold):
+  """eval's printed JSON is the file it wrote, an F1 (no BLEU), with EVALB's summary, and its
+  first example is the first gold tree's sentence, parsed into a tree of the same words."""
+  with open(os.path.join(workdir, 'eval_test_300.json'), encoding='utf-8') as f:
+    assert json.load(f)['f1'] == printed['f1']
+  assert 0.0 <= printed['f1'] <= 100.0
+  assert 'Bracketing FMeasure' in printed['evalb_summary'] and 'bleu' not in printed
+  first = printed['examples'][0]
+  assert (first['source'], first['reference']) == (' '.join(gold[0].words()), str(gold[0]))
+  assert next(trees.read_trees(first['hypothesis'], 'x'))[2].words() == gold[0].words()
+
+
+def _check_blank_and_bracketed_lines(workdir, tree, tmp_path):
+  """decode writes a tree of the words of each line, a blank line for a blank one, and
+  brackets in a sentence as the treebank's -LRB- / -RRB- words."""
+  sentences = tmp_path / 'blank_and_bracketed.txt'
+  sentences.write_text(' '.join(tree.words()) + '\n\nA (bracketed) word\n')
+  out = tmp_path / 'parsed.txt'
+  result = run_main('--mode=decode', f'--workdir={workdir}', f'--input={sentences}',
+                    f'--output={out}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  lines = out.read_text().split('\n')
+  assert len(lines) == 4 and lines[1] == '' and lines[3] == ''
+  assert next(trees.read_trees(lines[0], 'x'))[2].words() == tree.words()
+  assert next(trees.read_trees(lines[2], 'x'))[2].words() == ['A', '-LRB-bracketed-RRB-',
+                                                             'word']
