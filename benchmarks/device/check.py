@@ -4,6 +4,8 @@ commands of about 4.5 minutes each, the most valuable first.
   python3 benchmarks/device/check.py --part 1 --out $OUT/device_check.jsonl   # the headline
   python3 benchmarks/device/check.py --part 2 --out $OUT/device_check.jsonl   # the rest
   python3 benchmarks/device/check.py --part 4,3 --budget 565 --out ...        # with time left
+  python3 benchmarks/device/check.py --part sweep --out $OUT/device_check.jsonl  # ~9 minutes
+  python3 benchmarks/device/check.py --part compile_peer --out $OUT/...        # 7.5 minutes
   python3 benchmarks/device/check.py --smoke --out /tmp/smoke.jsonl           # CPU, tiny sizes
 
 A lent GPU comes rarely, for minutes, with nothing reachable: the check must work the first
@@ -24,6 +26,9 @@ peer with MFU and the wait fraction. Part 2: the embedded default end to end, it
 the device and the CPU, every form of Eq. 1. Part 3: compile times, beam decoding against
 the peer, the bucketed layout. Part 4: the embedded default with Adam, Adafactor and the
 switch MoE side by side. Boxes are the H200's measured times; a part's add up to its budget.
+Parts `sweep` and `compile_peer` (issue 55; the stage table and their budgets are
+`stages.py`'s): settings that could move the big model's MFU, one stage each, and the
+torch.compile'd peer against ours at base and big.
 
 `--smoke` runs every stage at tiny sizes on any backend (CI runs it in-process). A bad argument
 (an unknown `--part`, `--part` with `--stages`, `--budget` under 5 s, an `--out` or `--scratch`
@@ -39,82 +44,16 @@ import os
 import signal
 import sys
 import tempfile
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
 from benchmarks.device import children  # noqa: E402  (no jax in the parent)
+from benchmarks.device.stages import (  # noqa: E402,F401  (the table; Stage for tests)
+    MIN_STAGE_S, PART_BUDGET_S, PART_BUDGETS, PARTS, SMOKE_BUDGET_S, STAGES, Part, Stage)
 from benchmarks.shared import harness, scripts  # noqa: E402  (no jax in the parent)
-
-
-@dataclasses.dataclass(frozen=True)
-class Stage:
-  """One stage: `function` is 'module:name', called with a `Context`, returning a record."""
-  name: str
-  function: str
-  box_s: float        # its time box on an accelerator (from the estimate beside it)
-  smoke_box_s: float  # and with --smoke
-  part: int = 1
-  # Stages with the PyTorch peer in the same process: JAX takes its memory as it needs it, up
-  # to 60% of the device, instead of 75% up front, so the peer's allocator has the rest.
-  shares_device: bool = False
-  # Stages that run main.py in children start no backend themselves: a process holding the
-  # device (JAX takes 75% of a GPU's memory when it starts) would starve the child's.
-  starts_jax: bool = True
-  xla_flags: str = ''  # added to XLA_FLAGS in the stage's process
-
-
-# Numerics and forms are about what is computed, not how fast: without autotuning a GPU program
-# compiles in seconds, not tens of seconds (other backends' XLA parses the flag too).
-NO_AUTOTUNE = '--xla_gpu_autotune_level=0'
-# Boxes in seconds, from the first GPU run (one H200, jax 0.11.2, empty compilation cache,
-# 2026-11-27; docs/performance.md): what each stage measured there is the comment beside it.
-# XLA's GPU compiles autotune and take 10-46 s a program there, which sets most boxes
-# (tests/benchmarks/device/test_device_check.py: a part's boxes add up to PART_BUDGET_S).
-STAGES = (
-    # measured 14.9 s: jax start, nvidia-smi, the carried imports, an 8192^3 bf16 GEMM.
-    Stage('environment', 'benchmarks.device.numerics:environment', 20, 30, part=1),
-    # base widths, 1 layer, 8k ids, 8x32 tokens; the device compiles without autotuning
-    # (correctness does not need the fastest kernels): CPU compile + 3 device compiles. The
-    # first run, 2 layers with autotuning, recorded nothing in 55 s.
-    Stage('numerics', 'benchmarks.device.numerics:numerics', 45, 60, part=1,
-          xla_flags=NO_AUTOTUNE),
-    # measured 82.5 s: ours' compile 46 s, 22 steps, the peer eager; torch.compile (~40 s)
-    # runs only if the box has that left.
-    Stage('train_base', 'benchmarks.device.train:train_base', 95, 60, part=1,
-          shares_device=True),
-    # measured 76.6 s: compile 41 s, 12 steps, the peer eager; torch.compile as above.
-    Stage('train_big', 'benchmarks.device.train:train_big', 110, 60, part=1,
-          shares_device=True),
-    # measured: the 3900-step dev BLEU at 130 s, 16 compiles (61 s, 9 over 0.5 s), ~10 ms a
-    # step; the end (5200 steps, averaging, the test decode at 64 rows) ~165 s.
-    Stage('embedded_default', 'benchmarks.device.e2e:embedded_default', 180, 120, part=2,
-          starts_jax=False),
-    # measured: the device's decode of 1010 sentences 33 s (20 s compiling); the first 300
-    # sentences on the device and the CPU backend.
-    Stage('embedded_decode', 'benchmarks.device.e2e:embedded_decode', 50, 60, part=2,
-          starts_jax=False),
-    # measured: the seven forms ~10 s; the model twice in bf16 at base (without autotuning).
-    Stage('attention_forms', 'benchmarks.device.numerics:attention_forms', 40, 30, part=2,
-          xla_flags=NO_AUTOTUNE),
-    # measured 262 s: Adam, Adafactor and the switch MoE side by side, 210 s each (the MoE's
-    # test decode cut by the box). Before part 3: a variant's peer is Adam in the same call.
-    Stage('embedded_variants', 'benchmarks.device.e2e:embedded_variants', 265, 150, part=4,
-          starts_jax=False),
-    # measured 89 s: base's train step 47 s, two eval programs 7 s each, beam decode 21 s.
-    Stage('compile', 'benchmarks.device.train:compile_times', 90, 40, part=3),
-    # measured 54 s: beam 4, 128 sentences, our compile 11 s, then ours and the peer timed.
-    Stage('decode_speed', 'benchmarks.device.train:decode_speed', 60, 30, part=3,
-          shares_device=True),
-    # measured 63 s: 2 bucket shapes compiled in threads (44 s), 20 steps fed and staged.
-    Stage('train_bucketed', 'benchmarks.device.train:train_bucketed', 120, 60, part=3),
-)
-PART_BUDGET_S = 270  # one command: under 4.5 minutes on one H100
-SMOKE_BUDGET_S = 420  # parts 1-4 at smoke size on a loaded 2-core CPU
-MIN_STAGE_S = 5  # the least time a stage is started with; a later one with less is skipped
-PARTS = (1, 2, 3, 4)
 
 
 @dataclasses.dataclass
@@ -211,7 +150,7 @@ def run_all(args: argparse.Namespace, wanted: List[Stage]) -> None:
   with open(log_path, 'a', encoding='utf-8') as log:
     for stage in wanted:
       box = stage.smoke_box_s if args.smoke else stage.box_s
-      deadline = min(harness.now() + box, budget_end)
+      deadline = harness.now() + box if stage.final else min(harness.now() + box, budget_end)
       emit = _emitter(args.out, args.run, stage.name, args.smoke)
       if stage is not wanted[0] and deadline - harness.now() < MIN_STAGE_S:
         emit({'status': 'skipped', 'seconds': 0.0, 'why': 'the budget is spent'})
@@ -306,6 +245,14 @@ def goal(text: str, value: Any, met: bool) -> Dict[str, Any]:
   return {'goal': text, 'value': value, 'met': bool(met)}
 
 
+def _parts(text: str) -> Set[Part]:
+  """The parts a `--part` value names (numbers and names of `PARTS`); empty if any is not
+  one."""
+  named = {str(p): p for p in PARTS}
+  parts = [p.strip() for p in text.split(',') if p.strip()]
+  return {named[p] for p in parts} if parts and all(p in named for p in parts) else set()
+
+
 def _parse(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, List[Stage]]:
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--out', default=None,
@@ -313,12 +260,14 @@ def _parse(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, List[Stage]]:
                            'results/device_check.jsonl; --smoke: the temp folder\'s)')
   parser.add_argument('--part', default=None, help='comma list of parts: 1 (the headline), '
                       '2 (the rest), 3 (compiles, decode, the bucketed layout), 4 (issue 44\'s '
-                      'variants on the embedded default); default 1,2')
+                      'variants on the embedded default), sweep (settings for the big model\'s '
+                      'MFU), compile_peer (torch.compile\'d peer); default 1,2')
   parser.add_argument('--smoke', action='store_true', help='tiny sizes, any backend')
   parser.add_argument('--stages', default=None,
                       help='comma list of stage names (default: those of --part)')
   parser.add_argument('--budget', type=float, default=None,
-                      help=f'seconds for the whole check (default {PART_BUDGET_S} a part, '
+                      help=f'seconds for the whole check (default: the parts\' budgets, '
+                           f'{PART_BUDGET_S} for parts 1-4; '
                            f'smoke {SMOKE_BUDGET_S})')
   parser.add_argument('--in-process', action='store_true',
                       help='run the stages in this process (no isolation; CI smoke)')
@@ -328,12 +277,11 @@ def _parse(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, List[Stage]]:
   parser.add_argument('--deadline', type=float, default=0.0, help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   stages = _stages(args)
-  try:  # checked with --stages too (where it is refused): a bad --part never goes unsaid
-    parts = {int(p) for p in ('1,2' if args.part is None else args.part).split(',') if p.strip()}
-  except ValueError:
-    parts = set()
-  if not parts or not parts <= set(PARTS):
-    parser.error(f'--part={args.part!r}: expected a comma list of {list(PARTS)}')
+  # Checked with --stages too (where it is refused): a bad --part never goes unsaid.
+  parts = _parts('1,2' if args.part is None else args.part)
+  if not parts:
+    parser.error(f'--part={args.part!r}: expected a comma list of '
+                 f'{", ".join(str(p) for p in PARTS)}')
   wanted = [s for s in stages if s.part in parts]
   if args.stages is not None:
     names = [n for n in args.stages.split(',') if n]
@@ -347,7 +295,7 @@ def _parse(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, List[Stage]]:
                    f'of any part)')
     wanted = [s for s in stages if s.name in names]
   elif args.budget is None and not args.smoke:
-    args.budget = PART_BUDGET_S * len(parts)
+    args.budget = sum(PART_BUDGETS[p] for p in parts)
   if args.budget is not None and not args.budget >= MIN_STAGE_S:
     parser.error(f'--budget={args.budget:g}: expected at least {MIN_STAGE_S} seconds (the '
                  f'least a stage is started with)')

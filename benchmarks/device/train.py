@@ -19,7 +19,7 @@ of the packed shape, and ours on the same shape staged: tokens/s ratio ours / be
 
 import concurrent.futures
 import importlib.util
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -124,9 +124,10 @@ class _Trainer:
         self.compiled[shape, packed], seconds[f'{shape[0]}x{shape[1]}'] = compiled, s
     return seconds
 
-  def run(self, batches, flops_of) -> Dict[str, float]:
+  def run(self, batches, flops_of, metrics_out: Optional[list] = None) -> Dict[str, float]:
     """Steps over `batches` (host dicts, or placed ones) as the loop drives them: each step
-    dispatched, then the previous step's non-finite flag read. Returns seconds and sums."""
+    dispatched, then the previous step's non-finite flag read. Returns seconds and sums;
+    each step's metrics (on the device, read after the clock) are appended to `metrics_out`."""
     import jax  # pylint: disable=import-outside-toplevel
     pending, flops, padded = None, 0, 0
     clock = harness.timed().start()
@@ -139,6 +140,8 @@ class _Trainer:
       if pending is not None:
         float(pending)
       pending = metrics['nonfinite']
+      if metrics_out is not None:
+        metrics_out.append(metrics)
       flops, padded = flops + flops_of(shape), padded + shape[0] * shape[1]
     jax.block_until_ready(self.state)
     seconds = clock.stop().seconds
