@@ -12,8 +12,22 @@ one token too many or too few of a nucleus, or applied the temperature after the
 it by far more). Deterministic options must agree exactly, counted per sentence: `top_k=1`
 (greedy on both sides), greedy with `no_repeat_ngram_size=3`, greedy with a target prefix.
 
+Speed (`--speed-rows R1,R2`, for the settings of TIMED): ours through the product path of
+`--mode=decode --config.decode_strategy=sample` (`translate.from_config` with the run's
+settings and `batch_sentences=R`: `translate_n_best`, XLA's thread pool and one batch per core
+at once) against CTranslate2's `translate_batch` (beam_size 1, the same sampling options,
+`intra_threads=--threads`, `inter_threads=1`) on the very same batches: the sentences sorted by
+length as ours sorts them, R rows a batch (R / `--speed-samples` sentences, each drawn
+`--speed-samples` times), each batch under its longest source's length limit. Both text to
+text (SentencePiece included). One untimed pass each first (our compilations; its outputs
+give the target tokens), then `--repeats` rounds alternated by `harness.interleave`; the
+median pass gives sentences/s and samples/s, and the ratio ours / CTranslate2 (> 1: ours is
+faster).
+
   python -m benchmarks.peers.ctranslate2_sampling --workdir RUN --scratch /tmp/serve \
       --out benchmarks/results/ctranslate2_sampling.jsonl [--limit 200] [--samples 4]
+  python -m benchmarks.peers.ctranslate2_sampling --workdir RUN --scratch /tmp/serve \
+      --out benchmarks/results/ctranslate2_sampling.jsonl --skip-agreement --speed-rows 64,4
 """
 
 import argparse
@@ -24,10 +38,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 import numpy as np  # noqa: E402
 
-from benchmarks.shared import scripts, serving_common  # noqa: E402
+from benchmarks.shared import harness, scripts, serving_common  # noqa: E402
 
 # (temperature, top_k, top_p): the full distribution, fairseq's usual top-k, a nucleus, a cooled one.
 SETTINGS = ((1.0, 0, 1.0), (1.0, 10, 1.0), (1.0, 0, 0.9), (0.7, 0, 1.0))
+# The settings `--speed-rows` times: the full distribution and top-k 10.
+TIMED = SETTINGS[:2]
 
 
 def _ours(run, sources, samples, temperature, top_k, top_p, strategy='sample', prefixes=None,
@@ -104,13 +120,8 @@ def _summary(run, sources, references, drawn):
           }, per_sentence
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--samples', type=scripts.positive_int, default=4,
-                      help='samples per sentence, each side')
-  args = serving_common.add_args(parser).parse_args(argv)
-  emit, run, sources, references, ct2 = serving_common.start_against_ctranslate2(args)
-
+def _agreement(emit, args, run, ct2, sources, references):
+  """The records of agreement: deterministic options exactly, each setting in distribution."""
   greedy_ours = _ours(run, sources, 1, 1.0, 1, 1.0)
   greedy_theirs = _theirs(run, ct2, sources, 1, 1.0, 1, 1.0)
   emit({'name': 'ctranslate2_sampling_top_k_1', 'checkpoint': run.description,
@@ -129,6 +140,93 @@ def main(argv=None):
           'ours': ours_stats, 'ctranslate2': theirs_stats,
           'paired_log_prob_gap': float(gap.mean()),
           'paired_z': float(gap.mean() / (gap.std(ddof=1) / np.sqrt(len(gap))))})
+
+
+def ct2_chunks(lengths, sentences_per_batch: int):
+  """Ours' decode batches as lists of sentence indices: sorted by length (stable, as
+  `portable.batches` sorts), `sentences_per_batch` a batch."""
+  order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+  return [order[s:s + sentences_per_batch] for s in range(0, len(order), sentences_per_batch)]
+
+
+def _ct2_sampler(run, ct2, sources, rows, samples, temperature, top_k, top_p):
+  """A call drawing `samples` per sentence with CTranslate2, text to text, on ours' batches
+  (`ct2_chunks`), each under its longest source's limit; returns the target pieces drawn."""
+  from t2t_jax.export import ctranslate2_decoding as decoding
+  sp = run.tokenizer._sp
+  per_batch = rows // samples
+  chunks = ct2_chunks([len(p) for p in run.pieces(sources)], per_batch)
+
+  def call():
+    pieces, drawn, texts = run.pieces(sources), [], []
+    for chunk in chunks:
+      limit = decoding.max_decoding_length(max(len(pieces[i]) for i in chunk),
+                                           run.config.max_decode_extra, run.cfg.max_len)
+      results = ct2.translate_batch(
+          [pieces[i] for i in chunk], beam_size=1, num_hypotheses=samples,
+          sampling_topk=top_k, sampling_topp=top_p, sampling_temperature=temperature,
+          min_decoding_length=0, max_decoding_length=limit, max_batch_size=per_batch)
+      for result in results:
+        drawn += result.hypotheses
+        texts += [sp.decode_pieces(h) for h in result.hypotheses]  # text, as ours returns
+    return drawn
+  return call
+
+
+def _speed(run, ct2, sources, rows, samples, setting, repeats):
+  """One speed record's fields: both sides at `rows` rows a batch (module docstring)."""
+  from t2t_jax.inference import translate
+  temperature, top_k, top_p = setting
+  ours = translate.from_config(run.config, run.params, run.tokenizer, strategy='sample',
+                               temperature=temperature, top_k=top_k, top_p=top_p, seed=0,
+                               batch_sentences=rows)
+  systems = {'ours': lambda: ours.translate_n_best(sources, samples),
+             'ctranslate2': _ct2_sampler(run, ct2, sources, rows, samples, *setting)}
+  ours_out, ours_first_s = harness.time_call(systems['ours'])
+  theirs_out = systems['ctranslate2']()
+  times = harness.interleave(systems, repeats, warmup=0)
+  tokens = {'ours': sum(len(h.ids) for hyps in ours_out for h in hyps),
+            'ctranslate2': sum(len(h) for h in theirs_out)}
+  sides = {}
+  for name, ts in times.items():
+    median = harness.summarize(ts)['median_s']
+    sides[name] = {'s': harness.summarize(ts), 'sentences_per_s': len(sources) / median,
+                   'samples_per_s': len(sources) * samples / median,
+                   'target_tokens': tokens[name], 'target_tokens_per_s': tokens[name] / median}
+  sides['ours'].update(first_pass_s=ours_first_s, batches_at_once=ours.threads)
+  return {'temperature': temperature, 'top_k': top_k, 'top_p': top_p, 'rows': rows,
+          'sentences': len(sources), 'samples': samples, 'repeats': repeats, **sides,
+          'ratio_ours_over_ctranslate2': harness.speedups(times, 'ctranslate2')['ours']}
+
+
+def _rows_list(text: str):
+  return [scripts.positive_int(r) for r in text.split(',') if r]
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--samples', type=scripts.positive_int, default=4,
+                      help='samples per sentence, each side (agreement)')
+  parser.add_argument('--skip-agreement', action='store_true',
+                      help='only the speed records (--speed-rows)')
+  parser.add_argument('--speed-rows', type=_rows_list, default=[],
+                      help='comma list of batch rows to time both sides at (default: none)')
+  parser.add_argument('--speed-samples', type=scripts.positive_int, default=1,
+                      help='samples per sentence when timing (rows must be a multiple)')
+  parser.add_argument('--repeats', type=scripts.positive_int, default=3,
+                      help='timed rounds of each side, interleaved')
+  args = serving_common.add_args(parser).parse_args(argv)
+  if any(rows % args.speed_samples for rows in args.speed_rows):
+    parser.error(f'--speed-rows {args.speed_rows}: each must be a multiple of '
+                 f'--speed-samples {args.speed_samples}')
+  emit, run, sources, references, ct2 = serving_common.start_against_ctranslate2(args)
+  if not args.skip_agreement:
+    _agreement(emit, args, run, ct2, sources, references)
+  for rows in args.speed_rows:
+    for setting in TIMED:
+      emit({'name': 'ctranslate2_sampling_speed', 'checkpoint': run.description,
+            'ctranslate2_threads': args.threads,
+            **_speed(run, ct2, sources, rows, args.speed_samples, setting, args.repeats)})
 
 
 if __name__ == '__main__':

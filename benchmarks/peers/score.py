@@ -1,9 +1,14 @@
 """--mode=score's speed against CTranslate2's `score_batch` on the bundled test set (1010
 reference translations, one trained run, read only), and how far the two agree.
 
-For each side: one warm-up pass (our compilations; CTranslate2's model load is outside), then
-`--repeats` timed passes; pairs per second of the median. Agreement: the largest and mean
-|difference| of the per-pair log probabilities (EOS included).
+Both sides score batches of `--rows` pairs sorted by length (ours by source then target
+length; CTranslate2's `score_batch` sorts by length what `max_batch_size` splits), from
+sentences tokenized beforehand (no tokenization timed). One untimed warm-up pass each (our
+compilations, timed apart as `ours_first_pass_s`; CTranslate2's model load is outside; these
+passes give the agreement), then `--repeats` rounds alternated by `harness.interleave`, so a
+change of machine load hits both; pairs per second of the median pass, and the ratio ours /
+CTranslate2 (> 1: ours is faster). Agreement: the largest and mean |difference| of the
+per-pair log probabilities (EOS included).
 
   python -m benchmarks.peers.score --workdir RUN --scratch /tmp/serve \
       --out benchmarks/results/score.jsonl [--threads 2] [--rows 64]
@@ -36,14 +41,14 @@ def main(argv=None):
                                         max_batch_size=args.rows)
   ours, first_s = harness.time_call(ours_call)
   theirs = theirs_call()
-  ours_s = harness.summarize([harness.time_call(ours_call)[1] for _ in range(args.repeats)])
-  theirs_s = harness.summarize([harness.time_call(theirs_call)[1]
-                                for _ in range(args.repeats)])
+  times = harness.interleave({'ours': ours_call, 'ctranslate2': theirs_call}, args.repeats,
+                             warmup=0)
+  ours_s, theirs_s = harness.summarize(times['ours']), harness.summarize(times['ctranslate2'])
   ours_lp = np.array([lp for lp, _ in ours])
   theirs_lp = np.array([sum(r.log_probs) for r in theirs])
   diff = np.abs(ours_lp - theirs_lp)
   emit({'name': 'score_vs_ctranslate2', 'checkpoint': run.description, 'pairs': len(pairs),
-        'rows': args.rows, 'ctranslate2_threads': args.threads,
+        'rows': args.rows, 'ctranslate2_threads': args.threads, 'interleaved': True,
         'ours_first_pass_s': first_s, 'ours_s': ours_s, 'ctranslate2_s': theirs_s,
         'ours_pairs_per_s': len(pairs) / ours_s['median_s'],
         'ctranslate2_pairs_per_s': len(pairs) / theirs_s['median_s'],
