@@ -81,6 +81,11 @@ import subprocess  # noqa: E402
 
 import pytest  # noqa: E402
 
+# Defined here once: a session fixture imported into several test modules is one fixture per
+# module, each starting its own emulator and pointing the environment at the newest, so a
+# test could upload to one emulator and hand its child process the other's address.
+from gcs_emulator import gcs, gcs_dir  # noqa: E402,F401  (fixtures)
+
 BUNDLED = os.path.join(ROOT, 't2t_jax', 'data', 'bible_en_es')
 
 # A model and data small enough for a few dozen CPU steps in seconds (end-to-end tests).

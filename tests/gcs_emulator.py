@@ -114,4 +114,6 @@ def gcs() -> Iterator[str]:
 @pytest.fixture
 def gcs_dir(gcs, request) -> str:
   """A fresh gs:// folder for one test (named after it)."""
+  # Another emulator's address here would send this process and its children apart.
+  assert os.environ.get('STORAGE_EMULATOR_HOST') == gcs, 'more than one emulator'
   return f'gs://{BUCKET}/{request.node.name.replace("[", "_").replace("]", "")}'

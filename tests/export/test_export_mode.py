@@ -14,7 +14,6 @@ import pytest
 from etils import epath
 
 from conftest import BUNDLED, run_main
-from gcs_emulator import gcs, gcs_dir  # noqa: F401  (fixtures)
 
 ctranslate2 = pytest.importorskip('ctranslate2')
 pytest.importorskip('flatbuffers')

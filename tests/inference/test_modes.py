@@ -9,7 +9,6 @@ import pytest
 from etils import epath
 
 from configs import default
-from gcs_emulator import gcs, gcs_dir  # noqa: F401  (fixtures)
 from t2t_jax.inference import modes
 
 

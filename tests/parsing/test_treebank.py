@@ -9,7 +9,6 @@ import pytest
 from configs import default
 from t2t_jax.data import corpora, fingerprint, split_check
 from t2t_jax.parsing import linearize, treebank, trees
-from gcs_emulator import gcs, gcs_dir  # noqa: F401  (fixtures)
 
 TRAIN = """( (S (NP-SBJ (DT The) (NN cat)) (VP (VBD sat)) (. .)) )
 ( (S

@@ -9,7 +9,6 @@ import time
 import pytest
 from etils import epath
 
-from gcs_emulator import gcs, gcs_dir  # noqa: F401  (fixtures)
 from t2t_jax.storage import lease as lease_lib
 from t2t_jax.storage import workdir as workdir_lib
 

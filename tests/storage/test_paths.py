@@ -6,7 +6,6 @@ import stat
 import pytest
 from etils import epath
 
-from gcs_emulator import gcs, gcs_dir  # noqa: F401  (fixtures)
 from t2t_jax.storage import paths
 
 

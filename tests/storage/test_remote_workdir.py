@@ -10,7 +10,7 @@ import pytest
 from etils import epath
 
 from conftest import TINY, run_main
-from gcs_emulator import client_env, gcs, gcs_dir  # noqa: F401  (fixtures)
+from gcs_emulator import client_env
 
 from t2t_jax.inference import averaging, evaluate
 from t2t_jax.storage import workdir as workdir_lib

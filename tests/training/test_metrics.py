@@ -9,7 +9,6 @@ import pytest
 from etils import epath
 
 from conftest import TINY, read_metrics, run_main
-from gcs_emulator import gcs, gcs_dir  # noqa: F401  (fixtures)
 from t2t_jax.training import metrics, plots
 
 
