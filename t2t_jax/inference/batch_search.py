@@ -120,10 +120,12 @@ def decode_batch(model: model_lib.ModelLike, beam_size: int, alpha: float, param
   Jittable with `model`, `beam_size`, `max_decode_len` and `grow_cache` static; the StableHLO
   export serializes exactly this function. The self-attention cache grows with the output
   (`search.cache_lengths`; `grow_cache=False`: one cache of max_decode_len positions, the
-  same translations, slower).
+  same translations, slower). Only the best beam is returned, so each sentence stops as soon
+  as it is certain (`search.beam_search`'s `best_only`: 7% fewer steps on the bundled test
+  set, the same translations as `decode_batch_n_best`'s first beam).
   """
   sequences, _ = beam_decode.beam_decode(model, beam_size, alpha, params, inputs, max_lengths,
-                                         max_decode_len, grow_cache)
+                                         max_decode_len, grow_cache, best_only=True)
   return sequences[:, 0]
 
 

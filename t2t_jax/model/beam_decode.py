@@ -24,7 +24,8 @@ def beam_decode(model: ModelLike, beam_size: int, alpha: float, params, inputs: 
                 max_lengths: jax.Array, max_decode_len: int,
                 grow_cache: bool = True, *, no_repeat_ngram_size: int = 0,
                 prefix: Optional[jax.Array] = None,
-                append_only: bool = True) -> tuple[jax.Array, jax.Array]:
+                append_only: bool = True, best_only: bool = False
+                ) -> tuple[jax.Array, jax.Array]:
   """Every beam of the search and its score.
 
   Args:
@@ -42,6 +43,8 @@ def beam_decode(model: ModelLike, beam_size: int, alpha: float, params, inputs: 
     append_only: each hypothesis reads its keys and values from where its ancestors wrote
       them (`incremental.reorder_cache`); False: the whole cache is reordered by parent
       every step, the same results bit for bit, slower.
+    best_only: `search.beam_search`'s: stop a sentence once its best hypothesis is certain
+      (the same best sequence and score, in fewer steps; the other beams may differ).
 
   Returns:
     (sequences `[rows, K, L]` int32, best first, EOS-terminated then 0s; scores `[rows, K]`
@@ -63,7 +66,7 @@ def beam_decode(model: ModelLike, beam_size: int, alpha: float, params, inputs: 
       logits_fn, cache, batch_size=inputs.shape[0], beam_size=beam_size, alpha=alpha,
       max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=EOS_ID, bos_id=BOS_ID,
       grow_cache=grow, no_repeat_ngram_size=no_repeat_ngram_size, prefix=prefix,
-      reorder_cache=incremental.reorder_cache if append_only else None)
+      reorder_cache=incremental.reorder_cache if append_only else None, best_only=best_only)
 
 
 def sample_decode(model: ModelLike, params, inputs: jax.Array, max_lengths: jax.Array,

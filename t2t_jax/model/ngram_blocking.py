@@ -7,7 +7,10 @@ At step `i` a hypothesis `y_0 .. y_{i-1}` may not emit a token `t` when the n-gr
 `y_j .. y_{j+n-2}` equal the hypothesis's last n - 1 bans `y_{j+n-1}`. The model's log
 probabilities are not renormalised (as in fairseq and CTranslate2): a banned token is only
 taken out of the choice, so a hypothesis's score stays the model's log probability of it.
+`allowed_logits` applies it, and a target prefix, to a step's logits (beam search, sampling).
 """
+
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -41,3 +44,17 @@ def banned_tokens(seqs: jax.Array, step: jax.Array, n: int, vocab_size: int) -> 
   banned = jnp.zeros((flat_match.shape[0], vocab_size), bool).at[rows, flat_next].max(
       flat_match)
   return banned.reshape(*lead, vocab_size)
+
+
+def allowed_logits(x: jax.Array, seqs: jax.Array, step: jax.Array, no_repeat_ngram_size: int,
+                   prefix: Optional[jax.Array]) -> jax.Array:
+  """`x` [B, K, V] with the tokens the constraints rule out at `step` set to -inf: a token
+  that would repeat an n-gram (`ngram_blocking`), and, where `prefix` [B, P] int32 has a
+  token (non-zero) at `step`, every other token. The prefix wins over n-gram blocking."""
+  vocab = x.shape[-1]
+  allowed = ~banned_tokens(seqs, step, no_repeat_ngram_size, vocab)
+  if prefix is not None:
+    forced = jnp.take(prefix, jnp.minimum(step, prefix.shape[1] - 1), axis=1)   # [B]
+    forced = jnp.where(step < prefix.shape[1], forced, 0)[:, None, None]
+    allowed = jnp.where(forced > 0, jnp.arange(vocab) == forced, allowed)
+  return jnp.where(allowed, x, -jnp.inf)

@@ -216,5 +216,5 @@ def _best(net: transformer.Transformer, beam_size: int, alpha: float, max_decode
   count = (inputs != transformer.PAD_ID).sum(-1).astype(jnp.int32)
   max_lengths = jnp.where(count > 0, jnp.minimum(count + max_decode_extra, max_decode_len), 1)
   sequences, scores = beam_decode.beam_decode(net, beam_size, alpha, params, inputs,
-                                              max_lengths, max_decode_len)
+                                              max_lengths, max_decode_len, best_only=True)
   return sequences[:, 0], scores[:, 0]
