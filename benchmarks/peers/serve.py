@@ -34,10 +34,25 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from benchmarks.shared import harness, serving_common  # noqa: E402
 
 
+def _code_digest() -> str:
+  """12 hex digits of sha256 over the t2t_jax package's Python sources: an artifact exported
+  by other code is not this code's (a scratch folder outlives commits)."""
+  import hashlib
+  import t2t_jax
+  root = os.path.dirname(t2t_jax.__file__)
+  digest = hashlib.sha256()
+  for folder, _, files in sorted(os.walk(root)):
+    for name in sorted(f for f in files if f.endswith('.py')):
+      with open(os.path.join(folder, name), 'rb') as f:
+        digest.update(name.encode() + b'\0' + f.read())
+  return digest.hexdigest()[:12]
+
+
 def _stablehlo(run, scratch: str, rows: int) -> str:
-  """The run's StableHLO artifact decoding `rows` sentences a batch (exported once)."""
+  """The run's StableHLO artifact decoding `rows` sentences a batch (exported once per
+  version of the code)."""
   from t2t_jax.export import common, stablehlo_export
-  path = os.path.join(scratch, f'stablehlo_rows{rows}')
+  path = os.path.join(scratch, f'stablehlo_rows{rows}_{_code_digest()}')
   if not os.path.isdir(path):
     source = common.load_source(run.workdir)
     source.config.decode_batch_sentences = rows
