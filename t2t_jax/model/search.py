@@ -290,21 +290,17 @@ def beam_search(
   size; a wider list needs a wider beam, which can change the best hypothesis too), and
   `raw_log_probs` gives each hypothesis's plain log probability beside its score.
 
-  Jittable with `logits_fn` closed over; `batch_size`, `beam_size`,
-  `max_decode_len`, `eos_id`, `bos_id` must be static (one compilation per
-  combination), `cache`, `max_lengths` and `alpha` may be traced.
+  Jittable with `logits_fn` closed over; `batch_size`, `beam_size`, `max_decode_len`,
+  `eos_id`, `bos_id` static (one compilation per combination); the rest may be traced.
 
   Args:
-    logits_fn: (tokens [batch*beam, 1] int32, cache) -> (logits
-      [batch*beam, vocab] float (any float dtype, unnormalised), new_cache).
-      Rows are sentence-major: row r is sentence r // beam, beam r % beam.
-      new_cache must keep the structure, shapes and dtypes of cache.
-    cache: pytree for `batch_size` sentences. Leaves with ndim >= 1 have
-      leading dim batch_size; they are tiled to batch*beam here and reordered
-      by parent beam every step. 0-d leaves (e.g. a shared decode position)
-      pass through untouched: logits_fn owns them. State that is per sentence
-      and never changes (e.g. the encoder output) is better closed over by
-      `logits_fn` than put here, where it would be tiled and reordered.
+    logits_fn: (tokens [batch*beam, 1] int32, cache) -> (logits [batch*beam, vocab] float
+      (any float dtype, unnormalised), new_cache). Rows are sentence-major: row r is
+      sentence r // beam, beam r % beam. new_cache keeps cache's structure, shapes, dtypes.
+    cache: pytree for `batch_size` sentences. Leaves with ndim >= 1 have leading dim
+      batch_size; they are tiled to batch*beam here and reordered by parent beam every step. 0-d leaves (e.g. a shared decode position) pass through
+      untouched: logits_fn owns them. State that is per sentence and never changes (the
+      encoder output) is better closed over by `logits_fn`, not tiled and reordered here.
     batch_size: number of sentences B. beam_size: beam width K (paper: 4).
     alpha: length penalty exponent (paper: 0.6); 0 ranks by raw log prob.
     max_decode_len: L, the length of the output arrays, and the most steps.
@@ -322,9 +318,8 @@ def beam_search(
       tokens (0 pads), which count in its score, and the search goes on from there.
     reorder_cache: (cache, parents [batch*beam] int32) -> the cache with row r continuing
       row parents[r]; None: gathers every leaf's rows (`incremental.reorder_cache`: cheaper).
-    best_only: a sentence stops once no live hypothesis can beat its best finished one
-      (rather than its K-th): the best hypothesis and score are exactly the full search's,
-      in fewer steps (7% on the bundled test set); the other K - 1 may differ.
+    best_only: stop a sentence once its best is certain, not its K-th (module docstring):
+      the same best hypothesis and score, 7% fewer steps; the other K - 1 may differ.
 
   Returns:
     sequences: [B, K, L] int32, best first, each ending with eos_id then 0s
