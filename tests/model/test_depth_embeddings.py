@@ -10,6 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import at_default_xla_optimization
+
 import t2t_jax
 from t2t_jax import config as config_lib
 from t2t_jax.configs import default
@@ -59,6 +61,7 @@ PAPER_FLOATS = {
 }
 
 
+@at_default_xla_optimization  # the records were made at XLA's default level
 def test_the_paper_model_is_bitwise_what_it_was():
   """Same parameter names, shapes and values, loss, gradients and beams as before the options
   (the defaults: num_layers for both stacks, tied and scaled embeddings)."""
