@@ -131,7 +131,7 @@ def main(argv=None):
     print(f'{rule:>10}: {r["steps_per_sentence"]:.1f} steps a sentence alone; rows x steps '
           f'a sentence batched: {batched}; best = paper\'s: {r["best_as_paper"]}/'
           f'{len(encoded)}', file=sys.stderr)
-  return harness.Emitter(args.out).emit(record)
+  return harness.Emitter(args.out)(record)
 
 
 if __name__ == '__main__':
