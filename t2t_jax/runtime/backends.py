@@ -2,7 +2,8 @@
 
 Used by `cli.start_backends` (every mode that runs jax) and `plan.topology` (building a TPU
 topology on a machine without one). `platform_error`: a JAX_PLATFORMS that names a platform
-this machine cannot start, in one line.
+this machine cannot start, in one line. `with_autotune_level`: XLA_FLAGS for a small model on
+a GPU, whose kernels XLA's autotuner cannot make worth its compile time.
 """
 
 import contextlib
@@ -79,3 +80,20 @@ def platform_error(requested: Optional[str], error: BaseException) -> Optional[B
       f'JAX_PLATFORMS={requested}: jax cannot start {platform} here ({why}); '
       f'{_remedy(platform, jax.__version__)}; or unset JAX_PLATFORMS to run '
       'on the devices jax finds (the CPU at least)')
+
+
+# XLA's GPU compiler times candidate kernels for each GEMM and fusion of a program (level 4 by
+# default). At the embedded default's d_model 128 a GEMM takes microseconds, so the search
+# cannot pay for itself: on one H200 the train step alone autotuned for 46 s of the whole
+# command's 166 s (docs/performance.md, issue 55). Level 0 keeps XLA's default kernels.
+AUTOTUNE_FLAG = '--xla_gpu_autotune_level'
+SMALL_MODEL_D_MODEL = 256
+
+
+def with_autotune_level(xla_flags: str, d_model: Optional[int]) -> str:
+  """`xla_flags` (XLA_FLAGS' value) with `--xla_gpu_autotune_level=0` added for a model of
+  d_model <= 256; unchanged for a larger or unknown model, or where the flags set the level
+  already (the user's choice wins). Other backends' XLA parses the flag and ignores it."""
+  if d_model is None or d_model > SMALL_MODEL_D_MODEL or AUTOTUNE_FLAG in xla_flags:
+    return xla_flags
+  return f'{xla_flags} {AUTOTUNE_FLAG}=0'.strip()
