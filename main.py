@@ -190,8 +190,9 @@ WORKDIR_WRITING_MODES = ('train', 'eval', 'average', 'plot')
 def _start_runtime() -> None:
   """The compilation cache, the cluster (with --distributed), jax's backends."""
   from t2t_jax.runtime import backends, compile_cache
-  os.environ['XLA_FLAGS'] = backends.with_autotune_level(  # read when the backends start
-      os.environ.get('XLA_FLAGS', ''), FLAGS.config.get('d_model') if FLAGS.config else None)
+  if FLAGS.mode == 'train':  # only there is --config the run's model (others read its own)
+    os.environ['XLA_FLAGS'] = backends.with_autotune_level(  # read when the backends start
+        os.environ.get('XLA_FLAGS', ''), FLAGS.config.get('d_model'))
   compile_cache.enable(compile_cache.default_dir() if FLAGS.compilation_cache is None
                        else FLAGS.compilation_cache)
   if FLAGS.distributed or FLAGS.coordinator_address:

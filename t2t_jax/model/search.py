@@ -297,10 +297,10 @@ def beam_search(
     logits_fn: (tokens [batch*beam, 1] int32, cache) -> (logits [batch*beam, vocab] float
       (any float dtype, unnormalised), new_cache). Rows are sentence-major: row r is
       sentence r // beam, beam r % beam. new_cache keeps cache's structure, shapes, dtypes.
-    cache: pytree for `batch_size` sentences. Leaves with ndim >= 1 have leading dim
-      batch_size; they are tiled to batch*beam here and reordered by parent beam every step. 0-d leaves (e.g. a shared decode position) pass through
-      untouched: logits_fn owns them. State that is per sentence and never changes (the
-      encoder output) is better closed over by `logits_fn`, not tiled and reordered here.
+    cache: pytree for `batch_size` sentences. Leaves with ndim >= 1 (leading dim batch_size)
+      are tiled to batch*beam here and reordered by parent beam every step; 0-d leaves (a
+      shared decode position) pass through: logits_fn owns them. Per-sentence constant state
+      (the encoder output) is better closed over by `logits_fn`, not tiled and reordered.
     batch_size: number of sentences B. beam_size: beam width K (paper: 4).
     alpha: length penalty exponent (paper: 0.6); 0 ranks by raw log prob.
     max_decode_len: L, the length of the output arrays, and the most steps.

@@ -2,8 +2,8 @@
 
 Used by `cli.start_backends` (every mode that runs jax) and `plan.topology` (building a TPU
 topology on a machine without one). `platform_error`: a JAX_PLATFORMS that names a platform
-this machine cannot start, in one line. `with_autotune_level`: XLA_FLAGS for a small model on
-a GPU, whose kernels XLA's autotuner cannot make worth its compile time.
+this machine cannot start, in one line. `with_autotune_level`: XLA_FLAGS for training a small
+model on a GPU, whose kernels XLA's autotuner cannot make worth its compile time.
 """
 
 import contextlib
