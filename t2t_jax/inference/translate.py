@@ -24,7 +24,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from t2t_jax.inference import portable
 from t2t_jax.inference import prefixes as prefix_lib
 from t2t_jax.inference.batch_search import (  # noqa: F401  (re-exported: translate.decode_batch)
-    SearchSettings, decode_batch, decode_batch_n_best, sharded_decoder)
+    SearchSettings, compacting_decoder, decode_batch, decode_batch_n_best, sharded_decoder)
 from t2t_jax.model import array_checks, transformer as model_lib, search, variant
 from t2t_jax.runtime import multihost
 
@@ -131,8 +131,9 @@ class Translator:
     self.settings = SearchSettings(beam_size, alpha, strategy, no_repeat_ngram_size,
                                    temperature, top_k, top_p)
     self.seed = seed
-    self._decode = sharded_decoder(self.model, beam_size, alpha, self.mesh)
-    self._decode_n_best = sharded_decoder(self.model, beam_size, alpha, self.mesh, n_best=True)
+    self._decode, self._decode_n_best = (  # one device: finished sentences leave the batch
+        compacting_decoder(self.model, beam_size, alpha, n_best=b) if self.mesh.size == 1
+        else sharded_decoder(self.model, beam_size, alpha, self.mesh, n_best=b) for b in (0, 1))
     self._search = sharded_decoder(self.model, beam_size, alpha, self.mesh, n_best=True,
                                    settings=self.settings)
     self.placements = 0
@@ -318,10 +319,10 @@ class Translator:
 def truncation_warning(lines: Sequence[int], max_len: int, shown: int = 10) -> str:
   """'3 inputs longer than max_len=256 tokens were truncated: lines 4, 17, 90', naming the
   first `shown` line numbers and counting the rest ('and 5 more')."""
-  listed = ', '.join(map(str, lines[:shown]))
-  more = f' and {len(lines) - shown} more' if len(lines) > shown else ''
+  listed, more = ', '.join(map(str, lines[:shown])), f' and {len(lines) - shown} more'
   if len(lines) == 1:
     return f'1 input longer than max_len={max_len} tokens was truncated: line {listed}'
+  more = more if len(lines) > shown else ''
   return (f'{len(lines)} inputs longer than max_len={max_len} tokens were truncated: '
           f'lines {listed}{more}')
 
