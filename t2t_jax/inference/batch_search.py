@@ -113,6 +113,16 @@ def sharded_decoder(model: model_lib.ModelLike, beam_size: int, alpha: float,
   return decode
 
 
+def decoder(model: model_lib.ModelLike, beam_size: int, alpha: float, mesh: Mesh, rows: int,
+            n_best: bool = False) -> Callable[..., Any]:
+  """How `Translator` decodes batches of `rows` sentences on `mesh`: `compacting_decoder` on
+  one device from `compaction.MIN_ROWS` rows, where finished sentences leaving the batch pays;
+  otherwise `sharded_decoder` (one program a batch; the same translations either way)."""
+  if mesh.size == 1 and rows >= compaction.MIN_ROWS:
+    return compacting_decoder(model, beam_size, alpha, n_best)
+  return sharded_decoder(model, beam_size, alpha, mesh, n_best)
+
+
 def compacting_decoder(model: model_lib.ModelLike, beam_size: int, alpha: float,
                        n_best: bool = False) -> Callable[..., Any]:
   """`(params, inputs, max_lengths, max_decode_len)` -> `decode_batch`'s result (with

@@ -24,7 +24,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from t2t_jax.inference import portable
 from t2t_jax.inference import prefixes as prefix_lib
 from t2t_jax.inference.batch_search import (  # noqa: F401  (re-exported: translate.decode_batch)
-    SearchSettings, compacting_decoder, decode_batch, decode_batch_n_best, sharded_decoder)
+    SearchSettings, decode_batch, decode_batch_n_best, decoder, sharded_decoder)
 from t2t_jax.model import array_checks, transformer as model_lib, search, variant
 from t2t_jax.runtime import multihost
 
@@ -131,9 +131,9 @@ class Translator:
     self.settings = SearchSettings(beam_size, alpha, strategy, no_repeat_ngram_size,
                                    temperature, top_k, top_p)
     self.seed = seed
-    self._decode, self._decode_n_best = (  # one device: finished sentences leave the batch
-        compacting_decoder(self.model, beam_size, alpha, n_best=b) if self.mesh.size == 1
-        else sharded_decoder(self.model, beam_size, alpha, self.mesh, n_best=b) for b in (0, 1))
+    self._decode, self._decode_n_best = (
+        decoder(self.model, beam_size, alpha, self.mesh, self.batch_sentences, n_best=b)
+        for b in (False, True))
     self._search = sharded_decoder(self.model, beam_size, alpha, self.mesh, n_best=True,
                                    settings=self.settings)
     self.placements = 0

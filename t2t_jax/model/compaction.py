@@ -33,6 +33,13 @@ from t2t_jax.model import incremental, module_jit, scoring, search
 from t2t_jax.model.transformer import BOS_ID, EOS_ID, PAD_ID, ModelLike, as_model
 
 
+# Below this many sentences a batch, the single program is faster: on the 2-core CPU, two
+# batches at once, 4 rows single 162-172 sentences/s against 157-160 compacting (the segments'
+# host round trips cost more than the few rows x steps they save); 16 rows compacting 1.06x the
+# single program, 64 rows 1.29x (docs/performance.md).
+MIN_ROWS = 16
+
+
 def levels(rows: int) -> Tuple[int, ...]:
   """The batch sizes a batch of `rows` sentences shrinks through: rows, half of it, then a
   quarter of the last, while at least 1 (64 -> 64, 32, 8, 2). Each size x cache length is a

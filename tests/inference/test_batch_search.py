@@ -1,0 +1,52 @@
+"""`batch_search.decoder`: which search `Translator` runs a batch with. On one device from
+`compaction.MIN_ROWS` rows finished sentences leave the batch (`compacting_decoder`), below
+it and on several devices one program a batch; the translations and n-best lists are the
+single program's either way."""
+
+import jax
+import numpy as np
+import pytest
+
+from t2t_jax.inference import batch_search, translate
+from t2t_jax.model import compaction
+from t2t_jax.runtime import multihost
+from translate_helpers import CFG, CharTokenizer, sharp_params
+
+WORDS = ['abc', 'hello', 'xyz', 'a', 'the fox', 'q', 'jumps', 'lazy dog', 'mmm', 'zebra',
+         'b', 'over', 'ab', 'quick brown', 'cd', 'e', 'river', 'sea']
+
+
+@pytest.mark.parametrize('rows,compacting', [(compaction.MIN_ROWS - 1, False),
+                                             (compaction.MIN_ROWS, True)])
+def test_one_device_compacts_from_min_rows(rows, compacting):
+  mesh = multihost.local_mesh(jax.local_devices()[:1])
+  decode = batch_search.decoder(CFG, 4, 0.6, mesh, rows)
+  assert (decode.__qualname__.startswith('compacting_decoder')) == compacting
+  several = multihost.local_mesh(jax.local_devices()[:2])
+  assert not batch_search.decoder(CFG, 4, 0.6, several, 64).__qualname__.startswith(
+      'compacting_decoder')
+
+
+def _translator(params, rows: int) -> translate.Translator:
+  return translate.Translator(CFG, params, CharTokenizer(), batch_sentences=rows, threads=1,
+                              parallelism='threads', max_decode_extra=4, bucket_lengths=(16,))
+
+
+def test_a_compacting_translator_translates_as_the_single_program(monkeypatch):
+  gathered, select = [], compaction._select
+  monkeypatch.setattr(compaction, '_select', lambda *a: gathered.append(len(a[2])) or select(*a))
+  params = sharp_params(3)
+  single, compacting = (_translator(params, rows) for rows in (len(WORDS), compaction.MIN_ROWS))
+  assert len(WORDS) > compaction.MIN_ROWS  # two batches: 16 rows, then 2 and 14 padding rows
+  single._decode = batch_search.sharded_decoder(CFG, 4, 0.6, single.mesh)  # one program
+  single._decode_n_best = batch_search.sharded_decoder(CFG, 4, 0.6, single.mesh, n_best=True)
+  ids = compacting.translate_ids(WORDS)
+  assert ids == single.translate_ids(WORDS)
+  assert len({tuple(r) for r in ids}) > 5  # the translations differ: a real check
+  assert gathered  # and the batches shrank
+  got, want = compacting.translate_n_best(WORDS), single.translate_n_best(WORDS)
+  for word, mine, theirs in zip(WORDS, got, want):
+    assert [h.ids for h in mine] == [h.ids for h in theirs], word
+    np.testing.assert_allclose([h.score for h in mine], [h.score for h in theirs], rtol=1e-5)
+    np.testing.assert_allclose([h.log_prob for h in mine], [h.log_prob for h in theirs],
+                               rtol=1e-5)
