@@ -106,7 +106,7 @@ def _summary(run, sources, references, drawn):
     for ids in rows:
       pairs.append((src, list(ids) + [model_lib.EOS_ID]))
       owner.append(i)
-  scored = score.score_pairs(run.cfg, run.params, pairs, buckets=run.config.bucket_lengths)
+  scored = score.score_pairs(run.cfg, run.params, pairs)
   log_probs = np.array([s[0] for s in scored])
   tokens = np.array([s[1] for s in scored])
   per_sentence = np.array([log_probs[np.array(owner) == i].mean() for i in range(len(sources))])

@@ -29,13 +29,14 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--repeats', type=int, default=3, help='timed passes of each side')
   parser.add_argument('--rows', type=int, default=64, help='pairs per batch, both sides')
+  parser.add_argument('--pad-to', type=int, default=8, help="our score_pairs' pad_to")
   args = serving_common.add_args(parser).parse_args(argv)
   emit, run, sources, targets, ct2 = serving_common.start_against_ctranslate2(args)
   from t2t_jax.inference import score
   tok = run.tokenizer
   pairs = score.encode_pairs(sources, targets, tok.encode, tok.encode, run.cfg.max_len)
   ours_call = lambda: score.score_pairs(  # noqa: E731
-      run.cfg, run.params, pairs, rows=args.rows, buckets=run.config.bucket_lengths)
+      run.cfg, run.params, pairs, rows=args.rows, pad_to=args.pad_to)
   src_pieces, tgt_pieces = run.pieces(sources), run.pieces(targets)
   theirs_call = lambda: ct2.score_batch(src_pieces, tgt_pieces,  # noqa: E731
                                         max_batch_size=args.rows)
@@ -48,7 +49,8 @@ def main(argv=None):
   theirs_lp = np.array([sum(r.log_probs) for r in theirs])
   diff = np.abs(ours_lp - theirs_lp)
   emit({'name': 'score_vs_ctranslate2', 'checkpoint': run.description, 'pairs': len(pairs),
-        'rows': args.rows, 'ctranslate2_threads': args.threads, 'interleaved': True,
+        'rows': args.rows, 'pad_to': args.pad_to, 'ctranslate2_threads': args.threads,
+        'interleaved': True,
         'ours_first_pass_s': first_s, 'ours_s': ours_s, 'ctranslate2_s': theirs_s,
         'ours_pairs_per_s': len(pairs) / ours_s['median_s'],
         'ctranslate2_pairs_per_s': len(pairs) / theirs_s['median_s'],

@@ -233,8 +233,7 @@ def score(workdir: str, overrides: Overrides, checkpoint: Optional[str],
                                    vocab_pair.side(tok, 'target').encode, net.cfg.max_len,
                                    (f'--input={input_path}', f'--targets={targets_path}'))
     results = score_lib.score_pairs(net, inference.params, pairs,
-                                    rows=config.decode_batch_sentences,
-                                    buckets=config.bucket_lengths)
+                                    rows=config.decode_batch_sentences)
     if not multihost.is_writer():
       return
     interruptible.raise_if_signalled()

@@ -44,11 +44,27 @@ def _plain(params, source, target):
 
 def test_each_pair_scores_as_alone_in_input_order(params):
   pairs = score.encode_pairs(SOURCES, TARGETS, _ids, _ids, CFG.max_len)
-  got = score.score_pairs(CFG, params, pairs, rows=2, buckets=(4, 8))  # several batches
+  got = score.score_pairs(CFG, params, pairs, rows=2, pad_to=4)  # several batches
   for (log_prob, n), source, target in zip(got, SOURCES, TARGETS):
     assert n == len(_ids(target)) + 1
     np.testing.assert_allclose(log_prob, _plain(params, _ids(source), _ids(target)), rtol=1e-5)
   assert score.format_line(-6.0, 4) == '-6.000000\t4\t-1.500000'
+
+
+def test_each_batch_is_padded_to_its_longest_rounded_up_to_pad_to(params, monkeypatch):
+  shapes, scored = [], score.scoring.token_log_probs
+
+  def recorded(net, p, inputs, targets, **kwargs):
+    shapes.append((inputs.shape, targets.shape))
+    return scored(net, p, inputs, targets, **kwargs)
+  monkeypatch.setattr(score.scoring, 'token_log_probs', recorded)
+  pairs = score.encode_pairs(SOURCES, TARGETS, _ids, _ids, CFG.max_len)
+  rows = score.multihost.local_mesh().size  # rows split over the devices (8 simulated)
+  want = score.score_pairs(CFG, params, pairs, rows=rows, pad_to=1)
+  got = score.score_pairs(CFG, params, pairs, rows=rows, pad_to=8)
+  # One batch: sources of up to 12 tokens with EOS, targets of up to 18.
+  assert shapes == [((rows, 12), (rows, 18)), ((rows, 16), (rows, 24))]
+  np.testing.assert_allclose([g for g, _ in got], [w for w, _ in want], rtol=1e-5)
 
 
 def test_scoring_the_n_best_gives_the_search_log_probs(params):
