@@ -33,10 +33,10 @@ from t2t_jax.model import incremental, module_jit, scoring, search
 from t2t_jax.model.transformer import BOS_ID, EOS_ID, PAD_ID, ModelLike, as_model
 
 
-# Below this many sentences a batch, the single program is faster: on the 2-core CPU, two
-# batches at once, 4 rows single 162-172 sentences/s against 157-160 compacting (the segments'
-# host round trips cost more than the few rows x steps they save); 16 rows compacting 1.06x the
-# single program, 64 rows 1.29x (docs/performance.md).
+# Below this many sentences a batch, the single program is faster. Bundled test set, 2-core
+# CPU, two batches at once (benchmarks/results/compaction.jsonl): 4 rows 159.5 sentences/s
+# single, 143.2 compacting (the segments' host round trips cost more than the few rows x steps
+# they save); 16 rows 124.7 against 142.8 (1.145x), 64 rows 114.7 against 148.1 (1.29x).
 MIN_ROWS = 16
 
 
