@@ -44,7 +44,7 @@ def levels(rows: int) -> Tuple[int, ...]:
   """The batch sizes a batch of `rows` sentences shrinks through: rows, half of it, then a
   quarter of the last, while at least 1 (64 -> 64, 32, 8, 2). Each size x cache length is a
   program to compile; on the bundled test set at 64 rows these four leave 56.6 rows x steps a
-  sentence (halving down to 1: 55.3, with 7 sizes and 1.6x the compile time; 51.0 if every
+  sentence (halving down to 1: 55.3, with 7 sizes and about 1.7x the compile time; 51.0 if every
   sentence left the batch the step it stopped; 75.4 with no compaction)."""
   sizes = [rows]
   while sizes[-1] // (2 if len(sizes) == 1 else 4) >= 1:
@@ -67,6 +67,8 @@ def compacting_beam_decode(model: ModelLike, beam_size: int, alpha: float, param
 
   Returns:
     sequences `[rows, K, L]` int32 and scores `[rows, K]` float32 (numpy), as `beam_decode`.
+  Raises:
+    ValueError: `sizes` that do not start at rows and descend, distinct, to 1 or more.
   """
   inputs = np.asarray(inputs, np.int32)
   rows, k, length = inputs.shape[0], beam_size, max_decode_len
