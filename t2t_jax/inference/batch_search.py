@@ -113,14 +113,21 @@ def sharded_decoder(model: model_lib.ModelLike, beam_size: int, alpha: float,
   return decode
 
 
-def decoder(model: model_lib.ModelLike, beam_size: int, alpha: float, mesh: Mesh, rows: int,
+def decoder(model: model_lib.ModelLike, beam_size: int, alpha: float, mesh: Mesh,
             n_best: bool = False) -> Callable[..., Any]:
-  """How `Translator` decodes batches of `rows` sentences on `mesh`: `compacting_decoder` on
-  one device from `compaction.MIN_ROWS` rows, where finished sentences leaving the batch pays;
-  otherwise `sharded_decoder` (one program a batch; the same translations either way)."""
-  if mesh.size == 1 and rows >= compaction.MIN_ROWS:
-    return compacting_decoder(model, beam_size, alpha, n_best)
-  return sharded_decoder(model, beam_size, alpha, mesh, n_best)
+  """How `Translator` decodes a batch on `mesh`, as `sharded_decoder(..., n_best)` takes it: on
+  one device a batch of `compaction.MIN_ROWS` rows or more goes to `compacting_decoder`, where
+  finished sentences leaving the batch pays; smaller ones, and every batch on several
+  devices, to `sharded_decoder` (one program a batch; the same translations either way)."""
+  sharded = sharded_decoder(model, beam_size, alpha, mesh, n_best)
+  if mesh.size > 1:
+    return sharded
+  compacting = compacting_decoder(model, beam_size, alpha, n_best)
+
+  def decode(params, inputs, max_lengths, max_decode_len: int):
+    chosen = compacting if inputs.shape[0] >= compaction.MIN_ROWS else sharded
+    return chosen(params, inputs, max_lengths, max_decode_len)
+  return decode
 
 
 def compacting_decoder(model: model_lib.ModelLike, beam_size: int, alpha: float,

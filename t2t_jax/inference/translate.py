@@ -132,7 +132,7 @@ class Translator:
                                    temperature, top_k, top_p)
     self.seed = seed
     self._decode, self._decode_n_best = (
-        decoder(self.model, beam_size, alpha, self.mesh, self.batch_sentences, n_best=b)
+        decoder(self.model, beam_size, alpha, self.mesh, n_best=b)
         for b in (False, True))
     self._search = sharded_decoder(self.model, beam_size, alpha, self.mesh, n_best=True,
                                    settings=self.settings)

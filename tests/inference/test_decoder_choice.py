@@ -18,13 +18,23 @@ WORDS = ['abc', 'hello', 'xyz', 'a', 'the fox', 'q', 'jumps', 'lazy dog', 'mmm',
 
 @pytest.mark.parametrize('rows,compacting', [(compaction.MIN_ROWS - 1, False),
                                              (compaction.MIN_ROWS, True)])
-def test_one_device_compacts_from_min_rows(rows, compacting):
-  mesh = multihost.local_mesh(jax.local_devices()[:1])
-  decode = batch_search.decoder(CFG, 4, 0.6, mesh, rows)
-  assert (decode.__qualname__.startswith('compacting_decoder')) == compacting
+def test_one_device_compacts_batches_from_min_rows(monkeypatch, rows, compacting):
+  calls, compact = [], compaction.compacting_beam_decode
+  monkeypatch.setattr(compaction, 'compacting_beam_decode',
+                      lambda *a, **k: calls.append(1) or compact(*a, **k))
+  inputs = np.ones((rows, 4), np.int32)
+  lengths = np.full((rows,), 3, np.int32)
+  params = sharp_params(0)
+  one = multihost.local_mesh(jax.local_devices()[:1])
+  best = np.asarray(batch_search.decoder(CFG, 4, 0.6, one)(params, inputs, lengths, 4))
+  assert bool(calls) == compacting
   several = multihost.local_mesh(jax.local_devices()[:2])
-  assert not batch_search.decoder(CFG, 4, 0.6, several, 64).__qualname__.startswith(
-      'compacting_decoder')
+  calls.clear()
+  rows_even = -(-rows // 2) * 2
+  spread = batch_search.decoder(CFG, 4, 0.6, several)(
+      params, np.ones((rows_even, 4), np.int32), np.full((rows_even,), 3, np.int32), 4)
+  assert not calls  # several devices: one sharded program
+  np.testing.assert_array_equal(np.asarray(spread)[:rows], best)
 
 
 def _translator(params, rows: int) -> translate.Translator:
