@@ -94,18 +94,22 @@ def _decoder(model: ModelLike, params, inputs: jax.Array, max_decode_len: int,
   # Per sentence, closed over: the encoder-decoder keys/values and the transposed vocabulary.
   # Only the self-attention cache goes through the search, which tiles it over beams and
   # reorders it at every step.
-  context = incremental.decode_context(model, params, inputs)
-
-  def logits_fn(tokens, cache):
-    logits, cache = incremental.decode_step(model, params, cache, tokens, context)
-    # Padding is never a translation token (search.py does not mask it).
-    return logits.at[:, PAD_ID].set(scoring.PAD_LOGIT), cache
-
+  logits_fn = step_logits(model, params, incremental.decode_context(model, params, inputs))
   cache = incremental.init_cache(model, inputs.shape[0], 1 if grow_cache else max_decode_len,
                                  ancestry=ancestry)
   grow = (functools.partial(incremental.grow_cache, window=as_model(model).cfg.decoder_window)
           if grow_cache else None)
   return logits_fn, cache, grow
+
+
+def step_logits(model: ModelLike, params, context: incremental.DecodeContext):
+  """The search's `LogitsFn` over a batch's `context`: (tokens `[rows, 1]` int32, cache) ->
+  (logits `[rows, vocab]` float32, cache), one `incremental.decode_step`, with padding never
+  a translation token (search.py does not mask it)."""
+  def logits_fn(tokens, cache):
+    logits, cache = incremental.decode_step(model, params, cache, tokens, context)
+    return logits.at[:, PAD_ID].set(scoring.PAD_LOGIT), cache
+  return logits_fn
 
 
 def _check_arguments(model: ModelLike, beam_size: int, alpha: float, params, inputs: jax.Array,

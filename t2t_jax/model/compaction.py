@@ -29,8 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2t_jax.model import incremental, module_jit, scoring, search
-from t2t_jax.model.transformer import BOS_ID, EOS_ID, PAD_ID, ModelLike, as_model
+from t2t_jax.model import beam_decode, incremental, module_jit, search
+from t2t_jax.model.transformer import BOS_ID, EOS_ID, ModelLike, as_model
 
 
 # Below this many sentences a batch, the single program is faster. Bundled test set, 2-core
@@ -46,9 +46,10 @@ def levels(rows: int) -> Tuple[int, ...]:
   program to compile; on the bundled test set at 64 rows these four leave 56.6 rows x steps a
   sentence (halving down to 1: 55.3, with 7 sizes and about 1.7x the compile time; 51.0 if every
   sentence left the batch the step it stopped; 75.4 with no compaction)."""
-  sizes = [rows]
-  while sizes[-1] // (2 if len(sizes) == 1 else 4) >= 1:
-    sizes.append(sizes[-1] // (2 if len(sizes) == 1 else 4))
+  sizes, divisor = [rows], 2
+  while sizes[-1] // divisor >= 1:
+    sizes.append(sizes[-1] // divisor)
+    divisor = 4
   return tuple(sizes)
 
 
@@ -118,12 +119,8 @@ def _segment(model: ModelLike, params, state, context: incremental.DecodeContext
   `smaller` sentences are live: (state, steps so far, live sentences)."""
   cache = incremental.grow_cache(state.cache, end, window=as_model(model).cfg.decoder_window)
 
-  def logits_fn(tokens, cache):  # beam_decode._decoder's
-    logits, cache = incremental.decode_step(model, params, cache, tokens, context)
-    return logits.at[:, PAD_ID].set(scoring.PAD_LOGIT), cache
-
   body = functools.partial(
-      search._step, logits_fn, max_lengths=max_lengths, alpha=alpha, eos_id=EOS_ID,
+      search._step, beam_decode.step_logits(model, params, context), max_lengths=max_lengths, alpha=alpha, eos_id=EOS_ID,
       reorder_cache=incremental.reorder_cache if ancestry else search._gather_beams,
       best_only=best_only)
 
