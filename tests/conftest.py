@@ -266,9 +266,12 @@ def pytest_terminal_summary(terminalreporter):
 
 def pytest_configure(config):
   """A test skipped because a package of requirements-dev.txt fails to import fails the run
-  (tests/skip_guard.py); other skips (no GPU, no C compiler) stay skips."""
+  (tests/skip_guard.py); other skips (no GPU, no C compiler) stay skips. A test whose
+  pytest-xdist worker crashes runs once more (tests/worker_crash.py)."""
   import skip_guard  # noqa: E402 - tests/ is on the path (pyproject.toml: pythonpath)
+  import worker_crash  # noqa: E402
   skip_guard.register(config, os.path.join(ROOT, 'requirements-dev.txt'))
+  worker_crash.register(config)
 
 
 @pytest.fixture(autouse=True)

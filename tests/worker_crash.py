@@ -1,0 +1,54 @@
+"""A pytest-xdist worker that dies inside a test runs that test once more, on a fresh worker.
+
+A worker process killed by a signal (CI, 2026-11-29: a segfault inside XLA's CPU runtime in
+tests/model/test_multi_head_attention.py, which passes alone and in every other run) is not
+an assertion of ours that failed: the same test, rerun in a new worker, tells the two apart.
+`WorkerCrashes` (registered by conftest.py) reschedules a crashed test once through
+pytest-xdist's `pytest_handlecrashitem` hook; a second crash of the same test is reported as
+the failure it is. A test that fails normally is never rerun. Every crash, rerun or not, is
+named in the terminal summary, so a run that needed one says so.
+"""
+
+from typing import Dict, List
+
+import pytest
+
+RERUNS = 1  # per test: a test that crashes its worker twice fails
+
+
+class WorkerCrashes:
+  """The controller's record of crashed tests: nodeid -> crashes so far."""
+
+  def __init__(self, reruns: int = RERUNS):
+    self.reruns = reruns
+    self.crashes: Dict[str, int] = {}
+    self.lines: List[str] = []
+
+  @pytest.hookimpl(optionalhook=True)
+  def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
+    count = self.crashes[crashitem] = self.crashes.get(crashitem, 0) + 1
+    node = getattr(getattr(report, 'node', None), 'gateway', None)
+    worker = node.id if node is not None else '?'
+    if count <= self.reruns:
+      sched.mark_test_pending(crashitem)
+      report.outcome = 'rerun'  # not 'failed': the session's failure count stays as it was
+      self.lines.append(f'worker {worker} crashed running {crashitem}; it runs again')
+    else:
+      self.lines.append(f'worker {worker} crashed running {crashitem} again: a failure')
+
+  def pytest_report_teststatus(self, report: pytest.TestReport):
+    if report.outcome == 'rerun':
+      return 'rerun', 'R', ('RERUN', {'yellow': True})
+    return None
+
+  def pytest_terminal_summary(self, terminalreporter) -> None:
+    if self.lines:
+      terminalreporter.write_sep('=', 'workers that crashed (tests/worker_crash.py)')
+      for line in self.lines:
+        terminalreporter.write_line(line)
+
+
+def register(config: pytest.Config) -> None:
+  """Registers the record in the controller only: a worker cannot reschedule its own crash."""
+  if not hasattr(config, 'workerinput'):
+    config.pluginmanager.register(WorkerCrashes(), 'worker_crash')
