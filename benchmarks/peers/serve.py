@@ -11,7 +11,10 @@ settings), from text to text (SentencePiece included):
   ct2_*@R     `ctranslate2.Translator(intra_threads=THREADS, inter_threads=1)`, one
               `translate_batch` call with max_batch_size R for each R of `--ct2-rows`
               (default: --rows), the longest source's length limit, 4 hypotheses re-ranked
-              by GNMT (`ctranslate2_decoding.translate`).
+              by GNMT (`ctranslate2_decoding.translate`); with `--ct2-splits`, one system
+              `ct2_*@R/IxJ` per split: inter_threads I (batches at once), intra_threads J.
+              On the 2-core EPYC 2x1 was CTranslate2's fastest (233-238 sentences/s at 64
+              rows against 159-222 for 1x2, 2026-11-29).
 Each CTranslate2 system runs in a child process of its own, driven over a pipe and timed
 there: in one process, loading a second CTranslate2 translator (int8 beside float32) made
 the float32 one 2x slower for the rest of the process (2.7 s -> 5.4 s a pass), even after
@@ -60,6 +63,17 @@ def _stablehlo(run, scratch: str, rows: int) -> str:
   return path
 
 
+def _splits(text: str):
+  """'1x2,2x1' -> [(1, 2), (2, 1)]; a one-line SystemExit naming --ct2-splits otherwise."""
+  try:
+    splits = [tuple(int(n) for n in item.split('x')) for item in text.split(',')]
+  except ValueError:
+    splits = []
+  if not splits or any(len(s) != 2 or min(s) < 1 for s in splits):
+    raise SystemExit(f'--ct2-splits {text!r}: expected IxJ[,IxJ...], e.g. 1x2,2x1')
+  return splits
+
+
 class _Ct2Process:
   """One CTranslate2 translator in a child process: `translate()` returns the seconds the
   child timed (`harness.Measured`) and keeps the outputs (piece lists) of the last pass."""
@@ -82,7 +96,8 @@ def _serve_ct2():
   """Child side of `_Ct2Process` (`harness.child_protocol`): one pass per request."""
   from t2t_jax.export import ctranslate2_decoding
   spec, reply = harness.child_protocol()
-  translator = serving_common.ctranslate2_translator(spec['path'], spec['threads'])
+  translator = serving_common.ctranslate2_translator(spec['path'], spec['threads'],
+                                                     spec['inter_threads'])
   reply({})
   for _ in harness.requests():
     with harness.timed() as t:
@@ -95,7 +110,7 @@ def _serve_ct2():
 
 def _systems(run, sources, args):
   """({name: untimed call returning piece lists}, {name: timed call}, {name: batch rows},
-  closers)."""
+  {name: its threads, in words}, closers)."""
   from t2t_jax.inference.portable import ExportedTranslator
   c = run.config
   ours = run.translator(c.beam_size, c.length_penalty_alpha)
@@ -106,25 +121,28 @@ def _systems(run, sources, args):
            'stablehlo': lambda: pieces(exported.translate_ids(sources))}
   timed = dict(first)
   rows = {'ours': args.rows, 'stablehlo': args.rows}
+  threads = {'ours': THREADS['ours'], 'stablehlo': THREADS['stablehlo']}
   children = []
   for quantization in ('float32', 'int8'):
     path = serving_common.ctranslate2_model(
         run, args.scratch, None if quantization == 'float32' else quantization)
-    for r in args.ct2_rows:
-      child = _Ct2Process({'path': path, 'threads': args.threads, 'rows': r,
+    for r, (inter, intra) in ((r, split) for r in args.ct2_rows for split in args.ct2_splits):
+      child = _Ct2Process({'path': path, 'threads': intra, 'inter_threads': inter, 'rows': r,
                            'pieces': run.pieces(sources), 'beam_size': c.beam_size,
                            'alpha': c.length_penalty_alpha,
                            'max_decode_extra': c.max_decode_extra, 'max_len': c.max_len})
-      name = f'ct2_{quantization}@{r}'
+      name = f'ct2_{quantization}@{r}' + (f'/{inter}x{intra}' if len(args.ct2_splits) > 1
+                                          else '')
       first[name] = lambda child=child: (child.translate(), child.outputs)[1]
       timed[name] = child.translate
       rows[name] = r
+      threads[name] = THREADS['ct2'].format(inter=inter, intra=intra)
       children.append(child)
-  return first, timed, rows, [child.close for child in children]
+  return first, timed, rows, threads, [child.close for child in children]
 
 
 THREADS = {'ours': 'XLA CPU thread pool, one per core', 'stablehlo': 'as ours',
-           'ct2': 'intra_threads={}, inter_threads=1, own process'}
+           'ct2': 'intra_threads={intra}, inter_threads={inter}, own process'}
 
 
 def main(argv=None):
@@ -136,6 +154,9 @@ def main(argv=None):
                       help="our decode batch (default: the run's decode_batch_sentences)")
   parser.add_argument('--ct2-rows', default=None,
                       help="comma list of CTranslate2's max_batch_size (default: --rows)")
+  parser.add_argument('--ct2-splits', default=None,
+                      help='comma list of CTranslate2 thread splits IxJ: I batches at once '
+                           '(inter_threads), J threads each (default: 1x--threads)')
   args = serving_common.add_args(parser).parse_args(argv)
   harness.start_jax()
   emit = harness.Emitter(args.out)
@@ -144,7 +165,8 @@ def main(argv=None):
   run, sources, references = serving_common.load(args)
   args.rows = args.rows or run.config.decode_batch_sentences
   args.ct2_rows = [int(r) for r in args.ct2_rows.split(',')] if args.ct2_rows else [args.rows]
-  first, timed, rows, closers = _systems(run, sources, args)
+  args.ct2_splits = _splits(args.ct2_splits or f'1x{args.threads}')
+  first, timed, rows, threads, closers = _systems(run, sources, args)
   sp = sentencepiece.SentencePieceProcessor(model_file=run.tokenizer.path)
   load_before = harness.load_average()
   # The untimed first pass (compilation, first allocations) gives the outputs that are scored.
@@ -162,7 +184,7 @@ def main(argv=None):
         'target_tokens_per_s': tokens / seconds, 'target_tokens': tokens,
         'bleu': bleu.corpus_bleu(text, references).score,
         'identical_to_ours': sum(a == b for a, b in zip(outputs[name], outputs['ours'])),
-        'rows': rows[name], 'threads': THREADS[name.split('_')[0]].format(args.threads)}
+        'rows': rows[name], 'threads': threads[name]}
   c = run.config
   emit({'name': 'serve', 'checkpoint': run.description,
         'config': {'d_model': c.d_model, 'num_layers': c.num_layers, 'vocab_size': c.vocab_size,

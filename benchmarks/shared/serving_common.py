@@ -83,9 +83,11 @@ def ctranslate2_model(run: Run, scratch: str, quantization: Optional[str] = None
   return path
 
 
-def ctranslate2_translator(path: str, threads: int):
+def ctranslate2_translator(path: str, threads: int, inter_threads: int = 1):
+  """A CPU `ctranslate2.Translator`: `inter_threads` batches at once, `threads` threads each."""
   import ctranslate2
-  return ctranslate2.Translator(path, device='cpu', inter_threads=1, intra_threads=threads)
+  return ctranslate2.Translator(path, device='cpu', inter_threads=inter_threads,
+                                intra_threads=threads)
 
 
 def start_against_ctranslate2(args):
