@@ -116,18 +116,30 @@ def sharded_decoder(model: model_lib.ModelLike, beam_size: int, alpha: float,
 def decoder(model: model_lib.ModelLike, beam_size: int, alpha: float, mesh: Mesh,
             n_best: bool = False) -> Callable[..., Any]:
   """How `Translator` decodes a batch on `mesh`, as `sharded_decoder(..., n_best)` takes it: on
-  one device a batch of `compaction.MIN_ROWS` rows or more goes to `compacting_decoder`, where
-  finished sentences leaving the batch pays; smaller ones, and every batch on several
-  devices, to `sharded_decoder` (one program a batch; the same translations either way)."""
+  one CPU device a batch of `compaction.MIN_ROWS` rows or more goes to `compacting_decoder`,
+  where finished sentences leaving the batch pays; smaller ones, every batch on several
+  devices and on an accelerator, to `sharded_decoder` (one program a batch; the same
+  translations either way). See `compacts`."""
   sharded = sharded_decoder(model, beam_size, alpha, mesh, n_best)
-  if mesh.size > 1:
+  if not compacts(mesh.devices.flat[0].platform, mesh.size, compaction.MIN_ROWS):
     return sharded
   compacting = compacting_decoder(model, beam_size, alpha, n_best)
 
   def decode(params, inputs, max_lengths, max_decode_len: int):
-    chosen = compacting if inputs.shape[0] >= compaction.MIN_ROWS else sharded
+    chosen = compacting if compacts('cpu', 1, inputs.shape[0]) else sharded
     return chosen(params, inputs, max_lengths, max_decode_len)
   return decode
+
+
+def compacts(platform: str, devices: int, rows: int) -> bool:
+  """Whether a batch of `rows` on `devices` devices of `platform` decodes compacting. Only on
+  one CPU device, where it was measured to pay from `compaction.MIN_ROWS` rows (1.29x at 64
+  rows). Not on an accelerator, where it is unmeasured: a small model's step there is mostly
+  kernel launches, which fewer rows do not shorten, while every segment waits on the host and
+  every batch size x cache length is one more program to compile (the embedded default on
+  the H200 spent half its 166 s compiling, issue 55 part 2). Several devices shard one
+  program."""
+  return platform == 'cpu' and devices == 1 and rows >= compaction.MIN_ROWS
 
 
 def compacting_decoder(model: model_lib.ModelLike, beam_size: int, alpha: float,

@@ -1,7 +1,7 @@
-"""`batch_search.decoder`: which search `Translator` runs a batch with. On one device from
-`compaction.MIN_ROWS` rows finished sentences leave the batch (`compacting_decoder`), below
-it and on several devices one program a batch; the translations and n-best lists are the
-single program's either way."""
+"""`batch_search.decoder`: which search `Translator` runs a batch with. On one CPU device from
+`compaction.MIN_ROWS` rows finished sentences leave the batch (`compacting_decoder`); below
+it, on several devices and on accelerators one program a batch; the translations and n-best
+lists are the single program's either way."""
 
 import jax
 import numpy as np
@@ -35,6 +35,15 @@ def test_one_device_compacts_batches_from_min_rows(monkeypatch, rows, compacting
       params, np.ones((rows_even, 4), np.int32), np.full((rows_even,), 3, np.int32), 4)
   assert not calls  # several devices: one sharded program
   np.testing.assert_array_equal(np.asarray(spread)[:rows], best)
+
+
+def test_only_one_cpu_device_compacts():
+  rows = compaction.MIN_ROWS
+  assert batch_search.compacts('cpu', 1, rows)
+  assert not batch_search.compacts('cpu', 1, rows - 1)
+  assert not batch_search.compacts('cpu', 2, rows)  # several devices: one sharded program
+  for accelerator in ('gpu', 'cuda', 'rocm', 'tpu'):
+    assert not batch_search.compacts(accelerator, 1, 64)
 
 
 def _translator(params, rows: int) -> translate.Translator:
