@@ -16,7 +16,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
 
-from t2t_jax.model import beam_decode, compaction, search, transformer as model_lib
+from t2t_jax.model import beam_decode, compaction, module_jit, search, transformer as model_lib
 from t2t_jax.runtime import multihost
 
 STRATEGIES = ('beam', 'greedy', 'sample')
@@ -91,26 +91,42 @@ def sharded_decoder(model: model_lib.ModelLike, beam_size: int, alpha: float,
 
   `settings` given: `search_batch` instead, with n_best's three outputs, and a fifth argument
   `extras` (its arrays, split alike).
-  """
-  rows = P(multihost.ROWS)
-  if settings is not None:
-    @functools.partial(jax.jit, static_argnums=3)
-    def search_rows(params, inputs, max_lengths, max_decode_len: int, extras):
-      return jax.shard_map(
-          lambda p, x, m, e: search_batch(model, settings, p, x, m, max_decode_len, e),
-          mesh=mesh, in_specs=(P(), rows, rows, rows), out_specs=(rows,) * 3,
-          check_vma=False)(params, inputs, max_lengths, extras)
-    return search_rows
 
-  @functools.partial(jax.jit, static_argnums=3)
-  def decode(params, inputs: jax.Array, max_lengths: jax.Array, max_decode_len: int):
-    def per_device(params, inputs, max_lengths):
-      return (decode_batch_n_best if n_best else decode_batch)(
-          model, beam_size, alpha, params, inputs, max_lengths, max_decode_len)
-    return jax.shard_map(per_device, mesh=mesh, in_specs=(P(), rows, rows),
-                         out_specs=(rows,) * 3 if n_best else rows,
-                         check_vma=False)(params, inputs, max_lengths)
+  Decoders of equal models and settings share their compiled programs (`module_jit`): a
+  second `Translator` of the same run, or the final test decode after the dev BLEU evals,
+  compiles nothing again.
+  """
+  jitted, statics = ((_search_rows, (model, settings, mesh)) if settings is not None else
+                     (_decode_rows, (model, beam_size, alpha, mesh, n_best)))
+  decode = functools.partial(jitted, *statics)
+  decode.lower = functools.partial(jitted.lower, *statics)  # as a jitted function's
   return decode
+
+
+@module_jit.jit_on_module(static_argnums=(1, 2, 3, 4, 8))
+def _decode_rows(model: model_lib.ModelLike, beam_size: int, alpha: float, mesh: Mesh,
+                 n_best: bool, params, inputs: jax.Array, max_lengths: jax.Array,
+                 max_decode_len: int):
+  """`sharded_decoder`'s program without settings."""
+  rows = P(multihost.ROWS)
+
+  def per_device(params, inputs, max_lengths):
+    return (decode_batch_n_best if n_best else decode_batch)(
+        model, beam_size, alpha, params, inputs, max_lengths, max_decode_len)
+  return jax.shard_map(per_device, mesh=mesh, in_specs=(P(), rows, rows),
+                       out_specs=(rows,) * 3 if n_best else rows,
+                       check_vma=False)(params, inputs, max_lengths)
+
+
+@module_jit.jit_on_module(static_argnums=(1, 2, 6))
+def _search_rows(model: model_lib.ModelLike, settings: SearchSettings, mesh: Mesh, params,
+                 inputs: jax.Array, max_lengths: jax.Array, max_decode_len: int, extras):
+  """`sharded_decoder`'s program with settings."""
+  rows = P(multihost.ROWS)
+  return jax.shard_map(
+      lambda p, x, m, e: search_batch(model, settings, p, x, m, max_decode_len, e),
+      mesh=mesh, in_specs=(P(), rows, rows, rows), out_specs=(rows,) * 3,
+      check_vma=False)(params, inputs, max_lengths, extras)
 
 
 def decoder(model: model_lib.ModelLike, beam_size: int, alpha: float, mesh: Mesh,

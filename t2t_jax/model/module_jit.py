@@ -15,7 +15,8 @@ import jax
 def jit_on_module(fn: Optional[Callable] = None, *, static_argnums: Sequence[int] = (),
                   static_argnames: Sequence[str] = ()) -> Callable:
   """`fn(module, *args, **kwargs)` jitted with `module` (and `static_argnums`, counted with
-  the module as 0, and `static_argnames`) static. Without `fn`: a decorator."""
+  the module as 0, and `static_argnames`) static, with jit's `.lower` beside it. Without
+  `fn`: a decorator."""
   if fn is None:
     return functools.partial(jit_on_module, static_argnums=static_argnums,
                              static_argnames=static_argnames)
@@ -30,4 +31,5 @@ def jit_on_module(fn: Optional[Callable] = None, *, static_argnums: Sequence[int
       return jax.jit(functools.partial(fn, module), static_argnums=tuple(n - 1 for n in nums if n),
                      static_argnames=tuple(static_argnames))(*args, **kwargs)
     return jitted(module, *args, **kwargs)
+  call.lower = jitted.lower  # for a hashable module: the shared program's lowering
   return call

@@ -69,3 +69,23 @@ def test_a_compacting_translator_translates_as_the_single_program(monkeypatch):
     np.testing.assert_allclose([h.score for h in mine], [h.score for h in theirs], rtol=1e-5)
     np.testing.assert_allclose([h.log_prob for h in mine], [h.log_prob for h in theirs],
                                rtol=1e-5)
+
+
+def test_equal_translators_share_their_compiled_programs(monkeypatch):
+  """A second Translator of the same model (a notebook's second one, or the final test decode
+  after the dev BLEU evals) traces and compiles nothing again; a different alpha does."""
+  traced, decode_batch = [], batch_search.decode_batch
+  monkeypatch.setattr(batch_search, 'decode_batch',
+                      lambda *a, **k: traced.append(a[2]) or decode_batch(*a, **k))
+  params = sharp_params(2)
+
+  def translator(alpha):
+    return translate.Translator(CFG, params, CharTokenizer(), batch_sentences=4, threads=1,
+                                parallelism='threads', max_decode_extra=4,
+                                bucket_lengths=(16,), alpha=alpha)
+  first = translator(0.6173).translate_ids(WORDS[:4])  # an alpha no other test compiles
+  assert traced == [0.6173]
+  assert translator(0.6173).translate_ids(WORDS[:4]) == first
+  assert traced == [0.6173]
+  translator(0.7).translate_ids(WORDS[:4])
+  assert traced == [0.6173, 0.7]
