@@ -96,11 +96,9 @@ def sharded_decoder(model: model_lib.ModelLike, beam_size: int, alpha: float,
   second `Translator` of the same run, or the final test decode after the dev BLEU evals,
   compiles nothing again.
   """
-  jitted, statics = ((_search_rows, (model, settings, mesh)) if settings is not None else
-                     (_decode_rows, (model, beam_size, alpha, mesh, n_best)))
-  decode = functools.partial(jitted, *statics)
-  decode.lower = functools.partial(jitted.lower, *statics)  # as a jitted function's
-  return decode
+  if settings is not None:
+    return _search_rows.bind(model, settings, mesh)
+  return _decode_rows.bind(model, beam_size, alpha, mesh, n_best)
 
 
 @module_jit.jit_on_module(static_argnums=(1, 2, 3, 4, 8))

@@ -15,8 +15,8 @@ import jax
 def jit_on_module(fn: Optional[Callable] = None, *, static_argnums: Sequence[int] = (),
                   static_argnames: Sequence[str] = ()) -> Callable:
   """`fn(module, *args, **kwargs)` jitted with `module` (and `static_argnums`, counted with
-  the module as 0, and `static_argnames`) static, with jit's `.lower` beside it. Without
-  `fn`: a decorator."""
+  the module as 0, and `static_argnames`) static. Its `.bind(module, *statics)` fixes the
+  leading static arguments. Without `fn`: a decorator."""
   if fn is None:
     return functools.partial(jit_on_module, static_argnums=static_argnums,
                              static_argnames=static_argnames)
@@ -31,5 +31,21 @@ def jit_on_module(fn: Optional[Callable] = None, *, static_argnums: Sequence[int
       return jax.jit(functools.partial(fn, module), static_argnums=tuple(n - 1 for n in nums if n),
                      static_argnames=tuple(static_argnames))(*args, **kwargs)
     return jitted(module, *args, **kwargs)
-  call.lower = jitted.lower  # for a hashable module: the shared program's lowering
+
+  def bind(*leading):
+    """`call` with its first arguments fixed (the module first, all of them static), as one
+    jitted function with `.lower`: the shared programs when they hash, else a jit of its own,
+    compiled once for the bound function (as a closure jitted around them would be) instead
+    of at every call."""
+    try:
+      hash(leading)
+    except TypeError:
+      k = len(leading)
+      return jax.jit(functools.partial(fn, *leading),
+                     static_argnums=tuple(n - k for n in nums if n >= k),
+                     static_argnames=tuple(static_argnames))
+    bound = functools.partial(jitted, *leading)
+    bound.lower = functools.partial(jitted.lower, *leading)
+    return bound
+  call.bind = bind
   return call

@@ -45,3 +45,25 @@ def test_static_arguments_on_both_paths_and_one_program_for_equal_modules():
   assert len(traced) == 2
   np.testing.assert_allclose(embed(_Listed(CFG, notes=[]), ids, 3.0, double=True), one * 2)
   assert len(traced) == 3
+
+
+def test_bind_shares_programs_of_equal_modules_and_compiles_an_unhashable_one_once():
+  traced = []
+
+  @module_jit.jit_on_module(static_argnums=(1,))
+  def embed(net, scale, ids):
+    traced.append(net)
+    return net.apply({'params': params}, ids, method=model.Transformer.encode) * scale
+
+  params = model.init_params(CFG, jax.random.PRNGKey(1))
+  ids = jnp.asarray(INPUTS)
+  want = model.Transformer(CFG).apply({'params': params}, ids, method=model.Transformer.encode)
+  for net in (model.Transformer(CFG), model.Transformer(CFG)):  # equal: one program
+    bound = embed.bind(net, 2.0)
+    np.testing.assert_allclose(bound(ids), want * 2.0, rtol=1e-5, atol=1e-6)
+    assert bound.lower(ids).compile() is not None
+  assert len(traced) == 1
+  listed = embed.bind(_Listed(CFG, notes=[]), 2.0)  # unhashable: its own program, once
+  for _ in range(3):
+    np.testing.assert_allclose(listed(ids), want * 2.0, rtol=1e-5, atol=1e-6)
+  assert len(traced) == 2
