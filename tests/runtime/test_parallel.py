@@ -130,6 +130,25 @@ def test_eval_step_sums_over_devices():
     np.testing.assert_allclose(metrics[k], expected[k], rtol=1e-5)
 
 
+class _Listed(model.Transformer):
+  """The paper's model with an attribute jit cannot hash."""
+  notes: list = None
+
+
+def test_equal_models_on_one_mesh_share_one_eval_step():
+  """The final test eval reuses the programs the dev evals compiled."""
+  mesh = parallel.make_mesh()
+  step = parallel.make_eval_step(CFG, mesh, label_smoothing=0.1)
+  assert parallel.make_eval_step(model.Transformer(CFG), mesh, label_smoothing=0.1) is step
+  assert parallel.make_eval_step(CFG, mesh, label_smoothing=0.2) is not step
+  assert parallel.make_eval_step(CFG, parallel.make_mesh(jax.devices()[:2])) is not step
+  listed = _Listed(CFG, notes=[])  # unhashable: a step of its own, still correct
+  params = model.init_params(CFG, jax.random.PRNGKey(0))
+  args = parallel.replicate(params, mesh), parallel.shard_batch(_batch(seed=5), mesh)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(step(*args)),
+                         jax.device_get(parallel.make_eval_step(listed, mesh)(*args)))
+
+
 @pytest.mark.parametrize('shard', [False, True])
 def test_nonfinite_step_is_skipped_and_counted(shard):
   mesh = parallel.make_mesh()
