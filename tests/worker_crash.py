@@ -1,8 +1,11 @@
 """A pytest-xdist worker that dies inside a test runs that test once more, on a fresh worker.
 
-A worker process killed by a signal (CI, 2026-11-29: a segfault inside XLA's CPU runtime in
-tests/model/test_multi_head_attention.py, which passes alone and in every other run) is not
-an assertion of ours that failed: the same test, rerun in a new worker, tells the two apart.
+A worker process killed by a signal is not an assertion of ours that failed: the same test,
+rerun in a new worker, tells the two apart. The one seen (CI, then 3 of 3 local fast-tier runs
+on 2026-11-29): a segfault in XLA:CPU's `deserialize_executable`, loading a program of
+`incremental.check_incremental` from the persistent compilation cache, after some hundreds of
+other tests in the same process. The test passes alone, and its rerun passes; replaying the
+crashed worker's test order in one process reproduces it.
 `WorkerCrashes` (registered by conftest.py) reschedules a crashed test once through
 pytest-xdist's `pytest_handlecrashitem` hook; a second crash of the same test is reported as
 the failure it is. A test that fails normally is never rerun. Every crash, rerun or not, is
