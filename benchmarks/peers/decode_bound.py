@@ -11,7 +11,7 @@ bundled test set (1010 sentences, beam 4, alpha 0.6), times interleaved passes o
 and each matrix product of one decoder step at R x beam hypotheses (per layer the self-
 attention's query, key, value and output, the cross-attention's query and output, the FFN's
 two; then the vocabulary projection), each timed inside one jitted `fori_loop` of many
-iterations, so no dispatch between them is counted (`step_gemm_seconds`). The attention's own
+iterations, so no dispatch between them is counted (`gemms`). The attention's own
 score and value products (one query against the cache) are left out: a few percent of the
 step's FLOPs.
 
@@ -21,7 +21,7 @@ floor (`best_only`: every sentence stops the step its best can no longer change,
 the batch then). The record gives, in microseconds per row-step (one sentence, its beam of 4):
   ours_us            ours@R's seconds over its row-steps;
   gemm_us            the step's GEMMs at their own in-loop rate;
-  needed_at_floor_us CTranslate2's best seconds over the floor's row-steps: what a row-step of
+  needed_at_floor_us CTranslate2's seconds over the floor's row-steps: what a row-step of
                      ours would have to cost for 1.0x even if no sentence ran a step past
                      its own end.
 
@@ -95,6 +95,8 @@ def main(argv=None):
   parser.add_argument('--rounds', type=int, default=3, help='timed passes of each system')
   harness.add_out_argument(parser)
   args = parser.parse_args(argv)
+  if min(args.rows, args.ct2_rows, args.rounds) < 1:
+    parser.error('--rows, --ct2-rows and --rounds must be at least 1')
   ours_row_steps, floor = row_steps(args.stopping, args.workdir, args.rows)
   os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
   harness.start_jax()
@@ -112,21 +114,22 @@ def _systems(args):
   import ctranslate2
   from benchmarks.shared import serving_common
   from t2t_jax.export import ctranslate2_decoding
-  from t2t_jax.inference import translate
+  from t2t_jax.inference import batch_search, translate
   run = serving_common.load_run(args.workdir)
   sources = serving_common.test_set('en', None)
-  from t2t_jax.inference import batch_search
   ours = translate.Translator.from_workdir(args.workdir, batch_sentences=args.rows)
   # The single program at every R (Translator compacts from compaction.MIN_ROWS rows), so
   # that stopping.py's row-steps are this system's.
   ours._decode = batch_search.sharded_decoder(  # pylint: disable=protected-access
       ours.model, ours.beam_size, ours.alpha, ours.mesh, False)
   ct2 = ctranslate2.Translator(args.ct2, device='cpu', inter_threads=1, intra_threads=1)
-  pieces = run.pieces(sources)
+  pieces, c = run.pieces(sources), run.config
   return ours, {f'ours@{args.rows}': lambda: [run.tokenizer.pieces(ids) for ids in
                                         ours.translate_ids(sources)],
           f'ct2@{args.ct2_rows}': lambda: ctranslate2_decoding.translate(
-              ct2, pieces, max_batch_size=args.ct2_rows, exact_lengths=False)}, sources
+              ct2, pieces, beam_size=c.beam_size, alpha=c.length_penalty_alpha,
+              max_decode_extra=c.max_decode_extra, max_len=c.max_len,
+              max_batch_size=args.ct2_rows, exact_lengths=False)}, sources
 
 
 def _record(args, cfg, beam: int, passes: Dict[str, List[float]], sentences: int,
