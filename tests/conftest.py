@@ -248,6 +248,32 @@ def pytest_collection_finish(session):
   gc.set_threshold(50_000, 20, 20)  # Python's defaults: 700, 10, 10
 
 
+# A worker's memory-mapped regions, bounded below the kernel's vm.max_map_count (65,530 by
+# default): each XLA:CPU executable maps its code, and past the limit the next one to load
+# from the compilation cache segfaults inside XLA (`deserialize_executable`). Measured on
+# 2026-11-29: a worker reached 64,826 regions after ~550 tests and crashed there, on CI and
+# in 3 of 3 local runs. Between test modules, past the bound, jax's caches are dropped.
+_MAPPED_REGIONS_BOUND = 40_000
+
+
+def _mapped_regions() -> int:
+  try:
+    with open('/proc/self/maps', 'rb') as f:
+      return sum(1 for _ in f)
+  except OSError:  # not Linux: no such limit to keep below
+    return 0
+
+
+def pytest_runtest_teardown(item, nextitem):
+  """At the end of a test module, drops jax's compiled programs if the process holds more
+  than `_MAPPED_REGIONS_BOUND` mapped regions (the next module recompiles or loads from the
+  persistent cache what it needs)."""
+  if (nextitem is None or nextitem.module is not item.module) and (
+      _mapped_regions() > _MAPPED_REGIONS_BOUND):
+    import jax
+    jax.clear_caches()
+
+
 def pytest_collection_modifyitems(items):
   """The slow tests first: with pytest-xdist's workers, long jobs started early and short ones
   filling the gaps end the run sooner than a long test started last (longest first)."""

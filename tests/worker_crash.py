@@ -2,10 +2,12 @@
 
 A worker process killed by a signal is not an assertion of ours that failed: the same test,
 rerun in a new worker, tells the two apart. The one seen (CI, then 3 of 3 local fast-tier runs
-on 2026-11-29): a segfault in XLA:CPU's `deserialize_executable`, loading a program of
-`incremental.check_incremental` from the persistent compilation cache, after some hundreds of
-other tests in the same process. The test passes alone, and its rerun passes; replaying the
-crashed worker's test order in one process reproduces it.
+on 2026-11-29) was a segfault in XLA:CPU's `deserialize_executable` once the worker held
+64,826 memory-mapped regions, against the kernel's vm.max_map_count of 65,530. Each loaded
+executable maps its code. conftest.py now drops jax's caches between test modules past
+40,000 regions, which removed it (the crashed worker's 551 tests replayed in one process:
+crash before, 552 passed after, peak 49,137 regions). This rerun stays as the net for the
+next crash of that kind.
 `WorkerCrashes` (registered by conftest.py) reschedules a crashed test once through
 pytest-xdist's `pytest_handlecrashitem` hook; a second crash of the same test is reported as
 the failure it is. A test that fails normally is never rerun. Every crash, rerun or not, is
