@@ -135,12 +135,13 @@ def decoder(model: model_lib.ModelLike, beam_size: int, alpha: float, mesh: Mesh
   devices and on an accelerator, to `sharded_decoder` (one program a batch; the same
   translations either way). See `compacts`."""
   sharded = sharded_decoder(model, beam_size, alpha, mesh, n_best)
-  if not compacts(mesh.devices.flat[0].platform, mesh.size, compaction.MIN_ROWS):
+  platform = mesh.devices.flat[0].platform
+  if not compacts(platform, mesh.size, compaction.MIN_ROWS):
     return sharded
   compacting = compacting_decoder(model, beam_size, alpha, n_best)
 
   def decode(params, inputs, max_lengths, max_decode_len: int):
-    chosen = compacting if compacts('cpu', 1, inputs.shape[0]) else sharded
+    chosen = compacting if compacts(platform, mesh.size, inputs.shape[0]) else sharded
     return chosen(params, inputs, max_lengths, max_decode_len)
   return decode
 

@@ -120,7 +120,8 @@ def _segment(model: ModelLike, params, state, context: incremental.DecodeContext
   cache = incremental.grow_cache(state.cache, end, window=as_model(model).cfg.decoder_window)
 
   body = functools.partial(
-      search._step, beam_decode.step_logits(model, params, context), max_lengths=max_lengths, alpha=alpha, eos_id=EOS_ID,
+      search._step, beam_decode.step_logits(model, params, context), max_lengths=max_lengths,
+      alpha=alpha, eos_id=EOS_ID,
       reorder_cache=incremental.reorder_cache if ancestry else search._gather_beams,
       best_only=best_only)
 
