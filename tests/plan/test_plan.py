@@ -15,7 +15,7 @@ from configs import quickstart, wmt_base
 from conftest import run_main
 from t2t_jax.model import transformer as model
 from t2t_jax.plan import analytic, chips, compile as compile_lib, hlo, report
-from t2t_jax.plan import roofline, topology
+from t2t_jax.plan import mode as plan_mode, roofline, topology
 
 
 # The tests that compile need libtpu (requirements-tpu.txt, which .ci/run installs).
@@ -27,6 +27,11 @@ needs_libtpu = pytest.mark.skipif(importlib.util.find_spec('libtpu') is None,
 # run turns the cache on).
 pytestmark = pytest.mark.filterwarnings(
     'ignore:Error reading persistent compilation cache entry:UserWarning')
+# What the TPU compiler reported of each program, kept between runs beside that cache as
+# `--mode=plan` keeps it (`plan.cache`, keyed by the lowered module, devices, flags and the
+# versions of jax, jaxlib and libtpu): a warm run compiles only the programs a change touched
+# (test_plan_shapes.py checks that a second plan reads them back).
+_PLAN_CACHE = plan_mode.cache_dir(None)
 
 
 def _tiny(**overrides):
@@ -41,7 +46,7 @@ def _tiny(**overrides):
 
 @pytest.fixture(scope='module')
 def tiny_plan():
-  return report.make_plan(_tiny(), 'v5e:2x4', search_batch=False)
+  return report.make_plan(_tiny(), 'v5e:2x4', search_batch=False, cache_dir=_PLAN_CACHE)
 
 
 @needs_libtpu
@@ -179,7 +184,7 @@ def test_a_batch_too_big_for_the_chip_is_refused_by_the_compiler():
   # refuses it in seconds).
   config = quickstart.get_config()
   config.tokens_per_batch = 2 ** 22
-  plan = report.make_plan(config, 'v5e:2x4', search_batch=False)
+  plan = report.make_plan(config, 'v5e:2x4', search_batch=False, cache_dir=_PLAN_CACHE)
   assert plan['fits'] is False and plan['hbm_bytes_per_chip'] > 16 * 2 ** 30
   assert 'HBM' in plan['compiler_message']
   with pytest.raises(report.PlanError, match=(
@@ -288,7 +293,7 @@ def test_zero_sharding_shows_in_the_plan(accum):
   choice: for this tiny model it turns the reduce-scatter into an all-reduce and keeps a
   slice (the CPU compiler keeps the reduce-scatter, tests/runtime/test_parallel.py)."""
   p = report.make_plan(_tiny(shard_optimizer_state=True, grad_accum_steps=accum), 'v5e:2x4',
-                       search_batch=False)
+                       search_batch=False, cache_dir=_PLAN_CACHE)
   params = p['memory']['params']
   assert p['memory']['optimizer_state'] < 2 * params / 4  # 1/8 of the two moments, or so
   kinds = {c['kind']: c for c in p['collectives']}
@@ -302,7 +307,8 @@ def test_zero_sharding_shows_in_the_plan(accum):
 @needs_libtpu
 def test_plan_meshes_compiles_each_layout_and_chooses_the_fastest_that_fits():
   from t2t_jax.plan import layouts  # pylint: disable=import-outside-toplevel
-  result = layouts.plan_layouts(_tiny(), 'v5e:2x4', ['data:-1', 'fsdp:-1', 'tensor:3'])
+  result = layouts.plan_layouts(_tiny(), 'v5e:2x4', ['data:-1', 'fsdp:-1', 'tensor:3'],
+                                _PLAN_CACHE)
   rows = {r['mesh']: r for r in result['layouts']}
   assert rows['data:-1']['fits'] and rows['fsdp:-1']['fits']
   assert rows['fsdp:-1']['memory']['params'] < rows['data:-1']['memory']['params'] / 7
