@@ -43,6 +43,7 @@ from t2t_jax.plan import mode as plan_mode  # noqa: E402
 from t2t_jax.runtime import interruptible, resolution  # noqa: E402
 from t2t_jax.storage import workdir as workdir_lib  # noqa: E402
 from t2t_jax.training import mesh_info, optim, plots, summary  # noqa: E402
+from t2t_jax.training import train as train_lib  # noqa: E402
 
 if __name__ == '__main__':
   gc.freeze()
@@ -158,7 +159,7 @@ def _info() -> None:
 
 
 MODE_FUNCTIONS = {
-    'train': lambda config: summary.train_and_finish(config, FLAGS.workdir),
+    'train': lambda config: summary.train_and_finish(config, FLAGS.workdir, resolved=True),
     'eval': lambda config: inference_modes.evaluate_split(
         FLAGS.workdir, _overrides(), FLAGS.checkpoint, FLAGS.split),
     'decode': lambda config: inference_modes.decode(
@@ -217,8 +218,9 @@ def main(argv) -> None:
   if FLAGS.mode not in BARE_MODES:
     _start_runtime()
     # Resolved once (runtime/resolution.py): derived values written out, command-line keys
-    # with no effect or against the model factory refused, the canonical form train records.
-    config = resolution.resolve(FLAGS.config, _override_keys(sys.argv))
+    # with no effect or against the model factory refused, the canonical form train records;
+    # once the workdir has a checkpoint, the files the config names are provenance.
+    config = train_lib.resolve_run(FLAGS.config, FLAGS.workdir, _override_keys(sys.argv))
   if FLAGS.mode not in WORKDIR_FREE_MODES and not FLAGS.workdir:
     raise app.UsageError(f'--workdir is required for --mode={FLAGS.mode}')
   if FLAGS.mode in WORKDIR_WRITING_MODES:

@@ -262,7 +262,8 @@ def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable
     The Tokenizer, whose vocab_size equals config.vocab_size (TokenizerError otherwise).
   """
   path = vocab_path(workdir)
-  want = vocab_record.wanted(config, data_fingerprint)
+  want = vocab_record.wanted(config, data_fingerprint,
+                            recorded=vocab_record.read(workdir)[0] if trained else None)
   stale = _stale(workdir, want, trained, checkpoint_vocabulary)
   if stale is None:
     tok = load(path, config.vocab_size) if trained else _checked(Tokenizer(path),

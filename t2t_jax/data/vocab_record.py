@@ -64,14 +64,26 @@ def given(config: Any) -> Optional[str]:
   return run.source_vocab if source else run.vocab
 
 
-def wanted(config: Any, data_fingerprint: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+def wanted(config: Any, data_fingerprint: Optional[Dict[str, Any]],
+           recorded: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
   """The record a vocabulary made now for `config` would have (without its sha256): trained
-  from its data and settings, or taken as it is (`given`: its path and sha256)."""
+  from its data and settings, or taken as it is (`given`: its path and sha256).
+
+  `recorded`: the workdir's record when checkpoints depend on its vocabulary (a resumed run).
+  A vocabulary that was given is then provenance: not named again, or no longer where it was
+  (a moved `vocab_model`, a moved or deleted `init_from` parent), it is the recorded one; a
+  file named again and readable is compared by content.
+  """
   source = given(config)
+  taken = recorded is not None and 'given_sha256' in recorded
+  if taken and source is None:
+    return {'given': recorded.get('given'), 'given_sha256': recorded['given_sha256']}
   if source is not None:
     try:
       digest = sha256(paths.read_bytes(source))
     except OSError as e:
+      if taken:
+        return {'given': recorded.get('given'), 'given_sha256': recorded['given_sha256']}
       key = 'source_vocab_model' if trained_on(config) == 'source' else 'vocab_model'
       key = key if getattr(config, key, '') else 'init_from'
       raise config_lib.ConfigError(f'--config.{key}={config[key]}: the vocabulary {source} '

@@ -62,6 +62,38 @@ def latest_training_config(workdir: str) -> Dict[str, Any]:
   return latest_training_setup(workdir)[0]
 
 
+def has_checkpoint(workdir: Optional[str]) -> bool:
+  """Whether `workdir` holds a finalized training checkpoint (its inputs are then provenance:
+  `resolution.resolve(recorded=True)`)."""
+  try:
+    return bool(workdir) and bool(training_steps(workdir))
+  except (OSError, ValueError):
+    return False
+
+
+def remember_factory(workdir: Optional[str], typed: str = '') -> None:
+  """Makes the `--config.model` factory file the run `workdir` was trained with loadable here
+  from its newest checkpoint's record (`variant.remember`), should the file have moved or
+  gone: a later mode or a resume needs only the workdir (`typed`: the command line's
+  `--config.model`, as `variant.remember` takes it). Nothing for a run of the paper's
+  model, a workdir without checkpoints, or records that do not read (the mode reading them
+  says why)."""
+  if not workdir:
+    return
+  try:
+    steps = training_steps(workdir)
+  except (OSError, ValueError):
+    return
+  for step in reversed(steps):
+    item = os.path.join(layout.of(workdir).checkpoints, str(step), checkpoint_lib.MODEL_ITEM)
+    try:
+      if epath.Path(item).is_dir():
+        variant.remember(read_json_item(item), typed)
+      return
+    except (OSError, ValueError, CheckpointError):
+      continue
+
+
 def latest_training_setup(workdir: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
   """(config JSON, its `checkpoint.SETUP_ITEMS` present) of the newest training checkpoint
   whose config reads, as `latest_training_config`."""

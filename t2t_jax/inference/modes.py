@@ -52,6 +52,7 @@ def run_config(workdir: str, saved: Dict[str, Any], source: str, overrides: Over
   the model cannot change, a `--config.model` file moved with its content can:
   `model_source` is the checkpoint's record of it); its `model` factory checked."""
   recorded = config_lib.from_json(saved, source)
+  variant.remember(model_source)  # the factory file's recorded text, should it have moved
   if 'model' not in overrides.keys:
     check_model(workdir, recorded, model_source)  # before anything builds it
   config = resolution.with_overrides(recorded, config_lib.absolute_paths(overrides.config),

@@ -16,6 +16,7 @@ what is wrong with a spec that names no usable factory (`VariantError`).
 
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import os
@@ -95,20 +96,52 @@ def _import_file(spec: str, path: str, key: str = 'model'):
   full = os.path.abspath(os.path.expanduser(path))
   if not path.endswith('.py'):
     raise VariantError(spec, f'{path} is not a .py file; expected {FORM}', key=key)
-  if not os.path.isfile(full):
+  recorded = None if os.path.isfile(full) else _RECORDED.get(full)
+  if not os.path.isfile(full) and recorded is None:
     raise VariantError(spec, f'no such file {full}', missing=True, key=key)
   name = '_t2t_jax_variant_' + hashlib.sha256(full.encode()).hexdigest()[:16]
   if name in sys.modules:
     return sys.modules[name]
-  file_spec = importlib.util.spec_from_file_location(name, full)
-  module = importlib.util.module_from_spec(file_spec)
+  if recorded is None:
+    file_spec = importlib.util.spec_from_file_location(name, full)
+    module = importlib.util.module_from_spec(file_spec)
+    run = file_spec.loader.exec_module
+  else:  # the run's own copy of a file that has moved (`remember`): its recorded text
+    module = importlib.util.module_from_spec(importlib.machinery.ModuleSpec(name, None))
+    module.__file__ = full
+    run = lambda m: exec(compile(recorded['text'], full, 'exec'), m.__dict__)  # noqa: E731,S102
   sys.modules[name] = module
   try:
-    file_spec.loader.exec_module(module)
+    run(module)
   except Exception as e:  # noqa: BLE001  as in _import_module
     del sys.modules[name]
     raise _failed(spec, full, e, key) from None
   return module
+
+
+# A factory file's source is recorded with the checkpoints (`source_record`), up to this size,
+# so that a run never needs the file again once it has a checkpoint (the workdir is
+# self-contained): `remember` hands a checkpoint's record to `_import_file`, which runs the
+# recorded text when the file is no longer where it was.
+_TEXT_LIMIT = 1 << 20
+_RECORDED = {}  # absolute file path -> its checkpoint's `source_record`
+
+
+def remember(record, typed: str = '') -> None:
+  """Makes a checkpoint's factory record (`source_record`, with its `text`) loadable in this
+  process when its file has moved or gone: `load_factory` of the recorded path then runs the
+  recorded source (an edited file that is still there is the file, as `source_change` says).
+  `typed`: the spec a command line gives again; when its file is gone too and it names the
+  same file name and factory as the record, it is the record's provenance and loads the same.
+  None, or a record without text (a module, a checkpoint from before texts), does nothing."""
+  if not (record and record.get('file') and isinstance(record.get('text'), str)):
+    return
+  _RECORDED.setdefault(os.path.abspath(record['file']), record)
+  where, _, attr = (typed or '').rpartition(':')
+  if where and _is_file(where) and attr == str(record.get('spec', '')).rpartition(':')[2]:
+    full = os.path.abspath(os.path.expanduser(where))
+    if os.path.basename(full) == os.path.basename(record['file']) and not os.path.isfile(full):
+      _RECORDED.setdefault(full, record)
 
 
 def load_factory(spec: str, key: Optional[str] = None) -> Callable:
@@ -192,20 +225,29 @@ def from_config(config, **cfg_overrides) -> Transformer:
 
 def source_record(spec: str):
   """What a checkpoint records of the factory `spec` names, so that a later edit of its source
-  is noticed: `{'spec', 'file' (the absolute path of the module's file), 'sha256' (of its
-  bytes)}`; None for the paper's model ('') or a module without a file. Only the module the
-  spec names is hashed: an edit of a module it imports goes unnoticed (the parameter check
-  still catches one that renames or reshapes parameters)."""
+  is noticed and a moved file is not needed: `{'spec', 'file' (the absolute path of the
+  module's file), 'sha256' (of its bytes), 'text' (its source, for a UTF-8 file of at most
+  1 MiB: `remember`)}`; None for the paper's model ('') or a module without a file. Only the
+  module the spec names is hashed and kept: an edit of a module it imports goes unnoticed (the
+  parameter check still catches one that renames or reshapes parameters)."""
   if not spec:
     return None
   where = spec.rpartition(':')[0]
   module = _import_file(spec, where) if _is_file(where) else _import_module(spec, where)
   path = getattr(module, '__file__', None)
+  if path and not os.path.isfile(path) and os.path.abspath(path) in _RECORDED:
+    return dict(_RECORDED[os.path.abspath(path)], spec=spec)  # run from its recorded text
   if not path or not os.path.isfile(path):
     return None
   with open(path, 'rb') as f:
-    digest = hashlib.sha256(f.read()).hexdigest()
-  return {'spec': spec, 'file': os.path.abspath(path), 'sha256': digest}
+    data = f.read()
+  record = {'spec': spec, 'file': os.path.abspath(path), 'sha256': hashlib.sha256(data).hexdigest()}
+  try:
+    if len(data) <= _TEXT_LIMIT:
+      record['text'] = data.decode('utf-8')
+  except UnicodeDecodeError:
+    pass
+  return record
 
 
 def source_change(saved, spec: str):
@@ -232,6 +274,8 @@ def same_source(saved_source, saved: str, spec: str) -> bool:
   if attr != saved.rpartition(':')[2] or not _is_file(where):
     return False
   path = os.path.abspath(os.path.expanduser(where))
+  if not os.path.isfile(path) and path in _RECORDED:  # gone: the record it loads (`remember`)
+    return _RECORDED[path].get('sha256') == saved_source['sha256']
   try:
     with open(path, 'rb') as f:
       return hashlib.sha256(f.read()).hexdigest() == saved_source['sha256']

@@ -249,8 +249,8 @@ class Checkpointer:
       logging.warning('%s (checkpoint step %d)', note, step)
     if refusal:
       return (f'{self.directory} holds checkpoints (latest step {step}) trained on other data: '
-              f'{refusal}. Restore those files, or train in another --workdir; nothing was '
-              'changed.')
+              f'{refusal}. {_data_advice(saved_config, config)}Restore those files, or train '
+              'in another --workdir; nothing was changed.')
     return None
 
   def restore(self, abstract_state, step: Optional[int] = None):
@@ -392,6 +392,20 @@ class Checkpointer:
           self._manager.close()
       finally:  # only now: the failed save's other writes may run until orbax is closed
         self._remove_partial(self._failed)
+
+
+def _data_advice(saved_config: Dict[str, Any], config: ml_collections.ConfigDict) -> str:
+  """'' or the sentence naming the data folder the run was trained on when this command names
+  another (or none: the bundled corpus), and the flag that points at its place."""
+  for key in ('local_corpus_dir', 'treebank_dir'):
+    then, now = saved_config.get(key) or '', config.get(key) or ''
+    if then and config_lib.absolute_value(key, then) != config_lib.absolute_value(key, now):
+      reads = now or (f'no --config.{key}' + (' (the bundled corpus)'
+                                              if key == 'local_corpus_dir' else ''))
+      return (f'The run was trained on {then} (--config.{key}); this command reads {reads}: '
+              f'name that data\'s place with --config.{key}=PATH (a moved copy is accepted '
+              'by its content). ')
+  return ''
 
 
 def abstract_like(tree) -> Any:

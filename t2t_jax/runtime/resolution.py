@@ -86,15 +86,22 @@ def _drop_no_effect(config: ml_collections.ConfigDict, explicit: set, quiet: boo
 
 
 def _vocab_size_of_model(config: ml_collections.ConfigDict, explicit: set,
-                         model_key: str = 'vocab_model', size_key: str = 'vocab_size') -> None:
+                         model_key: str = 'vocab_model', size_key: str = 'vocab_size',
+                         provenance: bool = False) -> None:
   """`vocab_size` follows a given `vocab_model` (`source_vocab_size` a `source_vocab_model`):
-  its piece count, unless the command line gives another (an error naming both)."""
+  its piece count, unless the command line gives another (an error naming both).
+  `provenance`: the run has a checkpoint, whose workdir holds the vocabulary: a file no longer
+  where it was is no error (the size is the recorded one)."""
   if not config[model_key]:
     return
   from t2t_jax.data import tokenizer  # pylint: disable=import-outside-toplevel  (sentencepiece)
   given = f'--config.{model_key}={config[model_key]}'
   try:
     pieces = tokenizer.Tokenizer(config[model_key]).vocab_size
+  except FileNotFoundError:
+    if provenance:
+      return
+    raise ConfigError(f'{given} cannot be read (no such file)') from None
   except OSError as e:
     raise ConfigError(f'{given} cannot be read ({type(e).__name__}: {e})') from None
   except tokenizer.TokenizerError as e:  # not the advice to a workdir's owner: a given file
@@ -179,7 +186,7 @@ def _adopt_factory(config: ml_collections.ConfigDict, explicit: set, quiet: bool
 
 
 def resolve(config: ml_collections.ConfigDict, explicit: Iterable[str] = (), *,
-            saved: bool = False) -> ml_collections.ConfigDict:
+            saved: bool = False, recorded: bool = False) -> ml_collections.ConfigDict:
   """The canonical form of a run config (see the module doc); `config` is not changed.
 
   Args:
@@ -188,6 +195,10 @@ def resolve(config: ml_collections.ConfigDict, explicit: Iterable[str] = (), *,
       for having no effect or for disagreeing with the model factory.
     saved: `config` was read from a checkpoint: nothing is warned about, and a factory that
       cannot be loaded (or resolved) here leaves the recorded model keys as they are.
+    recorded: `config` is a run's that has a checkpoint: a checkpoint's with the command
+      line's `explicit` keys put in (`with_overrides`), or a command line resuming one. As
+      `saved` for the files it names (a `vocab_model` is read only when given again, and is
+      no error when gone: the workdir holds the vocabulary), as a command line's for keys.
 
   Raises:
     ConfigError: an invalid value, a command-line key that has no effect or that the model
@@ -200,9 +211,13 @@ def resolve(config: ml_collections.ConfigDict, explicit: Iterable[str] = (), *,
   _drop_no_effect(config, explicit, quiet=saved)
   defaults = default_config.get_config()
   written = {k for k in config.keys() if config[k] != defaults[k]}
-  _vocab_size_of_model(config, explicit)
-  if not config.share_vocab:
-    _vocab_size_of_model(config, explicit, 'source_vocab_model', 'source_vocab_size')
+  # A recorded run's sizes are its record; the vocabulary files it names are provenance,
+  # read only when the command line names one again.
+  for model_key, size_key in (('vocab_model', 'vocab_size'),
+                              ('source_vocab_model', 'source_vocab_size')):
+    if (model_key == 'vocab_model' or not config.share_vocab) and (
+        not (saved or recorded) or model_key in explicit):
+      _vocab_size_of_model(config, explicit, model_key, size_key, saved or recorded)
   config.update(model_settings(TransformerConfig.from_config(config)))
   _derive_peak(config)
   if config.model:
@@ -301,7 +316,7 @@ def with_overrides(saved: ml_collections.ConfigDict, source: ml_collections.Conf
   for key, follows in DERIVED.items():  # follows a key given anew (not one given as it was)
     if key not in keys and any(k in keys and candidate[k] != base[k] for k in follows):
       candidate[key] = 0
-  resolved = resolve(candidate, explicit=keys)
+  resolved = resolve(candidate, explicit=keys, recorded=True)
   changed = differences(base, resolved, config_lib.MODEL_KEYS, model_source)
   if changed:
     names = {k for k, _, _ in changed}

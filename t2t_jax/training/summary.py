@@ -42,12 +42,15 @@ def _existing_result(workdir: str, split: str, step: int,
   return None
 
 
-def train_and_finish(config: ml_collections.ConfigDict, workdir: str) -> None:
+def train_and_finish(config: ml_collections.ConfigDict, workdir: str,
+                     resolved: bool = False) -> None:
   """`--mode=train`: trains (`train.train`), then, unless a stop request ended the run early,
-  averages, evaluates and prints the report (`finish`)."""
+  averages, evaluates and prints the report (`finish`). `resolved`: `config` is the canonical
+  form already (main.py's `resolution.resolve`), handed down as it is."""
   workdir = layout.of(workdir)  # absolute once, for every module below
-  config = resolution.resolve(config)  # canonical, paths absolute: what the run records
-  if 'stopped_at' not in train.train(config, workdir):
+  if not resolved:  # canonical, paths absolute: what the run records
+    config = train.resolve_run(config, workdir)
+  if 'stopped_at' not in train.train(config, workdir, resolved=True):
     finish(config, workdir)
 
 

@@ -21,8 +21,10 @@ import jax
 import ml_collections
 from absl import logging
 
+from t2t_jax import config as config_lib
 from t2t_jax.data import (corpora, fingerprint, pipeline, split_check, tasks, tokenizer,
                           vocab_record, vocabularies)
+from t2t_jax.inference import checkpoint_choice
 from t2t_jax.model import transformer as model, variant
 from t2t_jax.runtime import checkpoint, first_fit, meshes, parallel, resolution
 from t2t_jax.storage import layout
@@ -98,7 +100,21 @@ def _test_step_delay() -> float:
   return float(os.environ.get('T2T_TEST_STEP_DELAY_S', '0') or 0)
 
 
-def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
+def resolve_run(config: ml_collections.ConfigDict, workdir: str,
+                explicit=()) -> ml_collections.ConfigDict:
+  """The canonical form (`resolution.resolve`) of a training run's config: once the workdir
+  has a checkpoint, the files it names are provenance (`recorded`), and a `--config.model`
+  file that has gone is loaded from the checkpoints' record (`remember_factory`), or from the
+  record of the run a fine-tune starts from (`init_from`: it keeps its source's model)."""
+  typed = config.get('model', '')
+  checkpoint_choice.remember_factory(workdir, typed)
+  if config.get('init_from'):
+    checkpoint_choice.remember_factory(config_lib.init_from_parts(config.init_from)[0], typed)
+  return resolution.resolve(config, explicit, recorded=checkpoint_choice.has_checkpoint(workdir))
+
+
+def train(config: ml_collections.ConfigDict, workdir: str,
+          resolved: bool = False) -> Dict[str, float]:
   """Trains until `config.num_train_steps`; returns the last logged metrics.
 
   Resumes from the workdir's latest checkpoint; SIGTERM/SIGINT stop after the current step
@@ -114,7 +130,8 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
   sha256). Parameters that no longer match (a module renamed) stop the run in one line naming
   the missing and unexpected parameter paths.
   """
-  config = resolution.resolve(config)  # idempotent: main.py's resolved config is kept as is
+  if not resolved:  # `resolved`: `config` is `resolve_run`'s already, handed down as it is
+    config = resolve_run(config, workdir)
   # The batch against this run's devices (a row per local device, per process), before any
   # data is prepared: config.validate knows no device count.
   pipeline.validate_config(config, rows_multiple=jax.local_device_count(),
@@ -123,7 +140,6 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
   # show only after training, at the final evaluation.
   split_check.check_splits(config, ['train_split', 'final_eval_split']
                        + (['eval_split'] if config.eval_every_steps else []))
-  init_from.check(config)  # a fine-tune's source run, before any work
   net = variant.from_config(config)  # a --config.model that cannot be used: before any work
   optimizer = optim.make(config)  # likewise a --config.optimizer factory
   is_chief = jax.process_index() == 0
@@ -155,6 +171,8 @@ class _Run:
         workdir, config.keep_checkpoints,
         data_fingerprint=fingerprint.compute(config, corpora.default_data_dir(config, workdir)))
     self.checkpointer.check_compatible(config)  # config and data, before any expensive work
+    if self.checkpointer.latest_step() is None:  # once it has a checkpoint, its parent is history
+      init_from.check(config)  # a fine-tune's source run, before any data is prepared
     self.policy = save_policy.SavePolicy(config.checkpoint_every_steps,
                                          config.checkpoint_every_minutes,
                                          check_every=config.log_every_steps)
