@@ -223,6 +223,32 @@ def from_config(config, **cfg_overrides) -> Transformer:
   return build(spec, cfg) if spec else Transformer(cfg)
 
 
+# What decoding, scoring and export call on a built model beyond training's forward pass: the
+# pre-softmax matrix once per decoded batch, and the embedding tables the exports write.
+LATER_METHODS = ('vocab_transposed', 'embedding_tables')
+
+
+def check_later_methods(net: Transformer, spec: str = '') -> None:
+  """Refuses, before a run trains, a model on which a later mode would fail: each of
+  `LATER_METHODS` is traced abstractly (`jax.eval_shape`: nothing is computed) on the model
+  however it was built (a subclass whose `setup` makes its own embedding without
+  `transposed()` passes the parts' checks).
+
+  Raises:
+    VariantError: one line naming the method, what it raised, and the mode that needs it.
+  """
+  import jax  # pylint: disable=import-outside-toplevel
+  params = param_shapes(net)
+  for method in LATER_METHODS:
+    try:
+      jax.eval_shape(lambda p, m=method: net.apply({'params': p}, method=getattr(type(net), m)),
+                     params)
+    except Exception as e:  # noqa: BLE001  a user's module can raise anything
+      what = spec or type(net).__name__
+      raise VariantError(what, f'the model it builds fails in {method}(), which decoding, '
+                         f'scoring and export call: {_raised(e)}') from None
+
+
 def source_record(spec: str):
   """What a checkpoint records of the factory `spec` names, so that a later edit of its source
   is noticed and a moved file is not needed: `{'spec', 'file' (the absolute path of the

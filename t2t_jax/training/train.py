@@ -141,6 +141,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   split_check.check_splits(config, ['train_split', 'final_eval_split']
                        + (['eval_split'] if config.eval_every_steps else []))
   net = variant.from_config(config)  # a --config.model that cannot be used: before any work
+  variant.check_later_methods(net, config.model)  # what decode and export will call, too
   optimizer = optim.make(config)  # likewise a --config.optimizer factory
   is_chief = jax.process_index() == 0
   workdir = layout.of(workdir_lib.check_writable(workdir) if is_chief else workdir)

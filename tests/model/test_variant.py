@@ -5,6 +5,7 @@ spec gets."""
 import os
 import sys
 
+import flax.linen as nn
 import jax
 import numpy as np
 import pytest
@@ -186,3 +187,67 @@ def test_eval_step_label_smoothing_defaults_to_the_papers(folder):
   sums = [jax.device_get(parallel.make_eval_step(net, mesh, **kwargs)(params, batch))
           for kwargs in ({}, {'label_smoothing': 0.1}, {'label_smoothing': 0.0})]
   assert sums[0] == sums[1] and sums[0]['loss'] != sums[2]['loss']
+
+
+class _EmbedWithoutTransposed(nn.Module):
+  """An embedding of a user's own: a table, looked up and attended, no `transposed()`."""
+  cfg: transformer.TransformerConfig
+
+  def setup(self):
+    self.table = self.param('table', nn.initializers.normal(0.02),
+                            (self.cfg.vocab_size, self.cfg.d_model))
+
+  def __call__(self, ids):
+    return self.table[ids]
+
+  def attend(self, x, transposed=None):
+    return x @ self.table.T
+
+
+class _OwnEmbedding(transformer.Transformer):
+  """A subclass whose `setup` builds its embedding itself: the parts' checks never see it."""
+
+  def setup(self):
+    self.shared_embedding = _EmbedWithoutTransposed(self.cfg, name='shared_embedding')
+    self.encoder = transformer.Encoder(self.cfg, self.shared_embedding, self.parts, None)
+    self.decoder = transformer.Decoder(self.cfg, self.shared_embedding, self.parts, None)
+
+
+def test_a_model_that_decoding_or_export_would_fail_on_is_refused_before_training():
+  cfg = transformer.TransformerConfig.from_config(_config(), deterministic=True)
+  variant.check_later_methods(transformer.Transformer(cfg))  # the paper's passes
+  net = _OwnEmbedding(cfg)
+  params = transformer.init_params(net, jax.random.PRNGKey(0))
+  logits = net.apply({'params': params}, np.ones((1, 4), np.int32), np.ones((1, 3), np.int32))
+  assert logits.shape == (1, 3, 64)  # it trains...
+  with pytest.raises(variant.VariantError) as e:  # ...but decoding would fail, after training
+    variant.check_later_methods(net, 'f.py:own')
+  assert str(e.value).startswith(
+      '--config.model=f.py:own cannot be used (the model it builds fails in vocab_transposed(), '
+      'which decoding, scoring and export call: AttributeError: ')
+  assert 'has no attribute "transposed"' in str(e.value) and '\n' not in str(e.value)
+
+
+def test_a_factory_file_that_has_gone_loads_from_its_recorded_source(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / 'F').mkdir()
+  (tmp_path / 'F' / 'mine.py').write_text('import t2t_jax\nWIDE = 3\n\ndef wide(cfg):\n'
+                                         '  return t2t_jax.Transformer(cfg.replace(d_ff=48))\n')
+  record = variant.source_record('F/mine.py:wide')
+  assert record['text'].startswith('import t2t_jax\nWIDE = 3') and record['sha256']
+  os.rename(tmp_path / 'F', tmp_path / 'G')
+  with pytest.raises(variant.VariantError, match='no such file'):
+    variant.load_factory(f'{tmp_path}/H/mine.py:wide')  # never recorded: still an error
+  variant.remember(record, typed='F/mine.py:wide')
+  cfg = transformer.TransformerConfig.from_config(_config())
+  assert variant.build(f'{tmp_path}/F/mine.py:wide', cfg).cfg.d_ff == 48
+  assert variant.source_record(f'{tmp_path}/F/mine.py:wide')['sha256'] == record['sha256']
+  # The moved file is the same model by content; the gone one by its record.
+  assert variant.same_source(record, 'F/mine.py:wide', 'G/mine.py:wide')
+  assert variant.same_source(record, 'F/mine.py:wide', 'F/mine.py:wide')
+  (tmp_path / 'G' / 'mine.py').write_text('# edited\n')
+  assert not variant.same_source(record, 'F/mine.py:wide', 'G/mine.py:wide')
+  # Another name typed at a gone place is not taken for the record.
+  variant.remember(record, typed='X/other.py:wide')
+  with pytest.raises(variant.VariantError, match='no such file'):
+    variant.load_factory('X/other.py:wide')
