@@ -8,7 +8,7 @@ ctranslate2 = pytest.importorskip('ctranslate2')
 
 from t2t_jax.export import ctranslate2_decoding as decoding, ctranslate2_export  # noqa: E402
 from t2t_jax.inference import translate  # noqa: E402
-from export_helpers import (CFG, PIECES, VOCAB, PieceTokenizer, random_params,  # noqa: E402
+from export_helpers import (CFG, PIECES, VOCAB, PieceTokenizer, log_probs, random_params,  # noqa: E402
                             sentences)
 
 
@@ -48,3 +48,35 @@ def test_beam_translations_equal_ours(tmp_path):
   tokens = ctranslate2_export.vocabulary(PIECES, VOCAB)
   assert [[tokens.index(p) for p in row] for row in theirs] == ours
   assert len(set(map(tuple, ours))) >= 8  # the sources matter
+
+
+def test_a_model_that_ends_at_once_gives_empty_translations_in_both(tmp_path):
+  """Empty outputs by construction (not a trained model's trajectory, which varies by
+  machine): the last decoder norm's output is the EOS embedding's direction (its scale
+  shrunk, its bias along E[EOS], that row lengthened), so EOS leads every first step by a wide
+  margin. Ours and CTranslate2's beam search both end every sentence at once, and score it."""
+  params = random_params(CFG, sharpen=1.0)
+  table = np.array(params['shared_embedding']['embedding'])
+  table[1] *= 3.0  # EOS (= the decoder's first input, BOS)
+  norm = dict(params['decoder']['layer_1']['ffn_block']['norm'])
+  norm['scale'] = np.asarray(norm['scale']) * 0.05
+  norm['bias'] = 4.0 * table[1] / np.linalg.norm(table[1])
+  decoder = dict(params['decoder'], layer_1=dict(
+      params['decoder']['layer_1'], ffn_block=dict(params['decoder']['layer_1']['ffn_block'],
+                                                   norm=norm)))
+  params = dict(params, decoder=decoder, shared_embedding={'embedding': table})
+  sources = sentences(6, seed=5)
+  first = log_probs(CFG, params, [[PIECES.index(p) for p in s.split()] for s in sources],
+                    [[] for _ in sources])
+  assert all(-2e-3 < row[-1] < -1e-4 for row in first)  # EOS first: probability above 0.998
+  path = ctranslate2_export.write_model(CFG, params, PIECES, str(tmp_path / 'ct2'))
+  ours = translate.Translator(CFG, params, PieceTokenizer(), beam_size=4, alpha=0.6,
+                              max_decode_extra=20, batch_sentences=16,
+                              bucket_lengths=(16,)).translate_ids(sources)
+  ct2 = ctranslate2.Translator(path, device='cpu', intra_threads=1)
+  theirs = decoding.translate(ct2, [s.split() for s in sources], beam_size=4, alpha=0.6,
+                              max_decode_extra=20, max_len=CFG.max_len, return_scores=True)
+  assert ours == [[]] * len(sources) and [tokens for _, tokens in theirs] == ours
+  # The empty translation's GNMT score: log P(EOS) over ((5 + 1) / 6)^0.6 = 1.
+  np.testing.assert_allclose([score for score, _ in theirs], [row[-1] for row in first],
+                             rtol=0, atol=1e-5)

@@ -2,6 +2,7 @@
 (EVALB F1) and decode. One run serves every check: each run compiles its own programs."""
 
 import json
+import math
 import os
 
 import pytest
@@ -66,16 +67,22 @@ def test_eval_f1_is_evalb_of_the_decoded_trees_against_the_gold_file(tmp_path):
   assert result.returncode == 0, result.stderr[-3000:]
   scored = evalb.score_files(str(gold_file), str(parsed_file), parse.EVAL_PARAMS)
   assert printed['sentences'] == len(gold) == 40
-  assert printed['f1'] == pytest.approx(scored.f1, abs=1e-9)
-  assert (printed['precision'], printed['recall'], printed['error_sentences']) == (
-      pytest.approx(scored.precision, abs=1e-9), pytest.approx(scored.recall, abs=1e-9),
-      scored.error_sentences)
+  # Whatever F1 this machine's training reached (37.5 on an AMD EPYC; on an Intel Xeon 38 of
+  # the 40 trees were error sentences), eval's numbers are EVALB's of decode's trees.
+  same = lambda a, b: a == pytest.approx(b, abs=1e-9) or (math.isnan(a) and math.isnan(b))  # noqa: E731
+  assert same(printed['f1'], scored.f1) and same(printed['precision'], scored.precision)
+  assert same(printed['recall'], scored.recall)
+  assert printed['error_sentences'] == scored.error_sentences
   assert printed['evalb_summary'] == scored.summary()
-  assert 20 < scored.f1 < 90, scored.summary()  # some trees right, not all
+  # The pairing is by line, by construction rather than by training: decode's trees with the
+  # gold ones put in at every other line score at least 50, and shifted by a line (each line
+  # then meets another sentence) far lower or nothing (nan: no valid tree).
   gold_lines = gold_file.read_text(encoding='utf-8').splitlines()
   parsed = parsed_file.read_text(encoding='utf-8').splitlines()
-  shifted = evalb.score_lines(gold_lines, parsed[1:] + parsed[:1], parse.EVAL_PARAMS)
-  assert not shifted.f1 >= scored.f1 - 1.0, shifted.summary()  # nan (no valid tree) or lower
+  mixed = [g if i % 2 == 0 else p for i, (g, p) in enumerate(zip(gold_lines, parsed))]
+  right = evalb.score_lines(gold_lines, mixed, parse.EVAL_PARAMS)
+  shifted = evalb.score_lines(gold_lines, mixed[1:] + mixed[:1], parse.EVAL_PARAMS)
+  assert right.f1 >= 50.0 and not shifted.f1 >= right.f1 - 1.0, shifted.summary()
   _check_blank_and_bracketed_lines(workdir, gold[1], tmp_path)
 
 
