@@ -35,7 +35,9 @@ if _HERE not in sys.path:
 from t2t_jax import cli  # noqa: E402
 from t2t_jax import config as config_lib  # noqa: E402
 from t2t_jax import errors  # noqa: E402
+from t2t_jax import key_table  # noqa: E402
 from t2t_jax.export import formats as export_formats  # noqa: E402
+from t2t_jax.inference import checkpoint_choice  # noqa: E402
 from t2t_jax.inference import modes as inference_modes  # noqa: E402
 from t2t_jax.inspect import attention_mode  # noqa: E402
 from t2t_jax.model import info as model_info  # noqa: E402
@@ -134,9 +136,16 @@ flags.DEFINE_string('compilation_cache', None,
 FLAGS = flags.FLAGS
 
 
+# The KEYs of `--config.KEY=VALUE` that do something in this mode (`key_table.check_command`,
+# which names the others); None until main() has checked them.
+_APPLIED_KEYS = None
+
+
 def _overrides() -> inference_modes.Overrides:
-  """--config as given, with the KEYs its `--config.KEY=VALUE` arguments override."""
-  return inference_modes.Overrides(FLAGS.config, _override_keys(sys.argv))
+  """--config as given, with the KEYs its `--config.KEY=VALUE` arguments override (those that
+  do something in this mode)."""
+  keys = _override_keys(sys.argv) if _APPLIED_KEYS is None else _APPLIED_KEYS
+  return inference_modes.Overrides(FLAGS.config, keys)
 
 
 def _plan(config) -> None:
@@ -188,6 +197,22 @@ WORKDIR_FREE_MODES = ('info', 'plan')
 WORKDIR_WRITING_MODES = ('train', 'eval', 'average', 'plot')
 
 
+def _resolved_config():
+  """--config resolved once (runtime/resolution.py): derived values written out, command-line
+  keys with no effect or against the model factory refused, the canonical form train records;
+  once the workdir has a checkpoint, the files the config names are provenance. Keys typed
+  that do nothing in this mode are named in one line (key_table.py); a mode that reads a
+  trained run builds its config from the checkpoint's with the keys that do something there
+  (`resolution.with_overrides`, which validates them): None here."""
+  global _APPLIED_KEYS  # pylint: disable=global-statement
+  typed = _override_keys(sys.argv)
+  _APPLIED_KEYS = key_table.check_command(FLAGS.mode, FLAGS.config, typed)
+  if FLAGS.mode not in key_table.READS_A_RUN:
+    return train_lib.resolve_run(FLAGS.config, FLAGS.workdir, typed)
+  checkpoint_choice.remember_factory(FLAGS.workdir, FLAGS.config.get('model', ''))
+  return None
+
+
 def _start_runtime() -> None:
   """The compilation cache, the cluster (with --distributed), jax's backends."""
   from t2t_jax.runtime import backends, compile_cache
@@ -217,10 +242,7 @@ def main(argv) -> None:
   config = None
   if FLAGS.mode not in BARE_MODES:
     _start_runtime()
-    # Resolved once (runtime/resolution.py): derived values written out, command-line keys
-    # with no effect or against the model factory refused, the canonical form train records;
-    # once the workdir has a checkpoint, the files the config names are provenance.
-    config = train_lib.resolve_run(FLAGS.config, FLAGS.workdir, _override_keys(sys.argv))
+    config = _resolved_config()
   if FLAGS.mode not in WORKDIR_FREE_MODES and not FLAGS.workdir:
     raise app.UsageError(f'--workdir is required for --mode={FLAGS.mode}')
   if FLAGS.mode in WORKDIR_WRITING_MODES:

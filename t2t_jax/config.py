@@ -69,6 +69,9 @@ def _check_optimizer(value: str) -> None:
           "'path/file.py:factory'", value)
 
 
+_SEEDS = ('sample_seed',)  # folded into each line's key as an int32 (translate.py)
+
+
 def _fail(key: str, expected: str, got: Any) -> None:
   raise ConfigError(f'config key {key!r}: expected {expected}, got {got!r}')
 
@@ -169,6 +172,9 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   for key in _NON_NEGATIVE:
     if config[key] < 0:
       _fail(key, 'a value >= 0', config[key])
+  for key in _SEEDS:  # jax takes a seed as an int32
+    if config[key] >= 2 ** 31:
+      _fail(key, 'a value in [0, 2^31 - 1]', config[key])
   for key in _PROBABILITIES:
     if not 0.0 <= config[key] < 1.0:
       _fail(key, 'a value in [0, 1)', config[key])
@@ -186,6 +192,10 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _fail('best_metric', "'loss', or 'bleu' with eval_bleu_sentences > 0 (no dev BLEU is "
           'decoded without it)', config.best_metric)
   _check_decoding(config)
+  if config.lr_schedule in ('cosine', 'linear') and config.warmup_steps > config.num_train_steps:
+    _fail('warmup_steps', f'at most num_train_steps={config.num_train_steps} with lr_schedule='
+          f'{config.lr_schedule!r} (the rate would never reach learning_rate, nor decay)',
+          config.warmup_steps)
   if config.vocab_model and config.init_from:
     _fail('vocab_model', "'' with init_from, which takes the source run's vocabulary",
           config.vocab_model)
@@ -256,6 +266,10 @@ _NO_EFFECT = (
      "decode_strategy='sample' draws"),
     ('sample_seed', ('decode_strategy',), lambda c: c.decode_strategy != 'sample', "only "
      "decode_strategy='sample' draws"),
+    ('beam_size', ('decode_strategy',), lambda c: c.decode_strategy != 'beam', "only "
+     "decode_strategy='beam' searches with a beam (nbest sets how many samples are drawn)"),
+    ('length_penalty_alpha', ('decode_strategy',), lambda c: c.decode_strategy == 'greedy',
+     "decode_strategy='greedy' takes the argmax at each step, with no length penalty"),
     ('output_scores', ('nbest',), lambda c: c.nbest > 1, 'nbest > 1 writes the scores anyway'),
     ('best_metric', ('keep_best', 'early_stop_patience'), lambda c: not c.keep_best and not c.early_stop_patience,
      'only keep_best and early_stop_patience rank by it'),
@@ -278,6 +292,14 @@ def _check_decoding(config: ml_collections.ConfigDict) -> None:
           'needs a wider beam)', config.nbest)
   if config.decode_strategy == 'greedy' and config.nbest > 1:
     _fail('nbest', "1 with decode_strategy='greedy' (several samples: 'sample')", config.nbest)
+
+
+def no_effect_rules(config: Optional[ml_collections.ConfigDict]) -> list:
+  """[(key, the keys that make it so, why)] of the cross-key rules (`_NO_EFFECT`) that leave
+  their key without effect in `config`, whatever its own value (None: every rule); the
+  decode strategy's among them (`key_table.py` shows them per mode)."""
+  return [(key, because, why) for key, because, inert, why in _NO_EFFECT
+          if config is None or inert(config)]
 
 
 def no_effect(config: ml_collections.ConfigDict) -> list:

@@ -4,6 +4,7 @@
 
 from typing import Optional
 
+from t2t_jax import key_table
 from t2t_jax.export.common import (ExportError, ExportSource, check_output, check_translation,
                                    run_source)
 from t2t_jax.inference import modes
@@ -48,18 +49,13 @@ def export(export_format: str, source: ExportSource, output: str,
   return stablehlo_export.write_artifact(source, output)
 
 
-# Decoding options an export cannot carry: a CTranslate2 model is decoded with CTranslate2's own
-# (num_hypotheses, sampling_topk/topp/temperature, no_repeat_ngram_size, target_prefix), and
-# the StableHLO artifact is the paper's beam search (`translate.decode_batch`).
-DECODING_KEYS = ('decode_strategy', 'nbest', 'output_scores', 'temperature', 'top_k', 'top_p',
-                 'sample_seed', 'no_repeat_ngram_size', 'target_prefix_file')
-
-
 def check_decoding_keys(overrides: modes.Overrides) -> None:
-  """Refuses, in one line, a decoding key on the command line of an export."""
-  given = [key for key in DECODING_KEYS if key in overrides.keys]
+  """Refuses, in one line, a decoding key on the command line of an export
+  (`key_table.EXPORT_REFUSED`: a CTranslate2 model is decoded with CTranslate2's own options,
+  the StableHLO artifact with the paper's beam search)."""
+  given = key_table.refused('export', overrides.keys)
   if given:
-    raise ExportError(f'--config.{given[0]}: an export does not decode, so it carries no '
+    raise ExportError(f'--config.{given}: an export does not decode, so it carries no '
                       'decoding options; give them when translating (CTranslate2: '
                       'num_hypotheses, sampling_topk/sampling_topp/sampling_temperature, '
                       'no_repeat_ngram_size, target_prefix; the StableHLO artifact decodes with '

@@ -57,6 +57,7 @@ _PARTIAL_QUIET_S, _PARTIAL_POLL_S, _PARTIAL_WATCH_S = 2.0, 0.05, 10.0
 # The keys whose change makes a checkpoint unusable, and their comparison (`resolution`).
 RESUME_KEYS = resolution.RESUME_KEYS
 incompatible_keys = resolution.incompatible_keys
+SCHEDULE_KEYS = resolution.SCHEDULE_KEYS
 
 
 def save_whole_arrays_on_cpu() -> bool:
@@ -233,6 +234,10 @@ class Checkpointer:
     diffs = incompatible_keys(saved_config, config,
                               model_source=self.saved_fingerprint(step, MODEL_ITEM),
                               paths_by_content=has_fingerprints)
+    schedule = incompatible_keys(saved_config, config, keys=SCHEDULE_KEYS)
+    if schedule and not diffs:
+      logging.warning('the learning-rate schedule changes at step %d: %s', step, '; '.join(
+          f'{k}: {a!r} then, {b!r} now' for k, a, b in schedule))
     if diffs:
       detail = '; '.join(f'{k}: checkpoint has {a!r}, config has {b!r}' for k, a, b in diffs)
       return (f'{self.directory} holds checkpoints (latest step {step}) of an incompatible '
