@@ -263,7 +263,11 @@ def raise_on_sigterm() -> None:
   atexit.register(_exit_if_signalled)
 
 
-def _interrupted_line(name: str) -> str:
+def _interrupted_line(name: str, kept: str = '') -> str:
+  """The line of an interrupted command; `kept`: what it had written and keeps (a streaming
+  decode's translations, a finished training run), said instead of 'nothing kept'."""
+  if kept:
+    return f'error: interrupted by {name}; {kept}\n'
   return (f'error: interrupted by {name}; what this command had not finished is not kept: '
           'run the same command again\n')
 
@@ -302,5 +306,5 @@ def exit_interrupted(interrupt: KeyboardInterrupt) -> NoReturn:
   from t2t_jax.inference import translate  # pylint: disable=import-outside-toplevel
   translate.end_progress_line()  # a decode's bar, stopped mid-line
   name = str(interrupt) or 'SIGINT (Ctrl-C)'
-  sys.stderr.write(_interrupted_line(name))
+  sys.stderr.write(_interrupted_line(name, getattr(interrupt, 'kept', '')))
   sys.exit(130)

@@ -30,6 +30,11 @@ def average_best(workdir: str, num: int) -> averaging.AveragedCheckpoint:
   """
   workdir = layout.of(workdir)
   best = checkpoint_choice.best_checkpoints(workdir)
+  if num >= 1 and not best:
+    raise CheckpointError(
+        f'--config.average_best={num}: the run kept no best checkpoints '
+        f'({checkpoint_choice.best_dir(workdir)} has none); train with --config.keep_best >= '
+        f'{num} to keep them, or average the last ones with --config.average_last={num}')
   if num < 1 or num > len(best):
     raise CheckpointError(
         f'--config.average_best={num}: expected 1 to {len(best)}, the best checkpoints kept in '

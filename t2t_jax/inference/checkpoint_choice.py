@@ -239,7 +239,10 @@ def _warn_if_stale(workdir: str, inference: InferenceParams, path: str) -> None:
         os.path.relpath(path, workdir), inference.description, newer[-1], workdir, newer[-1])
 
 
-def load_inference_params(workdir: str, checkpoint: Optional[str] = None) -> InferenceParams:
+def load_inference_params(workdir: str, checkpoint: Optional[str] = None,
+                          choose: Tuple[str, str] = ('--checkpoint=STEP',
+                                                     'leave --checkpoint out')
+                          ) -> InferenceParams:
   """The parameters for eval/decode, restored without knowing the optimizer or the model.
 
   Args:
@@ -252,6 +255,8 @@ def load_inference_params(workdir: str, checkpoint: Optional[str] = None) -> Inf
       training step directory: exactly that one (damaged: CheckpointError). 'best': the best
       kept checkpoint (`training/best.py`); 'ema' or 'ema:STEP': the moving average of the
       weights saved with the newest (or that) training checkpoint.
+    choose: how the caller's user names another checkpoint, and the default one (the flag
+      they gave), for the advice when the one named is damaged.
 
   Returns:
     InferenceParams; `t2t_jax.config.from_json(result.config_json)` rebuilds the config.
@@ -279,9 +284,10 @@ def load_inference_params(workdir: str, checkpoint: Optional[str] = None) -> Inf
     what = ('was deleted while it was read (a live training run on this workdir keeps only '
             'its last keep_checkpoints)' if gone(candidates[0])
             else f'is damaged ({skipped[0][1]})')
+    pick, default = choose
     raise CheckpointError(
-        f'{checkpoint_name(candidates[0])} {what}; choose another with --checkpoint=STEP '
-        f'(training steps: {steps}) or leave --checkpoint out to use the newest readable one')
+        f'{checkpoint_name(candidates[0])} {what}; choose another with {pick} '
+        f'(training steps: {steps}) or {default} to use the newest readable one')
   if inference is None:
     raise CheckpointError(f'no checkpoint in workdir {workdir} is readable: ' + '; '.join(
         f'{p}: {reason}' for p, reason in skipped))

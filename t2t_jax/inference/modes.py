@@ -174,8 +174,7 @@ def decode(workdir: str, overrides: Overrides, checkpoint: Optional[str],
     with _claimed(output):
       _decode_stream(workdir, overrides, checkpoint, input_path, output)
     return
-  lines = (textio.read_lines(input_path) if input_path
-           else textio.decode_lines(sys.stdin.buffer.read(), '<stdin>'))
+  lines = textio.read_input(input_path)
   multihost.barrier('decode_output_checked')  # every process checked before the writer claims
   with _claimed(output):
     _decode_lines(workdir, overrides, checkpoint, lines, output)
@@ -224,7 +223,10 @@ def score(workdir: str, overrides: Overrides, checkpoint: Optional[str],
     raise _taken(output)
   if output:
     outputs.check_writable(output)
-  sources, targets = textio.read_lines(input_path), textio.read_lines(targets_path)
+  if input_path == targets_path == '-':
+    raise score_lib.ScoreInputError('--input=- and --targets=-: standard input holds one of '
+                                    'the two; give the other as a file')
+  sources, targets = textio.read_input(input_path), textio.read_input(targets_path)
   multihost.barrier('score_output_checked')
   with _claimed(output):
     config, inference = load(workdir, checkpoint, overrides)
@@ -260,34 +262,64 @@ def _decode_stream(workdir: str, overrides: Overrides, checkpoint: Optional[str]
     raise config_lib.ConfigError(f'--input={input_path}: a treebank parses files, not streams')
   translator = translate.from_config(config, inference.params,
                                      vocabularies.load(workdir, config))
-  prefixes = (textio.read_lines(config.target_prefix_file) if config.target_prefix_file
-              else None)
+  prefixes = _prefixes(config, None)
   lines = nbest_output.LineTranslator(translator, config.nbest, config.output_scores, prefixes)
-  translate_batch = lambda batch, numbers: lines.translate(batch, None, numbers)  # noqa: E731
+
+  def translate_batch(batch, numbers):
+    if prefixes is not None:  # held to a file's rule as the lines come
+      _prefix_count(config, prefixes, numbers[-1], more=True)
+    return lines.translate(batch, None, numbers)
   source = sys.stdin.buffer if input_path == '-' else open(input_path, 'rb')  # noqa: SIM115
   name = '<stdin>' if input_path == '-' else input_path
   sink = open(output, 'a', encoding='utf-8') if output else sys.stdout  # noqa: SIM115
+  written = [0]
+
+  def write(text):
+    sink.write(text)
+    sink.flush()
+    written[0] += 1
+
   try:
     with workdir_lib.writing(output or '<stdout>'):
-      streaming.stream(source, translate_batch, lambda text: (sink.write(text), sink.flush()),
-                       config.decode_batch_sentences, name)
+      count = streaming.stream(source, translate_batch, write, config.decode_batch_sentences,
+                               name)
+    if prefixes is not None:
+      _prefix_count(config, prefixes, count)
+  except KeyboardInterrupt as e:
+    if output and written[0]:  # what was written stays, and says so (cli.exit_interrupted)
+      e.kept = (f'the {written[0]} translation{"s" if written[0] > 1 else ""} written to '
+                f'{output} {"are" if written[0] > 1 else "is"} kept; to go on, decode the '
+                'lines after them into another --output')
+    raise
+  else:
+    if source is not sys.stdin.buffer:  # read to its end: the reader thread is done with it
+      source.close()
   finally:
     if output:
       sink.close()
-    if source is not sys.stdin.buffer:
-      source.close()
 
 
-def _prefixes(config: ml_collections.ConfigDict, count: int) -> Optional[List[str]]:
-  """The lines of `target_prefix_file` (None without one), one per input line."""
+def _prefixes(config: ml_collections.ConfigDict, count: Optional[int]) -> Optional[List[str]]:
+  """The lines of `target_prefix_file` (None without one), one per input line: `count` lines
+  (None: a stream's, not known yet; `_prefix_count` checks it as it goes)."""
   if not config.target_prefix_file:
     return None
   prefixes = textio.read_lines(config.target_prefix_file)
-  if len(prefixes) != count:
-    raise config_lib.ConfigError(
-        f'--config.target_prefix_file={config.target_prefix_file} has {len(prefixes)} lines '
-        f'but --input has {count}; expected one prefix (possibly empty) per input line')
+  if count is not None:
+    _prefix_count(config, prefixes, count)
   return prefixes
+
+
+def _prefix_count(config: ml_collections.ConfigDict, prefixes: Sequence[str], count: int,
+                  more: bool = False) -> None:
+  """ConfigError unless the input's `count` lines (`more`: a stream with at least that many)
+  have one prefix each: the same check for a file and for a stream."""
+  if len(prefixes) == count or (more and len(prefixes) > count):
+    return
+  has = f'at least {count}' if more else f'{count}'
+  raise config_lib.ConfigError(
+      f'--config.target_prefix_file={config.target_prefix_file} has {len(prefixes)} lines '
+      f'but --input has {has}; expected one prefix (possibly empty) per input line')
 
 
 @contextlib.contextmanager

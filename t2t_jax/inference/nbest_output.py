@@ -44,9 +44,8 @@ class LineTranslator:
                 line_numbers: Optional[Sequence[int]] = None) -> List[str]:
     lines = list(line_numbers) if line_numbers is not None else list(
         range(1, len(sentences) + 1))
-    # A stream may outrun its prefix file: its later lines have none.
-    prefixes = None if self.prefixes is None else [
-        self.prefixes[n - 1] if n <= len(self.prefixes) else '' for n in lines]
+    # A stream is checked against its prefix file before each batch (`modes._decode_stream`).
+    prefixes = None if self.prefixes is None else [self.prefixes[n - 1] for n in lines]
     if not (self.with_scores or self.nbest > 1):
       return self.translator.translate(sentences, progress, lines, prefixes)
     n_best = self.translator.translate_n_best(sentences, self.nbest, progress, lines, prefixes)

@@ -34,18 +34,19 @@ def encode_pairs(sources: Sequence[str], targets: Sequence[str], encode_source, 
                  max_len: int, names: Tuple[str, str] = ('--input', '--targets')
                  ) -> List[Tuple[List[int], List[int]]]:
   """[(source ids + EOS, target ids + EOS)] of aligned lines, or ScoreInputError naming the
-  file and 1-based line of a count mismatch, an empty line or a side longer than `max_len`
-  tokens with EOS (the model has no position for it)."""
+  file and 1-based line of a count mismatch, an empty source line or a side longer than
+  `max_len` tokens with EOS (the model has no position for it). An empty target is scored as
+  the empty translation (EOS alone), as beam search may output one."""
   if len(sources) != len(targets):
     raise ScoreInputError(f'{names[0]} has {len(sources)} lines but {names[1]} has '
                           f'{len(targets)}; expected one target per source line')
   pairs = []
   for line, (source, target) in enumerate(zip(sources, targets), 1):
     ids = []
-    for name, text, encode in ((names[0], source, encode_source),
-                               (names[1], target, encode_target)):
-      if not text.strip():
-        raise ScoreInputError(f'{name} line {line} is empty; expected a sentence to score')
+    for side, (name, text, encode) in enumerate(((names[0], source, encode_source),
+                                                 (names[1], target, encode_target))):
+      if not text.strip() and side == 0:  # an empty target is a candidate: EOS alone
+        raise ScoreInputError(f'{name} line {line} is empty; expected a sentence to translate')
       tokens = list(encode(text)) + [model_lib.EOS_ID]
       if len(tokens) > max_len:
         raise ScoreInputError(f'{name} line {line} has {len(tokens)} tokens with EOS; the '

@@ -13,13 +13,16 @@ import queue
 import threading
 from typing import BinaryIO, Callable, List, Optional, Sequence
 
+from t2t_jax.storage import textio
+
 # How long the input may pause before the lines read so far are decoded.
 PAUSE_S = 0.2
 _END = object()
 
 
-class StreamError(ValueError):
-  """A streamed line that cannot be read; the message names its number."""
+class StreamError(textio.TextFileError):
+  """A streamed line that cannot be read; the message names its number, as a file's
+  (`textio.decode_lines`) does, and says that the lines before it were translated."""
 
 
 def is_stream(path: Optional[str]) -> bool:
@@ -35,20 +38,31 @@ def is_stream(path: Optional[str]) -> bool:
 
 
 def _read(source: BinaryIO, lines: 'queue.Queue') -> None:
-  """Puts each line of `source` (bytes, without its newline) on `lines`, then `_END`."""
+  """Puts each line of `source` on `lines` as (its bytes without the newline, the offset of
+  its first byte in the stream), then `_END`."""
+  offset = 0
   try:
     for raw in iter(source.readline, b''):
-      lines.put(raw.rstrip(b'\n').rstrip(b'\r'))
+      lines.put((raw.rstrip(b'\n').rstrip(b'\r'), offset))
+      offset += len(raw)
   except Exception as e:  # noqa: BLE001  reported by the consumer, in its thread
     lines.put(e)
   lines.put(_END)
 
 
-def _text(raw: bytes, number: int, name: str) -> str:
+def _text(item, number: int, name: str) -> str:
+  """A streamed line (`_read`'s item) read as a file's (`textio.decode_lines`): strict UTF-8,
+  a byte-order mark before the first line dropped; otherwise StreamError naming the byte and
+  line in a file's words."""
+  raw, offset = item
   try:
-    return raw.decode('utf-8')
+    text = raw.decode('utf-8')
   except UnicodeDecodeError as e:
-    raise StreamError(f'{name} line {number}: not UTF-8 ({e.reason} at byte {e.start})') from None
+    before = ('no line before it' if number == 1 else 'the line before it was translated'
+              if number == 2 else f'the {number - 1} lines before it were translated')
+    raise StreamError(f'{name} is not valid UTF-8: byte {offset + e.start} (line {number}): '
+                      f'{e.reason}; {before}') from None
+  return text[1:] if number == 1 and text.startswith('\ufeff') else text
 
 
 def stream(source: BinaryIO, translate: Callable[[Sequence[str], List[int]], List[str]],
@@ -61,8 +75,8 @@ def stream(source: BinaryIO, translate: Callable[[Sequence[str], List[int]], Lis
   """
   lines: 'queue.Queue' = queue.Queue()
   threading.Thread(target=_read, args=(source, lines), daemon=True).start()
-  done, ended = 0, False
-  while not ended:
+  done, ended, failed = 0, False, None
+  while not ended and failed is None:
     batch: List[str] = []
     item = lines.get()  # the first line of a batch: wait as long as it takes
     while True:
@@ -70,8 +84,13 @@ def stream(source: BinaryIO, translate: Callable[[Sequence[str], List[int]], Lis
         ended = True
         break
       if isinstance(item, Exception):
-        raise StreamError(f'{name}: reading failed after line {done + len(batch)}: {item}')
-      batch.append(_text(item, done + len(batch) + 1, name))
+        failed = StreamError(f'{name}: reading failed after line {done + len(batch)}: {item}')
+        break
+      try:
+        batch.append(_text(item, done + len(batch) + 1, name))
+      except StreamError as e:  # the lines before it are translated first
+        failed = e
+        break
       if len(batch) >= batch_lines:
         break
       try:
@@ -83,4 +102,6 @@ def stream(source: BinaryIO, translate: Callable[[Sequence[str], List[int]], Lis
       for text in translate(batch, numbers):
         write(text + '\n')
       done += len(batch)
+  if failed is not None:
+    raise failed
   return done

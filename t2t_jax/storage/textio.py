@@ -1,7 +1,8 @@
 """Plain-text input and output shared by decode, eval and BLEU: strict UTF-8, atomic writes,
 local or remote paths (`paths`)."""
 
-from typing import Iterable, List
+import sys
+from typing import Iterable, List, Optional
 
 from etils import epath
 
@@ -52,6 +53,14 @@ def read_lines(path: str) -> List[str]:
   except OSError as e:
     raise TextFileError(f'cannot read {path}: {e.strerror or e}') from None
   return decode_lines(data, path)
+
+
+def read_input(path: Optional[str]) -> List[str]:
+  """The lines of a command's input: standard input for None or '-' (read to its end, named
+  '<stdin>'), else `read_lines(path)`; one reader and one set of checks for both."""
+  if path in (None, '-'):
+    return decode_lines(sys.stdin.buffer.read(), '<stdin>')
+  return read_lines(path)
 
 
 def write_bytes_atomic(path: str, data: bytes, *, overwrite: bool = False) -> None:

@@ -49,7 +49,9 @@ def load(config: ml_collections.ConfigDict, params: Any) -> Tuple[Any, Dict[str,
   """
   spec = config.init_from
   workdir, which = config_lib.init_from_parts(spec)
-  source = checkpoint_choice.load_inference_params(workdir, which)
+  source = checkpoint_choice.load_inference_params(
+      workdir, which, choose=(f'--config.init_from={workdir}:STEP',
+                              f'give --config.init_from={workdir}'))
   saved = resolution.from_saved(source.config_json, f'checkpoint {source.path}')
   changed = resolution.differences(saved, config, config_lib.MODEL_KEYS, source.model_source)
   if changed:
@@ -77,6 +79,10 @@ def check(config: ml_collections.ConfigDict) -> None:
   if not epath.Path(workdir).is_dir():
     raise config_lib.ConfigError(f'--config.init_from={config.init_from}: {workdir} is not a '
                                  'folder; expected the workdir of a trained run')
+  if not epath.Path(layout.of(workdir).vocab).is_file():
+    raise config_lib.ConfigError(f'--config.init_from={config.init_from}: {workdir} is not the '
+                                 'workdir of a trained run (it has no vocab/spm.model); expected '
+                                 'a run with checkpoints')
   source_vocab = layout.of(workdir).source_vocab
   if not config.share_vocab and not epath.Path(source_vocab).is_file():
     raise config_lib.ConfigError(f'--config.init_from={config.init_from}: {workdir} has no '

@@ -18,7 +18,7 @@ from absl import logging
 from etils import epath
 
 from t2t_jax.inference import averaging, evaluate
-from t2t_jax.runtime import multihost, resolution
+from t2t_jax.runtime import interruptible, multihost
 from t2t_jax.storage import layout, paths, textio
 from t2t_jax.training import train
 
@@ -51,7 +51,15 @@ def train_and_finish(config: ml_collections.ConfigDict, workdir: str,
   if not resolved:  # canonical, paths absolute: what the run records
     config = train.resolve_run(config, workdir)
   if 'stopped_at' not in train.train(config, workdir, resolved=True):
-    finish(config, workdir)
+    # Past training's own stop handling: a signal now interrupts the final evaluation in one
+    # line that says what is kept (cli.exit_interrupted), not a silent exit status 143.
+    interruptible.raise_on_signals()
+    try:
+      finish(config, workdir)
+    except KeyboardInterrupt as e:
+      e.kept = ('training is finished and its checkpoints are kept; the final evaluation was '
+                'not done: the same command runs it')
+      raise
 
 
 def finish(config: ml_collections.ConfigDict, workdir: str) -> Optional[Dict[str, Any]]:

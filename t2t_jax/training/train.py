@@ -140,6 +140,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   # show only after training, at the final evaluation.
   split_check.check_splits(config, ['train_split', 'final_eval_split']
                        + (['eval_split'] if config.eval_every_steps else []))
+  if not checkpoint_choice.has_checkpoint(workdir):  # once it has one, its parent is history
+    init_from.check(config)  # a fine-tune's source run, before any work
   net = variant.from_config(config)  # a --config.model that cannot be used: before any work
   variant.check_later_methods(net, config.model)  # what decode and export will call, too
   optimizer = optim.make(config)  # likewise a --config.optimizer factory
@@ -172,8 +174,6 @@ class _Run:
         workdir, config.keep_checkpoints,
         data_fingerprint=fingerprint.compute(config, corpora.default_data_dir(config, workdir)))
     self.checkpointer.check_compatible(config)  # config and data, before any expensive work
-    if self.checkpointer.latest_step() is None:  # once it has a checkpoint, its parent is history
-      init_from.check(config)  # a fine-tune's source run, before any data is prepared
     self.policy = save_policy.SavePolicy(config.checkpoint_every_steps,
                                          config.checkpoint_every_minutes,
                                          check_every=config.log_every_steps)

@@ -207,3 +207,32 @@ def test_a_signal_during_decode_ends_in_one_line_and_leaves_no_claim(tiny_workdi
       f'error: interrupted by {sig.name if sig == signal.SIGTERM else "SIGINT (Ctrl-C)"}; what '
       'this command had not finished is not kept: run the same command again')
   assert not out.exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_a_streaming_decode_says_that_what_it_wrote_is_kept(tiny_workdir, tmp_path):
+  """A stream's translations are written as they come: interrupted, they stay, and the line
+  says so (it said 'not kept: run the same command again', which the kept file then refused)."""
+  fifo, out = str(tmp_path / 'in.fifo'), tmp_path / 'out.es'
+  os.mkfifo(fifo)
+  child = subprocess.Popen(
+      main_command('--mode=decode', f'--workdir={tiny_workdir}', f'--input={fifo}',
+                   f'--output={out}'), cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'),
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+  with open(fifo, 'w', encoding='utf-8') as pipe:
+    pipe.write('In the beginning God created the heaven and the earth.\n')
+    pipe.flush()
+    for _ in range(1200):
+      if (out.exists() and out.read_text(encoding='utf-8').count('\n') == 1
+          ) or child.poll() is not None:
+        break
+      time.sleep(0.1)
+    assert child.poll() is None, child.communicate()[1][-2000:]
+    child.send_signal(signal.SIGINT)
+    _, stderr = child.communicate(timeout=120)
+  assert child.returncode == 130 and 'Traceback' not in stderr, stderr[-2000:]
+  assert stderr.strip().splitlines()[-1] == (
+      f'error: interrupted by SIGINT (Ctrl-C); the 1 translation written to {out} is kept; '
+      'to go on, decode the lines after them into another --output')
+  assert out.read_text(encoding='utf-8').count('\n') == 1

@@ -90,12 +90,18 @@ class _Tokenizer:
 
 @pytest.mark.parametrize('sources, targets, says', [
     (['1 2', '3'], ['4'], '--input has 2 lines but --targets has 1; expected one target per'),
-    (['1 2', '3'], ['4', ' '], '--targets line 2 is empty; expected a sentence to score'),
+    ([' ', '3'], ['4', '5'], '--input line 1 is empty; expected a sentence to translate'),
     (['2 ' * 64, '3'], ['4', '5'], "--input line 1 has 65 tokens with EOS; the model's max_len is 64"),
 ])
 def test_bad_pairs_are_named_by_file_and_line(sources, targets, says):
   with pytest.raises(score.ScoreInputError, match='^' + says):
     score.encode_pairs(sources, targets, _ids, _ids, CFG.max_len)
+
+
+def test_an_empty_target_is_scored_as_the_empty_translation():
+  # A beam's empty hypothesis (n-best lists hold them) is a candidate: EOS alone.
+  assert score.encode_pairs(['1 2', '3'], ['4', ' '], _ids, _ids, CFG.max_len) == [
+      (_ids('1 2') + [1], _ids('4') + [1]), (_ids('3') + [1], [1])]
 
 
 def test_the_mode_writes_one_line_per_pair(tiny_workdir, corpus, tmp_path):

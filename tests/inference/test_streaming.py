@@ -10,7 +10,9 @@ import time
 import pytest
 from conftest import main_command, ROOT
 
+from t2t_jax import errors
 from t2t_jax.inference import streaming
+from t2t_jax.storage import textio
 
 
 def test_batches_flush_when_full_or_when_the_input_pauses():
@@ -35,13 +37,22 @@ def test_batches_flush_when_full_or_when_the_input_pauses():
   assert calls == [[1, 2, 3], [4], [5]] and written[-1] == 'É\n'
 
 
-def test_bad_bytes_are_named_by_line():
+def test_bad_bytes_are_named_by_line_after_the_lines_before_them_are_written():
+  """As a file: the same words (`textio.decode_lines`), a user's error (one line, no
+  traceback); unlike a file, the lines before the bad one were translated and stay written,
+  the batch's included, and the message says so."""
   read, write = os.pipe()
-  os.write(write, b'ok\n\xff\n')
+  os.write(write, '\ufeffok\nfine\n'.encode() + b'\xff\nnever\n')
   os.close(write)
-  with os.fdopen(read, 'rb') as source, pytest.raises(streaming.StreamError,
-                                                       match=r'^<stdin> line 2: not UTF-8'):
-    streaming.stream(source, lambda lines, numbers: lines, lambda text: None, 8)
+  written = []
+  with os.fdopen(read, 'rb') as source, pytest.raises(streaming.StreamError) as e:
+    streaming.stream(source, lambda lines, numbers: lines, written.append, 8)
+  assert str(e.value) == ("<stdin> is not valid UTF-8: byte 11 (line 3): invalid start byte; "
+                          "the 2 lines before it were translated")
+  assert written == ['ok\n', 'fine\n']  # the byte-order mark dropped, as a file's
+  with pytest.raises(textio.TextFileError, match=r'^f is not valid UTF-8: byte 11 \(line 3\)'):
+    textio.decode_lines('\ufeffok\nfine\n'.encode() + b'\xff\n', 'f')
+  assert isinstance(e.value, errors.user_errors())
 
 
 @pytest.mark.slow

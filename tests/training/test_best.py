@@ -124,3 +124,8 @@ def test_the_best_n_are_averaged_into_their_own_checkpoint(tmp_path):
   with pytest.raises(checkpoint_choice.CheckpointError,
                      match=r'average_best=4: expected 1 to 3, the best checkpoints kept'):
     best_average.average_best(str(tmp_path), 4)
+  with pytest.raises(checkpoint_choice.CheckpointError, match=(
+      r'average_best=2: the run kept no best checkpoints \(.*/nothing_kept/best has none\); '
+      r'train with --config.keep_best >= 2 to keep them, or average the last ones with '
+      r'--config.average_last=2$')):
+    best_average.average_best(str(tmp_path / 'nothing_kept'), 2)

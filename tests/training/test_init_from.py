@@ -66,6 +66,7 @@ def test_a_fine_tune_starts_from_the_source_and_resumes_as_itself(tiny_workdir, 
 @pytest.mark.parametrize('extra, says', [
     (['--config.d_ff=128'], 'is another model (d_ff: 64 there, 128 here)'),
     (['--config.init_from=nowhere'], 'nowhere is not a folder'),
+    (['--config.init_from=.'], 'is not the workdir of a trained run (it has no vocab/spm.model)'),
 ])
 def test_a_source_that_does_not_fit_is_refused_in_one_line(tiny_workdir, corpus, tmp_path,
                                                            extra, says):
