@@ -1,8 +1,8 @@
-"""What the damage tours share (tours/damage_tour.py and the tries it runs, and
-tours/damage_fourth_tries.py): the small model every try copies, running main.py and
+"""What the damage tours share (tours/files_tour.py and the tries it runs, and
+tours/variants_and_tools_tries.py): the small model every try copies, running main.py and
 classifying what the user sees, read-only and full mounts, damaging files, and the tries'
 helpers (a main.py in a session of its own, a local corpus, the training command).
-The outcome classes are damage_tour.py's; the tries import this module, never each other or
+The outcome classes are files_tour.py's; the tries import this module, never each other or
 the tour runner.
 """
 

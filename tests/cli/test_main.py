@@ -112,7 +112,7 @@ def test_help_says_how_to_override_config_keys_and_exits_0(flag):
   assert '--split: <train|dev|test>: eval: the split to evaluate' in result.stdout
 
 
-# train checked before this test existed; tours/damage_tour.py tries it on a real
+# train checked before this test existed; tours/files_tour.py tries it on a real
 # read-only mount with the other three.
 @pytest.mark.parametrize('mode', ['eval', 'average', 'plot'])
 def test_modes_that_write_the_workdir_refuse_a_read_only_one_before_any_work(

@@ -1,4 +1,4 @@
-"""The tries of issue 37 for `damage_tour.py`: each of its 14 faults as the issue describes it,
+"""The tries of issue 37 for `files_tour.py`: each of its 14 faults as the issue describes it,
 and new tries of the same kinds (other modes against read-only and full targets, damaged
 corpus files, damaged vocabulary records and checkpoint items, signals during decode, export,
 attention and eval, concurrent runs). Each try states the outcome the project's rules call for

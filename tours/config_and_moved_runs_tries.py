@@ -4,7 +4,7 @@ and clipping keys, `info --workdir`), runs moved with their files (workdir, corp
 file), another program's checkpoints, the step's public building blocks, the exports' tokenizer
 check and signals, and the measuring scripts.
 
-  python tours/damage_fifth_tries.py [--scratch=DIR] [--out=FILE.jsonl] [--only=NAME,...]
+  python tours/config_and_moved_runs_tries.py [--scratch=DIR] [--out=FILE.jsonl] [--only=NAME,...]
 
 Each try states what a careful product does and gets one verdict:
   OK         it did that: ran (and the output is right), or refused in one line naming
@@ -380,7 +380,7 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--scratch', default=None)
   parser.add_argument('--out', default=os.path.join(ROOT, 'benchmarks', 'results',
-                                                    'damage_fifth_tour.jsonl'))
+                                                    'config_and_moved_runs_tour.jsonl'))
   parser.add_argument('--only', default='')
   args = parser.parse_args()
   s = args.scratch or tempfile.mkdtemp(prefix='t2t_fifth_tour_')

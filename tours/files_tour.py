@@ -1,8 +1,8 @@
 """The damage tours of issues 30 and 37, rerun through main.py: bad input, damaged files of a
 trained workdir, damaged corpora, read-only and full targets of every mode, signals and
-concurrent runs, each classified by what the user sees (issue 37's tries: damage_tries.py).
+concurrent runs, each classified by what the user sees (issue 37's tries: files_and_signals_tries.py).
 
-  python tours/damage_tour.py [--scratch=DIR] [--out=FILE.jsonl]
+  python tours/files_tour.py [--scratch=DIR] [--out=FILE.jsonl]
 
 It first trains a small model on the bundled corpus for 20 steps (`SMALL`, about a minute),
 the run every try copies. Every try runs
@@ -13,13 +13,13 @@ the run every try copies. Every try runs
   traceback       a Python traceback on stderr (a fault);
   wrong           exit status 0 but the output or the files are not what they should be
                   (or something partial left behind);
-  (damage_tries.py adds interrupted, misleading and hang).
+  (files_and_signals_tries.py adds interrupted, misleading and hang).
 Read-only workdirs and full disks are real: a read-only bind mount and a 4 MiB tmpfs, so the
 tour must run as root on Linux (tries that cannot mount are reported as skipped). Writes one
 JSON line per try to --out and prints the counts per class.
 
 What the tries share (SMALL, classify, Tour, mounted, ...) is in common.py; this runner imports
-the tries (damage_tries.py, damage_new_tries.py), never the other way round.
+the tries (files_and_signals_tries.py, targets_and_corpora_tries.py), never the other way round.
 """
 
 import argparse
@@ -33,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-from tours import damage_new_tries, damage_tries  # noqa: E402
+from tours import targets_and_corpora_tries, files_and_signals_tries  # noqa: E402
 from tours.common import (SMALL, Tour, corpus, damage_file, fill, latest_step,  # noqa: E402
                           main_py, mounted)
 
@@ -130,8 +130,8 @@ def tour(t):
           '--mode=train', f'--workdir={w}', *SMALL, f'--config.num_train_steps={steps}'], 'ok',
           expect_output=lambda r: before <= after and f'resumed from step {max(map(int, after))}'
           in r.stderr)
-  damage_tries.issue37(t, source)
-  damage_new_tries.new_tries(t, source)
+  files_and_signals_tries.issue37(t, source)
+  targets_and_corpora_tries.new_tries(t, source)
 
 
 def _signals_only(t):
@@ -139,7 +139,7 @@ def _signals_only(t):
   with open(source, 'w', encoding='utf-8') as f:
     f.write('\n'.join(SENTENCES) + '\n')
   corpus(os.path.join(t.scratch, 'corpus'))
-  damage_new_tries.signal_tries(t, source)
+  targets_and_corpora_tries.signal_tries(t, source)
 
 
 def main():
@@ -148,7 +148,7 @@ def main():
   parser.add_argument('--only', choices=['signals'], default=None,
                       help='signals: only the tries that signal decode, export, attention, eval')
   parser.add_argument('--out', default=os.path.join(ROOT, 'benchmarks', 'results',
-                                                    'damage_tour.jsonl'))
+                                                    'files_tour.jsonl'))
   args = parser.parse_args()
   scratch = args.scratch or tempfile.mkdtemp(prefix='t2t_jax-tour-')
   trained = os.path.join(scratch, 'trained')

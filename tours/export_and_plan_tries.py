@@ -1,5 +1,5 @@
 """The fourth damage tour's tries of what serves and measures a trained run (tours/
-damage_fourth_tries.py runs them): `--mode=export` and its self-check, an absent or unknown
+variants_and_tools_tries.py runs them): `--mode=export` and its self-check, an absent or unknown
 JAX_PLATFORMS, `--mode=plan` for TPU topologies, and the device check
 (benchmarks/device/check.py) given bad arguments or stopped."""
 

@@ -1,4 +1,4 @@
-"""The fourth damage tour's library calls (tours/damage_fourth_tries.py runs them): public
+"""The fourth damage tour's library calls (tours/variants_and_tools_tries.py runs them): public
 `t2t_jax` calls with bad arguments, all in one child process (one jax start-up), each judged
 as a one-line documented error, a misleading one, a traceback or a wrong value."""
 

@@ -1,11 +1,11 @@
 """The fourth "hostile new user" tour (issue 43): new tries on the newest surfaces, none of the
-earlier tours' (damage_tour.py, damage_tries.py, damage_new_tries.py). Model variants
+earlier tours' (files_tour.py, files_and_signals_tries.py, targets_and_corpora_tries.py). Model variants
 (--config.model) and their pinned factory file, grouped-query attention (num_kv_heads), the
 export and its self-check, `export_stablehlo_model`, `check_incremental`, NNX `generate`,
 the data fingerprints and relative corpus paths, --mode=plan and its cache, JAX_PLATFORMS,
 benchmarks/device/check.py, the vocabulary's record and empty splits.
 
-  python tours/damage_fourth_tries.py [--scratch=DIR] [--out=FILE.jsonl] [--only=NAME,...]
+  python tours/variants_and_tools_tries.py [--scratch=DIR] [--out=FILE.jsonl] [--only=NAME,...]
 
 It trains two small runs (common.SMALL, 20 steps: the paper's model, and
 examples/variants.py:gqa from a copy of that file) and every try uses copies of them.
@@ -19,8 +19,8 @@ child process for them all and is classified by what it raises:
 Each record carries `verdict`: OK (the outcome the try expects), MISLEADING, TRACEBACK, WRONG
 (accepted and silently not what the user asked; or refused though valid) or HANG.
 
-Its export, platform, plan and device-check tries are in damage_fourth_tools.py, its library
-calls in damage_fourth_library.py; they import only common.py; nothing imports this runner.
+Its export, platform, plan and device-check tries are in export_and_plan_tries.py, its library
+calls in library_calls_tries.py; they import only common.py; nothing imports this runner.
 """
 
 import argparse
@@ -39,8 +39,8 @@ if ROOT not in sys.path:
 
 from benchmarks.shared import harness  # noqa: E402
 from tours.common import SMALL, Tour, checked, classify, corpus, main_py  # noqa: E402
-from tours.damage_fourth_library import library_tries  # noqa: E402
-from tours.damage_fourth_tools import (device_check_tries, export_tries,  # noqa: E402
+from tours.library_calls_tries import library_tries  # noqa: E402
+from tours.export_and_plan_tries import (device_check_tries, export_tries,  # noqa: E402
                                        plan_tries, platform_tries)
 
 VERDICTS = ('OK', 'MISLEADING', 'TRACEBACK', 'WRONG', 'HANG')
@@ -336,7 +336,7 @@ def main():
       [g for g, _ in GROUPS] + ['library']))
   parser.add_argument('--only', default=None, help='comma list of substrings of try names')
   parser.add_argument('--out', default=os.path.join(ROOT, 'benchmarks', 'results',
-                                                    'damage_fourth_tour.jsonl'))
+                                                    'variants_and_tools_tour.jsonl'))
   args = parser.parse_args()
   scratch = args.scratch or tempfile.mkdtemp(prefix='t2t_jax-tour4-')
   os.makedirs(scratch, exist_ok=True)

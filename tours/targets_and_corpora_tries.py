@@ -1,7 +1,7 @@
-"""The tries of issue 37 of our own for `damage_tour.py` (besides the issue's 14 faults, in
-damage_tries.py): other modes against read-only and full targets, damaged corpus files,
+"""The tries of issue 37 of our own for `files_tour.py` (besides the issue's 14 faults, in
+files_and_signals_tries.py): other modes against read-only and full targets, damaged corpus files,
 damaged vocabulary records and checkpoint items, signals during decode, export, attention and
-eval, concurrent decodes. Outcome classes as damage_tries.py describes them."""
+eval, concurrent decodes. Outcome classes as files_and_signals_tries.py describes them."""
 
 import glob
 import gzip
