@@ -292,8 +292,9 @@ def source_change(saved, spec: str):
 def same_source(saved_source, saved: str, spec: str) -> bool:
   """Whether the file factory spec `spec` names is the one a checkpoint recorded for its spec
   `saved` (`saved_source`, from `source_record`), moved or copied elsewhere: the same factory
-  name and the same sha256 of the file's bytes. False when either cannot be told (no record, a
-  module spec, a file that cannot be read)."""
+  name and the same sha256 of the file's bytes (a file gone is its record, when `remember`
+  was given it). False when either cannot be told (no record, a module spec, a file that
+  cannot be read)."""
   if not saved_source or not saved_source.get('sha256') or not saved or not spec:
     return False
   where, _, attr = spec.rpartition(':')
@@ -302,11 +303,20 @@ def same_source(saved_source, saved: str, spec: str) -> bool:
   path = os.path.abspath(os.path.expanduser(where))
   if not os.path.isfile(path) and path in _RECORDED:  # gone: the record it loads (`remember`)
     return _RECORDED[path].get('sha256') == saved_source['sha256']
+  return file_sha256(spec) == saved_source['sha256']
+
+
+def file_sha256(spec: str) -> Optional[str]:
+  """The sha256 of the file a 'path/file.py:factory' spec names; None for a module spec or
+  a file that cannot be read."""
+  where = (spec or '').rpartition(':')[0]
+  if not where or not _is_file(where):
+    return None
   try:
-    with open(path, 'rb') as f:
-      return hashlib.sha256(f.read()).hexdigest() == saved_source['sha256']
+    with open(os.path.abspath(os.path.expanduser(where)), 'rb') as f:
+      return hashlib.sha256(f.read()).hexdigest()
   except OSError:
-    return False
+    return None
 
 
 def moved_hint(spec: str, saved_source=None) -> str:

@@ -329,11 +329,23 @@ def with_overrides(saved: ml_collections.ConfigDict, source: ml_collections.Conf
     # The keys given that changed, or that a changed derived key follows.
     given = [k for k in keys if k in names or any(k in DERIVED.get(n, ()) for n in names)]
     given = given or sorted(names)
-    detail = '; '.join(f'{k}: checkpoint {a!r}, command line {b!r}' for k, a, b in changed)
+    detail = '; '.join(f'{k}: checkpoint {a!r}, command line {b!r}'
+                       + (_content(model_source, b) if k == 'model' else '')
+                       for k, a, b in changed)
     raise ConfigError(f'config key{"s" if len(given) > 1 else ""} '
                       f'{", ".join(map(repr, given))} would change the model fixed by the '
                       f'checkpoint ({detail}). Only inference and data keys can be overridden.')
   return resolved
+
+
+def _content(model_source: Optional[Dict[str, Any]], spec: str) -> str:
+  """' (...)' saying that a `--config.model` file differs from the recorded one by content
+  (both sha256), when both are known: what makes it another model, not its new place."""
+  recorded = (model_source or {}).get('sha256')
+  now = variant.file_sha256(spec)
+  if not recorded or not now or now == recorded:
+    return ''
+  return f' (its file holds other code: sha256 {recorded[:12]}... recorded, {now[:12]}... now)'
 
 
 def describe(config: ml_collections.ConfigDict) -> str:

@@ -234,3 +234,27 @@ def test_a_given_source_model_sets_source_vocab_size(tmp_path):
                      r'gives --config.source_vocab_size=300; drop one of the two$'):
     resolution.resolve(_config(source_vocab_size=300, **values),
                        explicit=['source_vocab_size'])
+
+
+def test_a_resume_with_another_best_metric_is_refused_and_a_schedule_change_is_named():
+  saved = default.get_config()
+  saved.update(dict(keep_best=1, eval_bleu_sentences=8))
+  now = saved.copy_and_resolve_references()
+  now.best_metric = 'bleu'  # best/ holds the best by loss
+  assert [k for k, _, _ in resolution.incompatible_keys(saved.to_dict(), now)] == ['best_metric']
+  now = saved.copy_and_resolve_references()
+  now.warmup_steps = 8000
+  assert resolution.incompatible_keys(saved.to_dict(), now) == []
+  assert resolution.incompatible_keys(saved.to_dict(), now, keys=resolution.SCHEDULE_KEYS) == [
+      ('warmup_steps', 4000, 8000)]
+
+
+def test_a_recorded_vocab_model_that_has_gone_is_provenance(tmp_path):
+  """A run's record names a vocab_model that is no longer there: its size is the record's,
+  and only a command line naming it again reads it (issue 60, 1)."""
+  recorded = default.get_config()
+  recorded.update(dict(vocab_model=str(tmp_path / 'gone.model'), vocab_size=400))
+  assert resolution.resolve(recorded, saved=True).vocab_size == 400
+  assert resolution.resolve(recorded, ['vocab_model'], recorded=True).vocab_size == 400
+  with pytest.raises(config_lib.ConfigError, match=r'gone\.model cannot be read \(no such file\)'):
+    resolution.resolve(recorded, ['vocab_model'])  # a new run: the file is needed
