@@ -36,7 +36,11 @@ def test_train_checkpoint_resume_and_learn(corpus, tmp_path):
   train_steps = [r['step'] for r in records if 'loss' in r]
   assert train_steps == [10, 20, 30, 40, 50, 60]  # the resumed run continues, no repeats
   loss = {r['step']: r['loss'] for r in records if 'loss' in r}
-  assert loss[60] < loss[10] - 0.5, loss
+  # The window of steps 1-10 averages the warmup's descent from the untrained loss; from step
+  # 20 on the windows sit on a plateau (measured 5.80 -> 5.39, 5.32, 5.32, 5.29, 5.30). A
+  # bound of 0.5 held by 0.002 nats, which another CPU's rounding over 60 steps may take:
+  # half the measured drop.
+  assert loss[60] < loss[10] - 0.25, loss
   dev = {r['step']: r['eval_dev/loss'] for r in records if 'eval_dev/loss' in r}
   assert sorted(dev) == [0, 30, 60]
   assert dev[60] < dev[0] - 0.5, dev
