@@ -172,9 +172,6 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   for key in _NON_NEGATIVE:
     if config[key] < 0:
       _fail(key, 'a value >= 0', config[key])
-  for key in _SEEDS:  # jax takes a seed as an int32
-    if config[key] >= 2 ** 31:
-      _fail(key, 'a value in [0, 2^31 - 1]', config[key])
   for key in _PROBABILITIES:
     if not 0.0 <= config[key] < 1.0:
       _fail(key, 'a value in [0, 1)', config[key])
@@ -192,10 +189,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _fail('best_metric', "'loss', or 'bleu' with eval_bleu_sentences > 0 (no dev BLEU is "
           'decoded without it)', config.best_metric)
   _check_decoding(config)
-  if config.lr_schedule in ('cosine', 'linear') and config.warmup_steps > config.num_train_steps:
-    _fail('warmup_steps', f'at most num_train_steps={config.num_train_steps} with lr_schedule='
-          f'{config.lr_schedule!r} (the rate would never reach learning_rate, nor decay)',
-          config.warmup_steps)
+  _check_schedule_and_seeds(config)
   if config.vocab_model and config.init_from:
     _fail('vocab_model', "'' with init_from, which takes the source run's vocabulary",
           config.vocab_model)
@@ -221,65 +215,22 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   return config
 
 
-# Keys that a run's other settings make ineffective: (key, when it has no effect, why).
-# A value other than the default is refused when typed on the command line, else warned
-# about; the canonical form (`runtime/resolution.py`) records the default in its place.
-_NO_EFFECT = (
-    ('shard_optimizer_state', ('mesh',), lambda c: parse_mesh(c.mesh).get('fsdp', 1) != 1,
-     "a mesh with 'fsdp' splits the optimizer state with the parameters already (ZeRO-3)"),
-    ('weight_decay', ('optimizer',), lambda c: c.optimizer in ('adam', 'adafactor'),
-     "only optimizer='adamw' (or an optimizer factory) decays weights"),
-    ('adam_b1', ('optimizer',), lambda c: c.optimizer == 'adafactor', "optimizer='adafactor' uses "
-     "tensor2tensor's settings, not Adam's"),
-    ('adam_b2', ('optimizer',), lambda c: c.optimizer == 'adafactor', "optimizer='adafactor' uses "
-     "tensor2tensor's settings, not Adam's"),
-    ('adam_eps', ('optimizer',), lambda c: c.optimizer == 'adafactor', "optimizer='adafactor' uses "
-     "tensor2tensor's settings, not Adam's"),
-    ('local_corpus_dir', ('dataset',), lambda c: c.dataset != 'local', "only dataset='local' reads it"),
-    ('eval_batches', ('eval_every_steps',), lambda c: not c.eval_every_steps, 'eval_every_steps=0 turns the '
-     'periodic evaluation off'),
-    ('eval_bleu_sentences', ('eval_every_steps',), lambda c: not c.eval_every_steps, 'eval_every_steps=0 turns the '
-     'periodic evaluation off'),
-    ('decode_threads', ('decode_parallelism',), lambda c: c.decode_parallelism == 'sharded',
-     "decode_parallelism='sharded' decodes one batch at a time over the devices"),
-    ('learning_rate', ('lr_schedule',), lambda c: c.lr_schedule == 'rsqrt', "lr_schedule='rsqrt' takes its "
-     'peak from d_model, warmup_steps and learning_rate_scale'),
-    ('min_learning_rate', ('lr_schedule',), lambda c: c.lr_schedule in ('rsqrt', 'constant'),
-     "only lr_schedule='cosine' or 'linear' decays to it"),
-    ('learning_rate_scale', ('lr_schedule', 'learning_rate'), lambda c: c.lr_schedule != 'rsqrt' and c.learning_rate,
-     'learning_rate sets the peak of the schedule itself'),
-    ('vocab_sample_sentences', ('vocab_model', 'init_from'), lambda c: c.vocab_model or c.init_from, 'the vocabulary is '
-     'given (vocab_model or init_from), not trained'),
-    ('source_vocab_size', ('share_vocab',), lambda c: c.share_vocab, 'share_vocab=True: one vocabulary of '
-     'vocab_size serves both sides'),
-    ('source_vocab_model', ('share_vocab',), lambda c: c.share_vocab, 'share_vocab=True: one vocabulary '
-     '(vocab_model) serves both sides'),
-    ('keep_best', ('eval_every_steps',), lambda c: not c.eval_every_steps, 'eval_every_steps=0: no evaluation ranks '
-     'checkpoints'),
-    ('early_stop_patience', ('eval_every_steps',), lambda c: not c.eval_every_steps, 'eval_every_steps=0: no '
-     'evaluation to be patient with'),
-    ('temperature', ('decode_strategy',), lambda c: c.decode_strategy != 'sample', "only "
-     "decode_strategy='sample' draws"),
-    ('top_k', ('decode_strategy',), lambda c: c.decode_strategy != 'sample', "only "
-     "decode_strategy='sample' draws"),
-    ('top_p', ('decode_strategy',), lambda c: c.decode_strategy != 'sample', "only "
-     "decode_strategy='sample' draws"),
-    ('sample_seed', ('decode_strategy',), lambda c: c.decode_strategy != 'sample', "only "
-     "decode_strategy='sample' draws"),
-    ('beam_size', ('decode_strategy',), lambda c: c.decode_strategy != 'beam', "only "
-     "decode_strategy='beam' searches with a beam (nbest sets how many samples are drawn)"),
-    ('length_penalty_alpha', ('decode_strategy',), lambda c: c.decode_strategy == 'greedy',
-     "decode_strategy='greedy' takes the argmax at each step, with no length penalty"),
-    ('output_scores', ('nbest',), lambda c: c.nbest > 1, 'nbest > 1 writes the scores anyway'),
-    ('best_metric', ('keep_best', 'early_stop_patience'), lambda c: not c.keep_best and not c.early_stop_patience,
-     'only keep_best and early_stop_patience rank by it'),
-)
-
-
 def paper_peak(d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
   """The peak of the paper's schedule (§5.3, eq. 3, at step = warmup_steps):
   scale * (d_model * warmup_steps)^-0.5 (6.99e-4 for the base model)."""
   return float(scale) * (float(d_model) * float(warmup_steps)) ** -0.5
+
+
+def _check_schedule_and_seeds(config: ml_collections.ConfigDict) -> None:
+  """A warmup longer than a decaying schedule's run (the rate would never reach its peak nor
+  decay), and a seed jax cannot take (an int32)."""
+  if config.lr_schedule in ('cosine', 'linear') and config.warmup_steps > config.num_train_steps:
+    _fail('warmup_steps', f'at most num_train_steps={config.num_train_steps} with lr_schedule='
+          f'{config.lr_schedule!r} (the rate would never reach learning_rate, nor decay)',
+          config.warmup_steps)
+  for key in _SEEDS:
+    if config[key] >= 2 ** 31:
+      _fail(key, 'a value in [0, 2^31 - 1]', config[key])
 
 
 def _check_decoding(config: ml_collections.ConfigDict) -> None:
@@ -292,23 +243,6 @@ def _check_decoding(config: ml_collections.ConfigDict) -> None:
           'needs a wider beam)', config.nbest)
   if config.decode_strategy == 'greedy' and config.nbest > 1:
     _fail('nbest', "1 with decode_strategy='greedy' (several samples: 'sample')", config.nbest)
-
-
-def no_effect_rules(config: Optional[ml_collections.ConfigDict]) -> list:
-  """[(key, the keys that make it so, why)] of the cross-key rules (`_NO_EFFECT`) that leave
-  their key without effect in `config`, whatever its own value (None: every rule); the
-  decode strategy's among them (`key_table.py` shows them per mode)."""
-  return [(key, because, why) for key, because, inert, why in _NO_EFFECT
-          if config is None or inert(config)]
-
-
-def no_effect(config: ml_collections.ConfigDict) -> list:
-  """[(key, the keys that make it so, why)] for each key of a validated `config` that holds a
-  value other than its default where the run's other settings make it do nothing
-  (`weight_decay` with Adam)."""
-  defaults = default_config.get_config()
-  return [(key, because, why) for key, because, inert, why in _NO_EFFECT
-          if config[key] != defaults[key] and inert(config)]
 
 
 # Keys that fix the parameter shapes (or what they compute: `model`, `decoder_window`): a

@@ -7,9 +7,9 @@ run ends with an evaluation). Elsewhere it has **no effect**, or is **refused**:
 * the keys that fix the model (`config.MODEL_KEYS`) are refused by every mode that reads a
   trained run when they differ from its checkpoint's (`resolution.with_overrides`);
 * an export carries no decoding options: those keys are refused (`EXPORT_REFUSED`);
-* within a mode, the decode strategy (and the other cross-key rules of `config._NO_EFFECT`)
+* within a mode, the decode strategy (and the other cross-key rules, `CROSS_KEY_RULES`)
   leaves some keys without effect: `temperature` without sampling, `beam_size` with greedy
-  search. Those are `config.no_effect`'s, refused when typed without the key that makes them
+  search. Those are `no_effect`'s, refused when typed without the key that makes them
   so, else named in a warning (`runtime/resolution.py`).
 
 `unused(mode, config, keys)` is what a command names: each key it typed that does nothing in
@@ -89,6 +89,79 @@ _ROWS: Tuple[Tuple[Tuple[str, ...], Tuple, str], ...] = (
      'translation'),
 )
 
+# The strategy's and the other cross-key rules: keys that a run's other settings make
+# ineffective, in any mode: (key, the keys that make it so, when it has no effect, why). A value
+# other than the default is refused when typed on the command line without the keys that make
+# it so, else warned about; the canonical form (`runtime/resolution.py`) records the default.
+CROSS_KEY_RULES = (
+    ('shard_optimizer_state', ('mesh',), lambda c: config_lib.parse_mesh(c.mesh).get('fsdp', 1) != 1,
+     "a mesh with 'fsdp' splits the optimizer state with the parameters already (ZeRO-3)"),
+    ('weight_decay', ('optimizer',), lambda c: c.optimizer in ('adam', 'adafactor'),
+     "only optimizer='adamw' (or an optimizer factory) decays weights"),
+    ('adam_b1', ('optimizer',), lambda c: c.optimizer == 'adafactor', "optimizer='adafactor' uses "
+     "tensor2tensor's settings, not Adam's"),
+    ('adam_b2', ('optimizer',), lambda c: c.optimizer == 'adafactor', "optimizer='adafactor' uses "
+     "tensor2tensor's settings, not Adam's"),
+    ('adam_eps', ('optimizer',), lambda c: c.optimizer == 'adafactor', "optimizer='adafactor' uses "
+     "tensor2tensor's settings, not Adam's"),
+    ('local_corpus_dir', ('dataset',), lambda c: c.dataset != 'local', "only dataset='local' reads it"),
+    ('eval_batches', ('eval_every_steps',), lambda c: not c.eval_every_steps, 'eval_every_steps=0 turns the '
+     'periodic evaluation off'),
+    ('eval_bleu_sentences', ('eval_every_steps',), lambda c: not c.eval_every_steps, 'eval_every_steps=0 turns the '
+     'periodic evaluation off'),
+    ('decode_threads', ('decode_parallelism',), lambda c: c.decode_parallelism == 'sharded',
+     "decode_parallelism='sharded' decodes one batch at a time over the devices"),
+    ('learning_rate', ('lr_schedule',), lambda c: c.lr_schedule == 'rsqrt', "lr_schedule='rsqrt' takes its "
+     'peak from d_model, warmup_steps and learning_rate_scale'),
+    ('min_learning_rate', ('lr_schedule',), lambda c: c.lr_schedule in ('rsqrt', 'constant'),
+     "only lr_schedule='cosine' or 'linear' decays to it"),
+    ('learning_rate_scale', ('lr_schedule', 'learning_rate'), lambda c: c.lr_schedule != 'rsqrt' and c.learning_rate,
+     'learning_rate sets the peak of the schedule itself'),
+    ('vocab_sample_sentences', ('vocab_model', 'init_from'), lambda c: c.vocab_model or c.init_from, 'the vocabulary is '
+     'given (vocab_model or init_from), not trained'),
+    ('source_vocab_size', ('share_vocab',), lambda c: c.share_vocab, 'share_vocab=True: one vocabulary of '
+     'vocab_size serves both sides'),
+    ('source_vocab_model', ('share_vocab',), lambda c: c.share_vocab, 'share_vocab=True: one vocabulary '
+     '(vocab_model) serves both sides'),
+    ('keep_best', ('eval_every_steps',), lambda c: not c.eval_every_steps, 'eval_every_steps=0: no evaluation ranks '
+     'checkpoints'),
+    ('early_stop_patience', ('eval_every_steps',), lambda c: not c.eval_every_steps, 'eval_every_steps=0: no '
+     'evaluation to be patient with'),
+    ('temperature', ('decode_strategy',), lambda c: c.decode_strategy != 'sample', "only "
+     "decode_strategy='sample' draws"),
+    ('top_k', ('decode_strategy',), lambda c: c.decode_strategy != 'sample', "only "
+     "decode_strategy='sample' draws"),
+    ('top_p', ('decode_strategy',), lambda c: c.decode_strategy != 'sample', "only "
+     "decode_strategy='sample' draws"),
+    ('sample_seed', ('decode_strategy',), lambda c: c.decode_strategy != 'sample', "only "
+     "decode_strategy='sample' draws"),
+    ('beam_size', ('decode_strategy',), lambda c: c.decode_strategy != 'beam', "only "
+     "decode_strategy='beam' searches with a beam (nbest sets how many samples are drawn)"),
+    ('length_penalty_alpha', ('decode_strategy',), lambda c: c.decode_strategy == 'greedy',
+     "decode_strategy='greedy' takes the argmax at each step, with no length penalty"),
+    ('output_scores', ('nbest',), lambda c: c.nbest > 1, 'nbest > 1 writes the scores anyway'),
+    ('best_metric', ('keep_best', 'early_stop_patience'), lambda c: not c.keep_best and not c.early_stop_patience,
+     'only keep_best and early_stop_patience rank by it'),
+)
+
+
+def no_effect_rules(config: Optional[ml_collections.ConfigDict]) -> list:
+  """[(key, the keys that make it so, why)] of the cross-key rules (`CROSS_KEY_RULES`) that leave
+  their key without effect in `config`, whatever its own value (None: every rule); the
+  decode strategy's among them (`markdown` shows them per mode)."""
+  return [(key, because, why) for key, because, inert, why in CROSS_KEY_RULES
+          if config is None or inert(config)]
+
+
+def no_effect(config: ml_collections.ConfigDict) -> list:
+  """[(key, the keys that make it so, why)] for each key of a validated `config` that holds a
+  value other than its default where the run's other settings make it do nothing
+  (`weight_decay` with Adam)."""
+  defaults = default_config.get_config()
+  return [(key, because, why) for key, because, inert, why in CROSS_KEY_RULES
+          if config[key] != defaults[key] and inert(config)]
+
+
 # An export carries no decoding options: a CTranslate2 model is decoded with CTranslate2's own
 # (num_hypotheses, sampling_topk/topp/temperature, no_repeat_ngram_size, target_prefix), and
 # the StableHLO artifact is the paper's beam search.
@@ -116,7 +189,7 @@ TABLE = _index()
 def effect(key: str, mode: str, config: Optional[ml_collections.ConfigDict] = None
            ) -> Tuple[str, str]:
   """(USED, NO_EFFECT or REFUSED, why) of `key` typed in `mode` for the run `config` (its
-  other keys: the conditions and `config.no_effect`'s cross-key rules, the decode strategy
+  other keys: the conditions and the cross-key rules (`no_effect_rules`), the decode strategy
   among them; None: the defaults)."""
   config = default_config.get_config() if config is None else config
   if mode == 'export' and key in EXPORT_REFUSED:
@@ -129,7 +202,7 @@ def effect(key: str, mode: str, config: Optional[ml_collections.ConfigDict] = No
   condition, unless = used[mode]
   if condition is not None and not condition(config):
     return NO_EFFECT, unless
-  for inert, _, reason in config_lib.no_effect_rules(config):
+  for inert, _, reason in no_effect_rules(config):
     if inert == key:
       return NO_EFFECT, reason
   return USED, ''
@@ -189,7 +262,7 @@ def markdown() -> str:
   defaults = default_config.get_config()
   lines = ['| key | ' + ' | '.join(MODES) + ' | when it does nothing |',
            '|---|' + '---|' * (len(MODES) + 1)]
-  rules = config_lib.no_effect_rules(None)
+  rules = no_effect_rules(None)
   for key in defaults.keys():
     cells, notes = [], []
     ruled = any(inert == key for inert, _, _ in rules)

@@ -61,7 +61,7 @@ def test_each_cell_is_what_the_command_does_with_the_key(mode, caplog):
   """Row by row: a key the table does not use in `mode` is named by `check_command` (one line,
   with its reason) and left out of what the mode applies; a used one is applied silently; a
   refused one is refused by the code that refuses it."""
-  by_rule = {key: why for key, _, why in config_lib.no_effect_rules(DEFAULTS)}
+  by_rule = {key: why for key, _, why in key_table.no_effect_rules(DEFAULTS)}
   for key in DEFAULTS.keys():
     kind, why = key_table.effect(key, mode)
     caplog.clear()

@@ -19,6 +19,7 @@ checkpoint valid.
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
+from t2t_jax import config as config_lib
 from t2t_jax.storage import paths
 
 _WMT_KEYS = ('tfds_name', 'tfds_config', 'tfds_version')
@@ -113,3 +114,17 @@ def scored_difference(saved: Dict[str, Any], current: Dict[str, Any],
            if saved.get('corpus_dir') != current['corpus_dir'] else '')
   return (f'the {split} split of {current["corpus_dir"]}{moved} is not the one it recorded: '
           f'{", ".join(changes)}')
+
+
+def folder_advice(saved_config: Dict[str, Any], config: Any) -> str:
+  """'' or the sentence naming the data folder the run was trained on when this command names
+  another (or none: the bundled corpus), and the flag that points at its place."""
+  for key in ('local_corpus_dir', 'treebank_dir'):
+    then, now = saved_config.get(key) or '', config.get(key) or ''
+    if then and config_lib.absolute_value(key, then) != config_lib.absolute_value(key, now):
+      reads = now or (f'no --config.{key}' + (' (the bundled corpus)'
+                                              if key == 'local_corpus_dir' else ''))
+      return (f'The run was trained on {then} (--config.{key}); this command reads {reads}: '
+              f'name that data\'s place with --config.{key}=PATH (a moved copy is accepted '
+              'by its content). ')
+  return ''

@@ -261,9 +261,8 @@ def load_or_train(config: Any, workdir: str, sentences_fn: Callable[[], Iterable
   Returns:
     The Tokenizer, whose vocab_size equals config.vocab_size (TokenizerError otherwise).
   """
-  path = vocab_path(workdir)
-  want = vocab_record.wanted(config, data_fingerprint,
-                            recorded=vocab_record.read(workdir)[0] if trained else None)
+  path, recorded = vocab_path(workdir), vocab_record.read(workdir)[0] if trained else None
+  want = vocab_record.wanted(config, data_fingerprint, recorded)  # given files: provenance
   stale = _stale(workdir, want, trained, checkpoint_vocabulary)
   if stale is None:
     tok = load(path, config.vocab_size) if trained else _checked(Tokenizer(path),

@@ -57,7 +57,6 @@ _PARTIAL_QUIET_S, _PARTIAL_POLL_S, _PARTIAL_WATCH_S = 2.0, 0.05, 10.0
 # The keys whose change makes a checkpoint unusable, and their comparison (`resolution`).
 RESUME_KEYS = resolution.RESUME_KEYS
 incompatible_keys = resolution.incompatible_keys
-SCHEDULE_KEYS = resolution.SCHEDULE_KEYS
 
 
 def save_whole_arrays_on_cpu() -> bool:
@@ -231,18 +230,14 @@ class Checkpointer:
     decode ignore them (`config.from_json`)."""
     config_lib.warn_obsolete_keys(saved_config, self._name(step))
     has_fingerprints = self.data_fingerprint is not None and saved_fingerprint is not None
-    diffs = incompatible_keys(saved_config, config,
-                              model_source=self.saved_fingerprint(step, MODEL_ITEM),
-                              paths_by_content=has_fingerprints)
-    schedule = incompatible_keys(saved_config, config, keys=SCHEDULE_KEYS)
-    if schedule and not diffs:
-      logging.warning('the learning-rate schedule changes at step %d: %s', step, '; '.join(
-          f'{k}: {a!r} then, {b!r} now' for k, a, b in schedule))
+    diffs = incompatible_keys(saved_config, config, paths_by_content=has_fingerprints,
+                              model_source=self.saved_fingerprint(step, MODEL_ITEM))
     if diffs:
       detail = '; '.join(f'{k}: checkpoint has {a!r}, config has {b!r}' for k, a, b in diffs)
       return (f'{self.directory} holds checkpoints (latest step {step}) of an incompatible '
               f'config ({detail}). Use another --workdir, or restore those values; nothing was '
               'changed.')
+    resolution.warn_schedule_change(saved_config, config, step)
     if self.data_fingerprint is None:
       return None
     if saved_fingerprint is None:
@@ -253,9 +248,10 @@ class Checkpointer:
     for note in notes:
       logging.warning('%s (checkpoint step %d)', note, step)
     if refusal:
+      advice = fingerprint_lib.folder_advice(saved_config, config)
       return (f'{self.directory} holds checkpoints (latest step {step}) trained on other data: '
-              f'{refusal}. {_data_advice(saved_config, config)}Restore those files, or train '
-              'in another --workdir; nothing was changed.')
+              f'{refusal}. {advice}Restore those files, or train in another --workdir; nothing '
+              'was changed.')
     return None
 
   def restore(self, abstract_state, step: Optional[int] = None):
@@ -397,20 +393,6 @@ class Checkpointer:
           self._manager.close()
       finally:  # only now: the failed save's other writes may run until orbax is closed
         self._remove_partial(self._failed)
-
-
-def _data_advice(saved_config: Dict[str, Any], config: ml_collections.ConfigDict) -> str:
-  """'' or the sentence naming the data folder the run was trained on when this command names
-  another (or none: the bundled corpus), and the flag that points at its place."""
-  for key in ('local_corpus_dir', 'treebank_dir'):
-    then, now = saved_config.get(key) or '', config.get(key) or ''
-    if then and config_lib.absolute_value(key, then) != config_lib.absolute_value(key, now):
-      reads = now or (f'no --config.{key}' + (' (the bundled corpus)'
-                                              if key == 'local_corpus_dir' else ''))
-      return (f'The run was trained on {then} (--config.{key}); this command reads {reads}: '
-              f'name that data\'s place with --config.{key}=PATH (a moved copy is accepted '
-              'by its content). ')
-  return ''
 
 
 def abstract_like(tree) -> Any:

@@ -9,7 +9,7 @@ and everything that runs:
   else the shorthand as given (compared nowhere: both depths are written out);
 * a key that the run's other settings make ineffective (`weight_decay` with Adam) is refused
   when given on the command line, else warned about, and recorded at its default
-  (`config.no_effect`);
+  (`key_table.no_effect`);
 * a `--config.model` factory's settings (a window, a head count it sets) are reconciled with the
   keys: a key the command line gives and the factory sets otherwise is an error naming both;
   one that a config file set is taken from the factory with a warning;
@@ -34,6 +34,7 @@ import ml_collections
 from absl import logging
 
 from t2t_jax import config as config_lib
+from t2t_jax import key_table
 from t2t_jax.choices import ConfigError
 from t2t_jax.configs import default as default_config
 from t2t_jax.model import variant
@@ -74,7 +75,7 @@ def _copy(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 def _drop_no_effect(config: ml_collections.ConfigDict, explicit: set, quiet: bool) -> None:
   defaults = default_config.get_config()
-  for key, because, why in config_lib.no_effect(config):
+  for key, because, why in key_table.no_effect(config):
     # Refused when typed against the config's own settings; only warned about when the key
     # that makes it ineffective was typed too (common flags, and one that turns a feature off).
     if key in explicit and not explicit & set(because):
@@ -298,6 +299,16 @@ def incompatible_keys(saved: Dict[str, Any], config: ml_collections.ConfigDict,
   if paths_by_content:
     keys = [k for k in keys if k not in config_lib.PATH_KEYS]
   return differences(saved_config, current, keys, model_source)
+
+
+def warn_schedule_change(saved: Dict[str, Any], config: ml_collections.ConfigDict,
+                         step: int) -> None:
+  """One warning naming each `SCHEDULE_KEYS` key a resumed run changes from its checkpoint's
+  (`saved`, at `step`): the rate from here on is not the one the run started with."""
+  changed = incompatible_keys(saved, config, keys=SCHEDULE_KEYS)
+  if changed:
+    logging.warning('the learning-rate schedule changes at step %d: %s', step, '; '.join(
+        f'{k}: {a!r} then, {b!r} now' for k, a, b in changed))
 
 
 def with_overrides(saved: ml_collections.ConfigDict, source: ml_collections.ConfigDict,
