@@ -210,6 +210,7 @@ def _resolved_config():
   if FLAGS.mode not in key_table.READS_A_RUN:
     return train_lib.resolve_run(FLAGS.config, FLAGS.workdir, typed)
   checkpoint_choice.remember_factory(FLAGS.workdir, FLAGS.config.get('model', ''))
+  inference_modes.check_given_vocabularies(FLAGS.workdir, FLAGS.config, typed)
   return None
 
 

@@ -69,7 +69,9 @@ def _check_optimizer(value: str) -> None:
           "'path/file.py:factory'", value)
 
 
-_SEEDS = ('sample_seed',)  # folded into each line's key as an int32 (translate.py)
+# The seeds and the bits jax takes them in: a key of a C long; sampling folds its seed into
+# each line's key as an int32 (translate.py).
+_SEEDS = (('seed', 63), ('shuffle_seed', 63), ('sample_seed', 31))
 
 
 def _fail(key: str, expected: str, got: Any) -> None:
@@ -228,9 +230,9 @@ def _check_schedule_and_seeds(config: ml_collections.ConfigDict) -> None:
     _fail('warmup_steps', f'at most num_train_steps={config.num_train_steps} with lr_schedule='
           f'{config.lr_schedule!r} (the rate would never reach learning_rate, nor decay)',
           config.warmup_steps)
-  for key in _SEEDS:
-    if config[key] >= 2 ** 31:
-      _fail(key, 'a value in [0, 2^31 - 1]', config[key])
+  for key, top in _SEEDS:
+    if config[key] >= 2 ** top:
+      _fail(key, f'a value below 2^{top}', config[key])
 
 
 def _check_decoding(config: ml_collections.ConfigDict) -> None:

@@ -20,7 +20,7 @@ from t2t_jax.inference import score as score_lib
 from t2t_jax.model import info as model_info, variant
 from t2t_jax.runtime import checkpoint as checkpoint_lib
 from t2t_jax.runtime import interruptible, multihost, resolution
-from t2t_jax.storage import layout, outputs, textio
+from t2t_jax.storage import layout, outputs, paths, textio
 from t2t_jax.storage import workdir as workdir_lib
 
 
@@ -52,13 +52,37 @@ def run_config(workdir: str, saved: Dict[str, Any], source: str, overrides: Over
   the model cannot change, a `--config.model` file moved with its content can:
   `model_source` is the checkpoint's record of it); its `model` factory checked."""
   recorded = config_lib.from_json(saved, source)
-  variant.remember(model_source)  # the factory file's recorded text, should it have moved
+  # The factory file's recorded text, should it have moved or gone: under the path the
+  # checkpoint's record names and the one its config names (they differ once a run resumed
+  # with the file at a new place).
+  variant.remember(model_source, typed=recorded.get('model', ''))
   if 'model' not in overrides.keys:
     check_model(workdir, recorded, model_source)  # before anything builds it
   config = resolution.with_overrides(recorded, config_lib.absolute_paths(overrides.config),
                                      overrides.keys, model_source)
   check_model(workdir, config, model_source)
   return config
+
+
+def check_given_vocabularies(workdir: str, config: ml_collections.ConfigDict,
+                             keys: Sequence[str]) -> None:
+  """A vocabulary the command line names again to a mode that reads a trained run
+  (`vocab_model`, `source_vocab_model`) is compared with the workdir's own by content: the
+  same file (moved or not) or one that is gone is provenance; another is refused in one line,
+  as a resume refuses it."""
+  where = layout.of(workdir)
+  for key, own in (('vocab_model', where.vocab), ('source_vocab_model', where.source_vocab)):
+    if key not in keys or not config.get(key):
+      continue
+    try:
+      given, mine = (vocab_record.sha256(paths.read_bytes(p)) for p in (config[key], own))
+    except OSError:
+      continue
+    if given != mine:
+      raise config_lib.ConfigError(
+          f'--config.{key}={config[key]} is not the vocabulary {workdir} was trained with '
+          f'({own}: sha256 {mine[:12]}..., the file given: {given[:12]}...); drop it: the '
+          'workdir holds its own')
 
 
 def check_scored_data(config: ml_collections.ConfigDict, workdir: str, split: str,

@@ -9,6 +9,7 @@ input being closed. An interruption (Ctrl-C, SIGTERM) ends the loop between batc
 was written stays written.
 """
 
+import os
 import queue
 import threading
 from typing import BinaryIO, Callable, List, Optional, Sequence
@@ -39,12 +40,26 @@ def is_stream(path: Optional[str]) -> bool:
 
 def _read(source: BinaryIO, lines: 'queue.Queue') -> None:
   """Puts each line of `source` on `lines` as (its bytes without the newline, the offset of
-  its first byte in the stream), then `_END`."""
-  offset = 0
+  its first byte in the stream), then `_END`.
+
+  It reads the file descriptor itself (`os.read`), not the buffered file: a daemon thread
+  blocked inside a buffered read holds the buffer's lock, and an interpreter ending on Ctrl-C
+  or SIGTERM while stdin's lock is held aborts (SIGABRT, 'could not acquire lock ... at
+  interpreter shutdown'). A source without a descriptor is read line by line."""
+  offset, pending = 0, b''
   try:
-    for raw in iter(source.readline, b''):
-      lines.put((raw.rstrip(b'\n').rstrip(b'\r'), offset))
-      offset += len(raw)
+    try:
+      fd = source.fileno()
+      chunks = iter(lambda: os.read(fd, 1 << 16), b'')
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+      chunks = iter(source.readline, b'')
+    for chunk in chunks:
+      *complete, pending = (pending + chunk).split(b'\n')
+      for raw in complete:
+        lines.put((raw.rstrip(b'\r'), offset))
+        offset += len(raw) + 1
+    if pending:  # a last line without its newline
+      lines.put((pending.rstrip(b'\r'), offset))
   except Exception as e:  # noqa: BLE001  reported by the consumer, in its thread
     lines.put(e)
   lines.put(_END)

@@ -3,12 +3,14 @@
 The checkpoint, tokenizer and translation are stubbed: what is tested is when the output file
 is created, refused, replaced and removed, not the model."""
 
+import os
 import types
 
 import pytest
 from etils import epath
 
 from configs import default
+from t2t_jax import config as config_lib
 from t2t_jax.inference import modes
 
 
@@ -124,3 +126,23 @@ def test_stdout_on_a_full_disk_is_one_line(stubbed, monkeypatch):
   with pytest.raises(WorkdirError, match='^cannot write <stdout>: No space left on device; '
                                          'free space$'):
     stubbed.decode('first', None)
+
+
+def test_a_vocabulary_named_again_is_compared_by_content(tiny_workdir, tmp_path):
+  """Issue 60, 1: a mode that reads a run takes its workdir's vocabulary; one named again is
+  provenance when it is the same file or gone, refused in one line when it is another."""
+  config = default.get_config()
+  own = os.path.join(tiny_workdir, 'vocab', 'spm.model')
+  copy, other = tmp_path / 'same.model', tmp_path / 'other.model'
+  with open(own, 'rb') as f:
+    copy.write_bytes(f.read())
+  other.write_bytes(copy.read_bytes()[:-1] + b'x')
+  for path in (str(copy), str(tmp_path / 'gone.model')):
+    config.vocab_model = path
+    modes.check_given_vocabularies(tiny_workdir, config, ['vocab_model'])
+  config.vocab_model = str(other)
+  modes.check_given_vocabularies(tiny_workdir, config, [])  # not typed: not read
+  with pytest.raises(config_lib.ConfigError, match=(
+      rf'^--config.vocab_model={other} is not the vocabulary {tiny_workdir} was trained with '
+      r'\(.*spm.model: sha256 [0-9a-f]{12}\.\.\., the file given: [0-9a-f]{12}\.\.\.\); drop it')):
+    modes.check_given_vocabularies(tiny_workdir, config, ['vocab_model'])
