@@ -1629,8 +1629,9 @@ def train_signals(tour):
     proc = subprocess.Popen(args, cwd=MAIN, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errf)
     reached = wait_for(errp, b'inference parameters', proc, 400)
     if reached:
-      sleep(2)
+      sleep(0.5)
       reached = proc.poll() is None
+    done_before = b'test BLEU' in (read_bytes(errp) or b'')
     proc.send_signal(sig)
     try:
       rc = proc.wait(timeout=120)
@@ -1645,13 +1646,14 @@ def train_signals(tour):
       verdict = 'HANG'
     elif crashed(err):
       verdict = 'TRACEBACK'
-    elif not reached:
+    elif not reached or (done_before and rc != 0):
       verdict = 'WRONG'
     else:
       verdict = 'OK' if rc == 0 or last.startswith('error:') else 'UNCLEAR'
-    note = 'signalled 2 s into the final evaluation' if reached else 'the final evaluation was over before the signal'
+    note = ('signalled after the test BLEU was logged (the evaluation was over)' if done_before else
+            'signalled 0.5 s into the final evaluation' if reached else 'the run ended before the signal')
     note += ''.join(f'; said: {trim(l, 240)}' for l in err.split('\n') if l.startswith('error:'))[:300]
-    tour.record(S, f'train.{sname}_during_final_eval', cmdline(args) + f'  # {sname.upper()} 2 s after the final evaluation starts',
+    tour.record(S, f'train.{sname}_during_final_eval', cmdline(args) + f'  # {sname.upper()} 0.5 s after the final evaluation starts',
                 f'{sname.upper()} during the final evaluation stops it without a traceback (training is done and checkpointed)',
                 f'exit {rc}; {last}', verdict, note)
     tour.t(S, f'train.rerun_after_{sname}_during_final_eval', main_py(f'--workdir={wd3}', *tiny(p('corpus_fe'), **over)),

@@ -39,7 +39,7 @@ class VariantError(ConfigError):
 
   def __init__(self, spec: str, reason: str, missing: bool = False,
                key: Optional[str] = 'model'):
-    hint = f': {moved_hint(spec)}' if missing else ''
+    hint = f': {moved_hint(spec, key=key)}' if missing else ''
     # From a run config (key: its config key), the flag that set it; from a direct
     # `load_factory(spec)` call (key None), the argument.
     named = f'--config.{key}={spec}' if key else f'load_factory: spec {spec!r}'
@@ -319,18 +319,21 @@ def file_sha256(spec: str) -> Optional[str]:
     return None
 
 
-def moved_hint(spec: str, saved_source=None) -> str:
+def moved_hint(spec: str, saved_source=None, key: Optional[str] = 'model') -> str:
   """The advice for a factory spec that cannot be loaded here: an absolute file spec (as a
-  checkpoint records it) names where to point `--config.model` (a file of the same content is
-  accepted); a module or a relative file, the folder or PYTHONPATH that has it."""
+  checkpoint records it) names where to point its flag (`key`: `--config.model`, whose file
+  of the recorded content is accepted, or `--config.optimizer`); a module or a relative file,
+  the folder or PYTHONPATH that has it."""
   where, _, attr = spec.rpartition(':')
   if not _is_file(where) or not os.path.isabs(os.path.expanduser(where)):
     return 'run from the folder that has it, or put it on PYTHONPATH'
   digest = (saved_source or {}).get('sha256')
   same = f' (sha256 {digest[:12]}...)' if digest else ''
-  return (f'if {os.path.basename(where)} moved, name its new place with '
-          f'--config.model=NEW/PATH/{os.path.basename(where)}:{attr}; a file with the '
-          f'recorded content{same} is accepted')
+  flag = f'--config.{key or "model"}=NEW/PATH/{os.path.basename(where)}:{attr}'
+  if key not in ('model', None):  # only the model's factory source is recorded and compared
+    return f'if {os.path.basename(where)} moved, name its new place with {flag}'
+  return (f'if {os.path.basename(where)} moved, name its new place with {flag}; a file with '
+          f'the recorded content{same} is accepted')
 
 
 def parameter_mismatch(net: Transformer, found) -> str:
