@@ -52,12 +52,18 @@ def compute(config: Any, data_dir: Optional[str]) -> Dict[str, Any]:
 
 
 def _file_changes(saved: Dict[str, Any], current: Dict[str, Any], split: str) -> List[str]:
-  """'<path> (what changed)' for each file of `split` that differs."""
+  """'<path> (what changed)' for each file of `split` that differs. A file is 'gone' or 'new'
+  only within one folder; across two folders (a corpus named elsewhere, or none: the bundled
+  one), each side's files are named with their own folder, since neither is gone."""
   before = saved.get('files', {}).get(split, {})
   now = current.get('files', {}).get(split, {})
+  then_dir, now_dir = saved.get('corpus_dir') or current['corpus_dir'], current['corpus_dir']
+  if then_dir != now_dir and set(before) != set(now):
+    return [f'{then_dir} had {", ".join(sorted(before)) or "no files"}; {now_dir} has '
+            f'{", ".join(sorted(now)) or "no files"}']
   changes = []
   for name in sorted(set(before) | set(now)):
-    path = os.path.join(current['corpus_dir'], name)
+    path = os.path.join(now_dir, name)
     if name not in now:
       changes.append(f'{path} (gone)')
     elif name not in before:

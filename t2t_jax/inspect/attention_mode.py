@@ -76,9 +76,9 @@ def check_output(path: Optional[str]) -> None:
 
 
 def _read(flag: str, path: str) -> List[str]:
-  if not epath.Path(path).is_file():
+  if path != '-' and not epath.Path(path).is_file():  # '-': standard input, read to its end
     raise FileNotFoundError(f'--{flag}={path}: no such file')
-  lines = textio.read_lines(path)
+  lines = textio.read_input(path)
   if not lines:
     raise AttentionInputError(f'--{flag}={path} is empty; expected one sentence per line')
   for number, line in enumerate(lines, 1):
@@ -93,6 +93,9 @@ def read_sentences(input_path: Optional[str], targets_path: Optional[str]
   """(sources, targets or None) from `--input` and `--targets`, checked line by line."""
   if not input_path:
     raise AttentionInputError('--mode=attention needs --input=FILE, one sentence per line')
+  if input_path == '-' and targets_path == '-':
+    raise AttentionInputError('--input=- and --targets=- cannot both read standard input; '
+                              'give one of them as a file')
   sources = _read('input', input_path)
   if targets_path is None:
     return sources, None

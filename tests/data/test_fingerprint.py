@@ -78,6 +78,17 @@ def test_compare_refuses_changed_training_files_and_notes_the_others(corpus):
       'its metrics before and after are not comparable']
 
 
+def test_another_folder_with_other_file_names_names_each_side_with_its_own_folder(corpus, tmp_path):
+  saved = fingerprint.compute(_config(corpus), None)
+  other = tmp_path / 'other'  # e.g. the bundled corpus, whose files are gzipped
+  now = dict(saved, corpus_dir=str(other),
+             files={'train': {'train.de.gz': 'a' * 64, 'train.en.gz': 'b' * 64}})
+  refusal, _ = fingerprint.compare(saved, now)
+  # Nothing is 'gone': the run's files are where they were; this command reads another folder.
+  assert refusal == (f'the train split changed since they were written: {corpus} had '
+                     f'train.de, train.en; {other} has train.de.gz, train.en.gz')
+
+
 def test_wmt_fingerprint_and_its_changes(tmp_path):
   config = default.get_config()
   config.dataset, config.source_lang, config.target_lang = 'wmt14_translate/de-en', 'en', 'de'

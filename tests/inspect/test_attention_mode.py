@@ -1,5 +1,6 @@
 """`--mode=attention`: maps of a trained workdir's sentences as PNG, HTML and npz; bad input."""
 
+import io
 import json
 import os
 import re
