@@ -32,6 +32,11 @@ def get_config() -> ml_collections.ConfigDict:
   c.label_smoothing = 0.1         # epsilon_ls (§5.4)
   c.positional = 'sinusoidal'     # 'sinusoidal' (§3.5) or 'learned' (Table 3 row E)
   c.norm_position = 'post'        # 'post': LayerNorm(x + Sublayer(x)) as the paper; 'pre': x + Sublayer(LayerNorm(x))
+  c.activation = 'relu'           # the FFN's nonlinearity (Eq. 2: 'relu'); 'swish' (OPUS-MT's) or 'gelu' (exact) for imported models
+  c.attention_bias = False        # biases on W^Q, W^K, W^V, W^O (none in §3.2.2; fairseq's, Marian's, transformers' models have them)
+  c.logits_bias = False           # a [vocab] bias on the pre-softmax logits (Marian's final_logits_bias); none in §3.4
+  c.layer_norm_epsilon = 1e-6     # every LayerNorm's epsilon (tensor2tensor's 1e-6; PyTorch's models use 1e-5)
+  c.decoder_start_id = 1          # the id the decoder reads first ("shifted right", §3.1): 1 = EOS (tensor2tensor's); 0 = padding (Marian's)
   c.max_len = 512                 # largest position the model supports (learned positions, decode cache)
   c.dtype = 'float32'             # activation/compute dtype: 'float32' or 'bfloat16'; parameters stay float32
   c.attention_impl = ''           # jax.nn.dot_product_attention implementation: '' (backend default, XLA), 'xla' or 'cudnn' (NVIDIA GPUs, bf16)

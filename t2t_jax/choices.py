@@ -10,7 +10,12 @@ import math
 import re
 from typing import Dict, Literal, Optional
 
-Positional = Literal['sinusoidal', 'learned']  # §3.5: the fixed sinusoids, or learned (Table 3 E)
+# §3.5: the fixed sinusoids, learned (Table 3 E), or the same sinusoids with the sines in the
+# first half of the columns and the cosines in the second (Marian's and transformers' layout).
+Positional = Literal['sinusoidal', 'learned', 'sinusoidal_halves']
+# The feed-forward network's nonlinearity (§3.3, Eq. 2: ReLU); 'swish' (SiLU, OPUS-MT's) and
+# 'gelu' (erf, exact) for models made elsewhere.
+Activation = Literal['relu', 'swish', 'gelu']
 NormPosition = Literal['post', 'pre']  # §3.1: LayerNorm(x + Sublayer(x)), or x + Sublayer(LN(x))
 # The keys of `t2t_jax.model.stack.REMAT_POLICIES` (jax checkpoint policies), and 'none'.
 RematPolicy = Literal['none', 'full', 'dots_saveable', 'dots_with_no_batch_dims_saveable']

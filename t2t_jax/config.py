@@ -26,6 +26,7 @@ SPLITS = ('train', 'dev', 'test')
 CHOICES = {
     'positional': get_args(choices.Positional),
     'norm_position': get_args(choices.NormPosition),
+    'activation': get_args(choices.Activation),
     'dtype': get_args(choices.DTypeName),
     'attention_impl': ('',) + get_args(choices.AttentionImpl),
     'decode_parallelism': ('auto', 'sharded', 'threads'),
@@ -52,7 +53,7 @@ _NON_NEGATIVE = ('d_k', 'd_v', 'num_kv_heads', 'num_encoder_layers', 'num_decode
                  'eval_bleu_sentences', 'length_penalty_alpha', 'max_decode_extra',
                  'decode_threads', 'learning_rate', 'min_learning_rate', 'clip_grad_norm',
                  'keep_best', 'early_stop_patience', 'average_best', 'top_k',
-                 'no_repeat_ngram_size', 'sample_seed')
+                 'no_repeat_ngram_size', 'sample_seed', 'decoder_start_id')
 _PROBABILITIES = ('dropout_rate', 'attention_dropout_rate', 'label_smoothing', 'adam_b1',
                   'adam_b2', 'ema_decay')
 
@@ -177,6 +178,11 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   for key in _PROBABILITIES:
     if not 0.0 <= config[key] < 1.0:
       _fail(key, 'a value in [0, 1)', config[key])
+  if not 0.0 < config.layer_norm_epsilon < 1.0:
+    _fail('layer_norm_epsilon', 'a value in (0, 1)', config.layer_norm_epsilon)
+  if config.decoder_start_id >= config.vocab_size:
+    _fail('decoder_start_id', f'an id below vocab_size={config.vocab_size}',
+          config.decoder_start_id)
   if (not config.d_k or not config.d_v) and config.d_model % config.num_heads:
     _fail('d_model', f'a multiple of num_heads={config.num_heads} (or set d_k and d_v)',
           config.d_model)
@@ -252,7 +258,8 @@ def _check_decoding(config: ml_collections.ConfigDict) -> None:
 MODEL_KEYS = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_kv_heads', 'd_k', 'd_v',
               'num_layers', 'num_encoder_layers', 'num_decoder_layers', 'share_embeddings',
               'scale_embeddings', 'positional', 'norm_position', 'max_len', 'decoder_window',
-              'model', 'share_vocab', 'source_vocab_size')
+              'model', 'share_vocab', 'source_vocab_size', 'activation', 'attention_bias',
+              'logits_bias', 'layer_norm_epsilon', 'decoder_start_id')
 
 
 # The keys that name a local folder or file a run reads; `absolute_paths` resolves them.

@@ -43,7 +43,6 @@ from t2t_jax.export.ctranslate2_params import (  # noqa: F401  (check_expressibl
 from t2t_jax.export.common import (ExportError, ExportSource, check_output, load_source,
                                    new_directory)
 
-LAYER_NORM_EPSILON = 1e-6
 PAD_LOGIT_BIAS = -1e4
 DUMMY_TOKEN = '<t2t_jax_unused_{}>'
 DECODING_FILE = 't2t_jax_decoding.json'
@@ -108,7 +107,7 @@ def position_table(cfg: model.TransformerConfig, params, side: str) -> np.ndarra
   positions 0, 1, ..."""
   if cfg.positional == 'learned':
     return np.array(params[side]['positions']['positions'], np.float32)[:cfg.max_len]
-  return layers.sinusoidal_positions(cfg.max_len, cfg.d_model)
+  return layers.position_table(cfg.positional, cfg.max_len, cfg.d_model)
 
 
 def _out_in(kernel) -> np.ndarray:
@@ -130,12 +129,18 @@ def _set_norm(spec, params) -> None:
 
 def _set_attention(spec, params, norm, fused: Sequence[Sequence[str]]) -> None:
   """`fused`: our projections in CTranslate2's order, each group concatenated into one
-  linear (self-attention: [q, k, v]; cross-attention: [q], [k, v]); the output last."""
+  linear (self-attention: [q, k, v]; cross-attention: [q], [k, v]); the output last. Their
+  biases (`attention_bias`) likewise, flattened over the heads."""
   for linear, names in zip(spec.linear, fused):
     linear.weight = np.concatenate([_out_in(params[n]['kernel']) for n in names])
+    if 'bias' in params[names[0]]:
+      linear.bias = np.concatenate([np.array(params[n]['bias'], np.float32).reshape(-1)
+                                    for n in names])
   # The output kernel is [heads, d_v, d_model]: flatten the heads, then [out, in].
   out = np.array(params['out']['kernel'], np.float32)
   spec.linear[-1].weight = np.ascontiguousarray(out.reshape(-1, out.shape[-1]).T)
+  if 'bias' in params['out']:
+    spec.linear[-1].bias = np.array(params['out']['bias'], np.float32)
   _set_norm(spec.layer_norm, norm)
 
 
@@ -179,7 +184,10 @@ def build_spec(cfg: model.TransformerConfig, params, pieces: Sequence[str],
   pre_norm = cfg.norm_position == 'pre'
   # Only a head width other than d_model / heads needs saying (CTranslate2 derives it), and
   # only fewer key/value heads than query heads.
-  options = dict(pre_norm=pre_norm,
+  from ctranslate2.specs import common_spec
+  activation = {'relu': common_spec.Activation.RELU, 'swish': common_spec.Activation.SWISH,
+                'gelu': common_spec.Activation.GELU}[cfg.activation]
+  options = dict(pre_norm=pre_norm, activation=activation,
                  head_dim=None if shape.head_dim * shape.num_heads == cfg.d_model
                  else shape.head_dim,
                  num_heads_kv=None if shape.kv_heads == shape.num_heads else shape.kv_heads)
@@ -203,16 +211,17 @@ def build_spec(cfg: model.TransformerConfig, params, pieces: Sequence[str],
   refuse_unread(params, read)
   # §3.4: the embedding itself when tied, saved once (CTranslate2 aliases equal arrays).
   decoder.projection.weight = embedding if cfg.share_embeddings else projection
-  bias = np.zeros(cfg.vocab_size, np.float32)
+  bias = (np.array(tree['shared_embedding']['logits_bias'], np.float32) if cfg.logits_bias
+          else np.zeros(cfg.vocab_size, np.float32))
   bias[model.PAD_ID] = PAD_LOGIT_BIAS
   decoder.projection.bias = bias
 
   spec = transformer_spec.TransformerSpec(encoder, decoder)
-  spec.config.layer_norm_epsilon = LAYER_NORM_EPSILON
+  spec.config.layer_norm_epsilon = cfg.layer_norm_epsilon
   spec.config.unk_token = pieces[2] if len(pieces) > 2 else '<unk>'
   spec.config.eos_token = pieces[model.EOS_ID]
   spec.config.bos_token = pieces[model.EOS_ID]  # there is no BOS: EOS starts the decoder
-  spec.config.decoder_start_token = pieces[model.EOS_ID]
+  spec.config.decoder_start_token = pieces[cfg.decoder_start_id]
   spec.config.add_source_eos = True
   tokens = vocabulary(pieces, cfg.vocab_size)
   spec.register_source_vocabulary(vocabulary(source_pieces, cfg.input_vocab_size)

@@ -166,6 +166,9 @@ class ReadTracker(Mapping):
     self._read.add(path)
     return value
 
+  def __contains__(self, key) -> bool:  # Mapping's would read the entry (and raise)
+    return key in self._tree
+
   def __iter__(self):
     return iter(self._tree)
 

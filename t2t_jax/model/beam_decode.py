@@ -17,7 +17,7 @@ import numpy as np
 from t2t_jax.model import incremental, sampling, scoring, search
 from t2t_jax.model.array_checks import check_array, check_int, check_real
 from t2t_jax.model.id_arrays import check_ids
-from t2t_jax.model.transformer import BOS_ID, EOS_ID, PAD_ID, ModelLike, as_model
+from t2t_jax.model.transformer import EOS_ID, PAD_ID, ModelLike, as_model
 
 
 def beam_decode(model: ModelLike, beam_size: int, alpha: float, params, inputs: jax.Array,
@@ -64,7 +64,8 @@ def beam_decode(model: ModelLike, beam_size: int, alpha: float, params, inputs: 
                                     ancestry=append_only)
   return search.beam_search(
       logits_fn, cache, batch_size=inputs.shape[0], beam_size=beam_size, alpha=alpha,
-      max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=EOS_ID, bos_id=BOS_ID,
+      max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=EOS_ID,
+      bos_id=start_id(model),
       grow_cache=grow, no_repeat_ngram_size=no_repeat_ngram_size, prefix=prefix,
       reorder_cache=incremental.reorder_cache if append_only else None, best_only=best_only)
 
@@ -83,8 +84,13 @@ def sample_decode(model: ModelLike, params, inputs: jax.Array, max_lengths: jax.
   return sampling.sample(
       logits_fn, cache, row_keys=row_keys, max_decode_len=max_decode_len,
       max_lengths=max_lengths, temperature=temperature, top_k=top_k, top_p=top_p,
-      eos_id=EOS_ID, bos_id=BOS_ID, grow_cache=grow,
+      eos_id=EOS_ID, bos_id=start_id(model), grow_cache=grow,
       no_repeat_ngram_size=no_repeat_ngram_size, prefix=prefix)
+
+
+def start_id(model: ModelLike) -> int:
+  """The id the decoder reads first (`TransformerConfig.decoder_start_id`)."""
+  return as_model(model).cfg.decoder_start_id
 
 
 def _decoder(model: ModelLike, params, inputs: jax.Array, max_decode_len: int,

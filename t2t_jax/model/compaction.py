@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from t2t_jax.model import beam_decode, incremental, module_jit, search
-from t2t_jax.model.transformer import BOS_ID, EOS_ID, ModelLike, as_model
+from t2t_jax.model.transformer import EOS_ID, ModelLike, as_model
 
 
 # Below this many sentences a batch, the single program is faster. Bundled test set, 2-core
@@ -108,7 +108,8 @@ def _start(model: ModelLike, params, inputs: jax.Array, beam_size: int, length: 
   """(the search's state before step 0, the decode context) of `inputs`: `beam_decode`'s."""
   context = incremental.decode_context(model, params, inputs)
   cache = incremental.init_cache(model, inputs.shape[0], 1, ancestry=beam_size > 1)
-  return search._initial_state(cache, inputs.shape[0], beam_size, length, BOS_ID), context
+  return search._initial_state(cache, inputs.shape[0], beam_size, length,
+                               as_model(model).cfg.decoder_start_id), context
 
 
 @module_jit.jit_on_module(static_argnames=('end', 'alpha', 'ancestry', 'best_only'))

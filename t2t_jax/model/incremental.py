@@ -217,7 +217,7 @@ def incremental_logits(model: ModelLike, params, inputs: Array, targets: Array,
     raise ValueError(f'incremental_logits: max_decode_len={max_decode_len} is shorter than the '
                      f'targets ({targets.shape[1]} positions)')
   context = decode_context(model, params, inputs)
-  tokens = shift_right(targets)
+  tokens = shift_right(targets, cfg.decoder_start_id)
 
   def step(cache, token):
     logits, cache = decode_step(model, params, cache, token[:, None], context)

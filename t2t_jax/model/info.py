@@ -22,6 +22,12 @@ def describe(config) -> str:
       + (f' num_kv_heads={cfg.num_kv_heads}' if cfg.num_kv_heads is not None else '')
       + ('' if cfg.share_embeddings else ' share_embeddings=False')
       + ('' if cfg.scale_embeddings else ' scale_embeddings=False')
+      + (f' activation={cfg.activation}' if cfg.activation != 'relu' else '')
+      + (' attention_bias=True' if cfg.attention_bias else '')
+      + (' logits_bias=True' if cfg.logits_bias else '')
+      + (f' layer_norm_epsilon={cfg.layer_norm_epsilon:g}' if cfg.layer_norm_epsilon != 1e-6
+         else '')
+      + (f' decoder_start_id={cfg.decoder_start_id}' if cfg.decoder_start_id != 1 else '')
       + (f' model={config.model}' if getattr(config, 'model', '') else ''),
   ]
   paper = ('shared_embedding', 'encoder', 'decoder')

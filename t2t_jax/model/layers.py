@@ -44,6 +44,20 @@ def sinusoidal_positions(length: int, d_model: int) -> np.ndarray:
   return table.astype(np.float32)
 
 
+def position_table(kind: str, length: int, d_model: int) -> np.ndarray:
+  """The fixed position table `[length, d_model]` float32 of `positional` `kind`:
+  'sinusoidal' (§3.5, interleaved) or 'sinusoidal_halves' (the same columns, the sines first
+  and the cosines after them: Marian's layout, `[sin(pos w_i) | cos(pos w_i)]`)."""
+  table = sinusoidal_positions(length, d_model)
+  if kind == 'sinusoidal_halves':
+    return np.concatenate([table[:, 0::2], table[:, 1::2]], axis=1)
+  return table
+
+
+ACTIVATIONS = {'relu': nn.relu, 'swish': nn.swish, 'gelu': functools.partial(nn.gelu,
+                                                                             approximate=False)}
+
+
 class SharedEmbedding(nn.Module):
   """One matrix for source embedding, target embedding and pre-softmax projection (§3.4).
 
@@ -57,12 +71,15 @@ class SharedEmbedding(nn.Module):
     tie: the pre-softmax projection is the embedding (the paper); False: a matrix of its own,
       parameter `projection` `[vocab, d_model]` (initialised as the embedding).
     scale: multiply the embeddings by sqrt(d_model) (the paper); False: the rows as they are.
+    logits_bias: a `[vocab]` float32 parameter `logits_bias` (zeros at first) added to the
+      logits `attend` returns (Marian's `final_logits_bias`); False: none (the paper).
   """
   vocab_size: int
   d_model: int
   dtype: Dtype = jnp.float32
   tie: bool = True
   scale: bool = True
+  logits_bias: bool = False
 
   def setup(self):
     # Normal(0, d_model^-0.5): after the sqrt(d_model) scale the embeddings have unit variance,
@@ -73,6 +90,9 @@ class SharedEmbedding(nn.Module):
     self.embedding = self.param('embedding', init, shape, jnp.float32)
     if not self.tie:
       self.projection = self.param('projection', init, shape, jnp.float32)
+    if self.logits_bias:
+      self.bias = self.param('logits_bias', nn.with_logical_partitioning(
+          nn.initializers.zeros_init(), ('vocab',)), (self.vocab_size,), jnp.float32)
 
   def __call__(self, ids: Array) -> Array:
     """`[batch, length]` int32 -> `[batch, length, d_model]`, multiplied by sqrt(d_model)
@@ -103,10 +123,12 @@ class SharedEmbedding(nn.Module):
     caller that projects many times, e.g. every step of a decode loop.
     """
     if transposed is not None:
-      return jnp.einsum('...d,dv->...v', x, jnp.asarray(transposed, self.dtype),
-                        preferred_element_type=jnp.float32)
-    return jnp.einsum('...d,vd->...v', x, jnp.asarray(self.output_table(), self.dtype),
-                      preferred_element_type=jnp.float32)
+      logits = jnp.einsum('...d,dv->...v', x, jnp.asarray(transposed, self.dtype),
+                          preferred_element_type=jnp.float32)
+    else:
+      logits = jnp.einsum('...d,vd->...v', x, jnp.asarray(self.output_table(), self.dtype),
+                          preferred_element_type=jnp.float32)
+    return logits + self.bias if self.logits_bias else logits
 
 
 class AddPositions(nn.Module):
@@ -116,7 +138,7 @@ class AddPositions(nn.Module):
   rows, the step in incremental decoding) replaces the row index 0..length-1.
   """
   max_len: int
-  positional: str = 'sinusoidal'
+  positional: str = 'sinusoidal'  # or 'learned', 'sinusoidal_halves' (`position_table`)
 
   @nn.compact
   def __call__(self, x: Array, positions: Optional[Array] = None) -> Array:
@@ -126,7 +148,7 @@ class AddPositions(nn.Module):
           nn.initializers.normal(stddev=d_model ** -0.5), ('position', 'embed')),
                          (self.max_len, d_model), jnp.float32)
     else:
-      table = jnp.asarray(sinusoidal_positions(self.max_len, d_model))
+      table = jnp.asarray(position_table(self.positional, self.max_len, d_model))
     if positions is not None:
       # Within-pair positions are < length <= max_len and a decoding step is < max_len (the
       # caller checks), so the gather stays in the table.
@@ -139,11 +161,13 @@ class AddPositions(nn.Module):
 class FeedForward(nn.Module):
   """FFN(x) = max(0, x W1 + b1) W2 + b2, applied at every position (§3.3, Eq. 2).
 
-  `[batch, length, d_model]` -> `[batch, length, d_model]`.
+  `[batch, length, d_model]` -> `[batch, length, d_model]`. `activation` names another
+  nonlinearity in place of max(0, .) (`ACTIVATIONS`: 'swish', 'gelu').
   """
   d_ff: int
   d_model: int
   dtype: Dtype = jnp.float32
+  activation: str = 'relu'
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -153,13 +177,13 @@ class FeedForward(nn.Module):
         kernel_init=nn.with_logical_partitioning(nn.initializers.xavier_uniform(), axes),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), axes[1:]),
         name=name)
-    hidden = nn.relu(dense(self.d_ff, ('embed', 'mlp'), 'wi')(x))
+    hidden = ACTIVATIONS[self.activation](dense(self.d_ff, ('embed', 'mlp'), 'wi')(x))
     return dense(self.d_model, ('mlp', 'embed'), 'wo')(hidden)
 
 
-def layer_norm(dtype: Dtype, *, name: str) -> nn.LayerNorm:
-  """LayerNorm (§3.1) with epsilon 1e-6 (tensor2tensor's) and float32 parameters."""
-  return nn.LayerNorm(epsilon=1e-6, dtype=dtype, param_dtype=jnp.float32, name=name,
+def layer_norm(dtype: Dtype, *, name: str, epsilon: float = 1e-6) -> nn.LayerNorm:
+  """LayerNorm (§3.1) with float32 parameters and `epsilon` (1e-6: tensor2tensor's)."""
+  return nn.LayerNorm(epsilon=epsilon, dtype=dtype, param_dtype=jnp.float32, name=name,
                       scale_init=nn.with_logical_partitioning(nn.initializers.ones, ('norm',)),
                       bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ('norm',)))
 

@@ -44,19 +44,24 @@ class QKTransform(Protocol):
 
 
 def head_projection(num_heads: int, features: int, dtype: Dtype,
-                    name: Optional[str] = None, heads_axis: str = 'heads') -> nn.DenseGeneral:
-  """x W^Q (or W^K, W^V) for all heads: `[..., d_model]` -> `[..., heads, features]`, no bias;
-  the kernel `[d_model, heads, features]` has the logical axes ('embed', `heads_axis`, 'kv')."""
-  return nn.DenseGeneral((num_heads, features), use_bias=False, dtype=dtype,
+                    name: Optional[str] = None, heads_axis: str = 'heads',
+                    bias: bool = False) -> nn.DenseGeneral:
+  """x W^Q (or W^K, W^V) for all heads: `[..., d_model]` -> `[..., heads, features]`, no bias
+  (with `bias`, one `[heads, features]`, zeros at first); the kernel `[d_model, heads,
+  features]` has the logical axes ('embed', `heads_axis`, 'kv')."""
+  return nn.DenseGeneral((num_heads, features), use_bias=bias, dtype=dtype,
                          param_dtype=jnp.float32, kernel_init=nn.with_logical_partitioning(
                              nn.initializers.xavier_uniform(), ('embed', heads_axis, 'kv')),
+                         bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(),
+                                                                (heads_axis, 'kv')),
                          name=name)
 
 
 class MultiHeadAttention(nn.Module):
   """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O with per-head projections (§3.2.2).
 
-  The projections W^Q, W^K, W^V, W^O have no biases, as in the paper's equations; between
+  The projections W^Q, W^K, W^V, W^O have no biases, as in the paper's equations (`bias`:
+  each has one, as fairseq's, Marian's and transformers' models); between
   them, Eq. 1 is `attention_fn` on every path (training, capture, the cached step, decoding's
   encoder-decoder step). In decode mode (self-attention of the decoder) keys and values of
   past positions live in the 'cache' collection, heads-first `[batch, kv_heads,
@@ -89,6 +94,7 @@ class MultiHeadAttention(nn.Module):
       step sees the filled slots within the last W positions, handed to `attention_fn` and
       `shared` at their real positions. The teacher-forced mask is the caller's (the
       decoder's). None: every earlier position, the cache's slot p holds position p.
+    bias: W^Q, W^K, W^V and W^O each with a bias (`TransformerConfig.attention_bias`).
   """
   num_heads: int
   d_k: int
@@ -105,6 +111,7 @@ class MultiHeadAttention(nn.Module):
   qk_transform: Optional[QKTransform] = None
   shared: Optional[nn.Module] = None
   window: Optional[int] = None
+  bias: bool = False
 
   @nn.compact
   def __call__(self, inputs_q: Optional[Array], inputs_kv: Optional[Array],
@@ -186,7 +193,7 @@ class MultiHeadAttention(nn.Module):
     # Keys and values have their own logical axis: grouped-query attention's fewer kv heads
     # may not divide the tensor axis that splits the query heads (`runtime/meshes.py`).
     return head_projection(heads, features, self.dtype, name=name,
-                           heads_axis='heads' if name == 'query' else 'kv_heads')
+                           heads_axis='heads' if name == 'query' else 'kv_heads', bias=self.bias)
 
   def _transform(self, x: Array, positions: Optional[Array], role: str) -> Array:
     """`qk_transform` of queries or keys (nothing without one)."""
@@ -232,9 +239,11 @@ class MultiHeadAttention(nn.Module):
 
   def _out(self, heads: Array) -> Array:
     """W^O: `[rows, q_len, heads, d_v]` -> `[rows, q_len, d_model]`."""
-    return nn.DenseGeneral(self.d_model, axis=(-2, -1), use_bias=False, dtype=self.dtype,
+    return nn.DenseGeneral(self.d_model, axis=(-2, -1), use_bias=self.bias, dtype=self.dtype,
                            param_dtype=jnp.float32, kernel_init=nn.with_logical_partitioning(
                                nn.initializers.xavier_uniform(), ('heads', 'kv', 'embed')),
+                           bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(),
+                                                                  ('embed',)),
                            name='out')(heads)
 
   def _cache_variables(self, key: Array, value: Array):

@@ -69,7 +69,7 @@ Factory = Callable[..., nn.Module]
 
 def feed_forward(cfg, *, name: str) -> nn.Module:
   """The paper's FFN (Eq. 2): ReLU between two dense layers of d_ff and d_model units."""
-  return layers.FeedForward(cfg.d_ff, cfg.d_model, cfg.dtype, name=name)
+  return layers.FeedForward(cfg.d_ff, cfg.d_model, cfg.dtype, cfg.activation, name=name)
 
 
 def positions(cfg, *, name: str) -> nn.Module:
@@ -81,12 +81,13 @@ def embedding(cfg, *, name: str) -> nn.Module:
   """The shared embedding (§3.4), tied to the pre-softmax projection and scaled by
   sqrt(d_model) unless `cfg.share_embeddings` / `cfg.scale_embeddings` say otherwise."""
   return layers.SharedEmbedding(cfg.vocab_size, cfg.d_model, cfg.dtype,
-                                tie=cfg.share_embeddings, scale=cfg.scale_embeddings, name=name)
+                                tie=cfg.share_embeddings, scale=cfg.scale_embeddings,
+                                logits_bias=cfg.logits_bias, name=name)
 
 
 def layer_norm(cfg, *, name: str) -> nn.Module:
-  """`layers.layer_norm` (epsilon 1e-6, float32 parameters) in the config's dtype."""
-  return layers.layer_norm(cfg.dtype, name=name)
+  """`layers.layer_norm` (float32 parameters) in the config's dtype and epsilon."""
+  return layers.layer_norm(cfg.dtype, name=name, epsilon=cfg.layer_norm_epsilon)
 
 
 def residual(cfg, norm: Factory, *, name: str) -> nn.Module:

@@ -70,7 +70,7 @@ def attention_layer(cfg: TransformerConfig, parts: Parts, name: str, kind: str,
                             num_kv_heads=cfg.num_kv_heads, qk_transform=parts.qk_transform,
                             shared=shared,
                             window=cfg.decoder_window if kind == 'decoder' else None,
-                            name=name)
+                            bias=cfg.attention_bias, name=name)
 
 
 def _positions(n: int) -> Array:
@@ -341,9 +341,11 @@ class Transformer(nn.Module):
       if not (inputs_segmentation is None and inputs_position is None and
               targets_position is None):
         raise ValueError('packed rows need targets_segmentation too')
-      return self.decode(shift_right(targets), self.encode(inputs), inputs)
+      return self.decode(shift_right(targets, self.cfg.decoder_start_id), self.encode(inputs),
+                         inputs)
     encoded = self.encode(inputs, inputs_segmentation, inputs_position)
-    return self.decode(shift_right(targets, segmentation=targets_segmentation), encoded,
+    return self.decode(shift_right(targets, self.cfg.decoder_start_id,
+                                   segmentation=targets_segmentation), encoded,
                        inputs, segmentation=targets_segmentation, positions=targets_position,
                        inputs_segmentation=inputs_segmentation)
 

@@ -12,8 +12,8 @@ from typing import Literal, Optional, Tuple, Union, get_args, get_origin
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
-from t2t_jax.choices import (AttentionImpl, ConfigError, DTypeName, NormPosition, Positional,
-                             RematPolicy)
+from t2t_jax.choices import (Activation, AttentionImpl, ConfigError, DTypeName, NormPosition,
+                             Positional, RematPolicy)
 
 _POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'd_k', 'd_v', 'num_layers',
              'max_len', 'num_kv_heads', 'num_encoder_layers', 'num_decoder_layers',
@@ -75,7 +75,19 @@ class TransformerConfig:
     dropout_rate: P_drop on each sub-layer's output and on embeddings + positions, in [0, 1)
       (§5.4; 0.1 base, 0.3 big).
     attention_dropout_rate: dropout on the attention weights, in [0, 1) (not in the paper; 0).
-    positional: 'sinusoidal', the fixed encoding of §3.5, or 'learned' embeddings (Table 3 E).
+    positional: 'sinusoidal', the fixed encoding of §3.5, 'learned' embeddings (Table 3 E),
+      or 'sinusoidal_halves', §3.5's sinusoids with the sines in the first d_model/2 columns
+      and the cosines in the rest (Marian's layout; a permutation of the paper's columns).
+    activation: the feed-forward nonlinearity (§3.3, Eq. 2): 'relu' (the paper), 'swish'
+      (x * sigmoid(x); OPUS-MT's) or 'gelu' (the exact, erf form).
+    attention_bias: biases on W^Q, W^K, W^V and W^O (`query/bias`, ...); False: none, as the
+      paper's equations (§3.2.2). Models made by fairseq, Marian and transformers have them.
+    logits_bias: a `[vocab]` bias added to the pre-softmax logits (`shared_embedding/
+      logits_bias`; Marian's `final_logits_bias`); False: none (§3.4).
+    layer_norm_epsilon: epsilon of every LayerNorm (§3.1): 1e-6 (tensor2tensor's, the
+      default); 1e-5 is PyTorch's (fairseq, Marian, transformers).
+    decoder_start_id: the id the decoder reads before the first target token (§3.1's
+      "shifted right"): EOS (1, the default, as tensor2tensor); 0 (padding) is Marian's.
     norm_position: 'post', LayerNorm(x + Sublayer(x)) as §3.1 writes it, or 'pre',
       x + Sublayer(LayerNorm(x)) with a final LayerNorm after each stack.
     max_len: the most positions (tokens) a sequence may have: rows of the position table.
@@ -136,6 +148,11 @@ class TransformerConfig:
   scale_embeddings: bool = True
   decoder_window: Optional[int] = None
   source_vocab_size: Optional[int] = None
+  activation: Activation = 'relu'
+  attention_bias: bool = False
+  logits_bias: bool = False
+  layer_norm_epsilon: float = 1e-6
+  decoder_start_id: int = EOS_ID
 
   def __post_init__(self):
     # 0 is None: an unbounded window (the paper's), one vocabulary for both sides.
@@ -182,6 +199,15 @@ class TransformerConfig:
     if self.source_vocab_size is not None and self.share_embeddings:
       _fail('source_vocab_size', self.source_vocab_size, 'None while share_embeddings=True '
             '(one matrix cannot embed two vocabularies); or set share_embeddings=False')
+    epsilon = self.layer_norm_epsilon
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not 0 < epsilon < 1:
+      _fail('layer_norm_epsilon', epsilon, 'a number in (0, 1)')
+    object.__setattr__(self, 'layer_norm_epsilon', float(epsilon))
+    start = self.decoder_start_id
+    if (isinstance(start, bool) or not isinstance(start, numbers.Integral)
+        or not 0 <= start < self.vocab_size):
+      _fail('decoder_start_id', start, f'an id in [0, vocab_size={self.vocab_size})')
+    object.__setattr__(self, 'decoder_start_id', int(start))
     for name in _RATES:
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
@@ -218,7 +244,10 @@ class TransformerConfig:
         scan_layers=bool(config.scan_layers), num_kv_heads=config.num_kv_heads or None,
         decoder_window=config.decoder_window or None,
         source_vocab_size=None if config.share_vocab else (config.source_vocab_size
-                                                           or config.vocab_size), **overrides)
+                                                           or config.vocab_size),
+        activation=config.activation, attention_bias=bool(config.attention_bias),
+        logits_bias=bool(config.logits_bias), layer_norm_epsilon=config.layer_norm_epsilon,
+        decoder_start_id=config.decoder_start_id, **overrides)
 
   @property
   def kv_heads(self) -> int:

@@ -66,7 +66,9 @@ def model_settings(cfg: TransformerConfig) -> Dict[str, Any]:
       norm_position=cfg.norm_position, max_len=cfg.max_len, dtype=cfg.dtype.name,
       attention_impl=cfg.attention_impl or '', remat_policy=cfg.remat_policy,
       scan_layers=cfg.scan_layers, share_vocab=cfg.source_vocab_size is None,
-      source_vocab_size=cfg.source_vocab_size or 0)
+      source_vocab_size=cfg.source_vocab_size or 0, activation=cfg.activation,
+      attention_bias=cfg.attention_bias, logits_bias=cfg.logits_bias,
+      layer_norm_epsilon=cfg.layer_norm_epsilon, decoder_start_id=cfg.decoder_start_id)
 
 
 def _copy(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
