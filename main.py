@@ -53,7 +53,7 @@ if __name__ == '__main__':
   atexit.register(gc.freeze)
 
 MODES = ('train', 'eval', 'decode', 'score', 'average', 'info', 'plot', 'attention', 'export',
-         'plan')
+         'plan', 'import')
 
 
 def _override_keys(argv):
@@ -185,16 +185,28 @@ MODE_FUNCTIONS = {
         FLAGS.workdir, _overrides(), FLAGS.checkpoint, FLAGS.format, FLAGS.output,
         FLAGS.quantization),
     'plan': _plan,
+    'import': lambda config: _import(),
 }
+
+
+def _import() -> None:
+  from t2t_jax.pretrained import import_mode
+  typed = _override_keys(sys.argv)
+  if typed:
+    raise config_lib.ConfigError(f'--mode=import reads the model\'s keys from --input; '
+                                 f'--config.{typed[0]} has no effect there: drop it')
+  if not FLAGS.input:
+    raise app.UsageError('--mode=import needs --input=DIR, a transformers model directory')
+  print(import_mode.run(FLAGS.input, FLAGS.workdir))
 # plot reads metrics.jsonl only: no cluster to join, nothing to compile; plan compiles for chips
 # elsewhere: no cluster, no workdir, and its own cache (plan/cache.py). Neither validates
 # --config up front.
-BARE_MODES = ('plot', 'plan')
+BARE_MODES = ('plot', 'plan', 'import')
 WORKDIR_FREE_MODES = ('info', 'plan')
 # What writes into the workdir (checkpoints and metrics; eval_<split>_<step>.json; averaged/;
 # plots/) proves it writable before any work, not after it; decode, attention and export
 # only read it (they write --output). A missing workdir is left missing here.
-WORKDIR_WRITING_MODES = ('train', 'eval', 'average', 'plot')
+WORKDIR_WRITING_MODES = ('train', 'eval', 'average', 'plot', 'import')
 
 
 def _resolved_config():

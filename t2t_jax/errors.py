@@ -18,6 +18,7 @@ def user_errors() -> Tuple[Type[BaseException], ...]:
   from t2t_jax.inference import compare, prefixes, score
   from t2t_jax.inspect import attention_mode
   from t2t_jax.plan import report, topology
+  from t2t_jax.pretrained.hf_files import PretrainedError
   from t2t_jax.runtime import backends, checkpoint, parallel
   from t2t_jax.storage import textio, workdir
   from t2t_jax.training import plots, train
@@ -28,7 +29,8 @@ def user_errors() -> Tuple[Type[BaseException], ...]:
           plots.PlotError,
           corpora.DataError, pipeline.PipelineError, token_store.TokenStoreError,
           tokenizer.TokenizerError, textio.TextFileError, score.ScoreInputError,
-          compare.CompareError, prefixes.PrefixError, FileNotFoundError, FileExistsError)
+          compare.CompareError, prefixes.PrefixError, PretrainedError, FileNotFoundError,
+          FileExistsError)
 
 
 def exit_with(error: BaseException) -> NoReturn:

@@ -121,8 +121,10 @@ CROSS_KEY_RULES = (
      'given (vocab_model or init_from), not trained'),
     ('source_vocab_size', ('share_vocab',), lambda c: c.share_vocab, 'share_vocab=True: one vocabulary of '
      'vocab_size serves both sides'),
-    ('source_vocab_model', ('share_vocab',), lambda c: c.share_vocab, 'share_vocab=True: one vocabulary '
-     '(vocab_model) serves both sides'),
+    ('source_vocab_model', ('share_vocab', 'share_tokenizer'), lambda c: c.share_vocab and c.share_tokenizer,
+     'share_vocab=True and share_tokenizer=True: one model (vocab_model) serves both sides'),
+    ('share_tokenizer', ('share_vocab',), lambda c: not c.share_vocab, 'share_vocab=False: each side has '
+     'its own vocabulary and model anyway'),
     ('keep_best', ('eval_every_steps',), lambda c: not c.eval_every_steps, 'eval_every_steps=0: no evaluation ranks '
      'checkpoints'),
     ('early_stop_patience', ('eval_every_steps',), lambda c: not c.eval_every_steps, 'eval_every_steps=0: no '

@@ -44,7 +44,7 @@ def path(workdir: str) -> str:
 def trained_on(config: Any) -> Optional[str]:
   """Which side's text `config`'s vocabulary is made from: None (both: one shared vocabulary),
   'target', or 'source' (the source side's view of the config, `vocabularies.side_config`)."""
-  if getattr(config, 'share_vocab', True):
+  if getattr(config, 'share_vocab', True) and getattr(config, 'share_tokenizer', True):
     return None
   return getattr(config, 'vocab_side', 'target')
 

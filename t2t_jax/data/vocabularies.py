@@ -59,7 +59,13 @@ def load_or_train(config: ml_collections.ConfigDict, workdir: str, train_source:
   own, `vocab_record.side_item`).
   """
   common = dict(trained=trained, data_fingerprint=data_fingerprint)
-  if config.share_vocab:
+  if not one_model(config) and config.share_vocab and not (
+      vocab_record.given(config) and vocab_record.given(side_config(config, 'source'))):
+    raise tokenizer.TokenizerError(
+        '--config.share_tokenizer=False needs both sides\' models given (--config.init_from of '
+        'a run that has them, e.g. an imported model, or --config.vocab_model and '
+        '--config.source_vocab_model): two models trained apart would not share one id space')
+  if one_model(config):
     return tokenizer.load_or_train(config, workdir, sentences(train_source, config),
                                    process_index, process_count, symbols_fn=symbols_fn,
                                    checkpoint_vocabulary=checkpoint_vocabulary, **common)
@@ -73,6 +79,12 @@ def load_or_train(config: ml_collections.ConfigDict, workdir: str, train_source:
   return VocabPair(source, target)
 
 
+def one_model(config: Any) -> bool:
+  """Whether one SentencePiece model segments both sides (`share_vocab` and
+  `share_tokenizer`); else the source side has its own, `vocab/source_spm.model`."""
+  return bool(config.share_vocab and config.get('share_tokenizer', True))
+
+
 def load(workdir: str, config: ml_collections.ConfigDict) -> Any:
   """The vocabularies a trained run's checkpoints were trained with, for the modes that read
   it (eval, decode, score, attention, export): `tokenizer.load` of `vocab/spm.model`, with
@@ -84,7 +96,7 @@ def load(workdir: str, config: ml_collections.ConfigDict) -> Any:
   """
   where = layout.of(workdir)
   target = tokenizer.load(where.vocab, config.vocab_size)
-  if config.share_vocab:
+  if one_model(config):
     return target
   return VocabPair(tokenizer.load(where.source_vocab, config.source_vocab_size
                                   or config.vocab_size), target)

@@ -243,4 +243,4 @@ def run_source(workdir: str, config: Any, inference: Any,
   vocabularies.load(workdir, config)
   where = layout.of(workdir)
   return ExportSource(config, inference.params, where.vocab, inference.description,
-                      model_variant, None if config.share_vocab else where.source_vocab)
+                      model_variant, None if vocabularies.one_model(config) else where.source_vocab)

@@ -227,6 +227,9 @@ class Translator:
                     line_numbers: Optional[Sequence[int]] = None) -> List[List[int]]:
     """`translate`, as the best hypotheses' token ids (up to, not including, EOS; [] for an
     empty line). Batching: `portable` (the exported artifact batches alike)."""
+    if not self.settings.plain:  # greedy, sampling, n-gram blocking: the settings' search
+      return [best[0].ids if best else []
+              for best in self.translate_n_best(sentences, 1, progress, line_numbers)]
     params = self._placed_params()  # here, not in the decoding threads: placed once
     outputs, truncated = portable.translate_ids(
         sentences, self._encode, functools.partial(self._decode_numpy, params),

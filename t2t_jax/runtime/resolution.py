@@ -118,10 +118,11 @@ def _vocab_size_of_model(config: ml_collections.ConfigDict, explicit: set,
 
 def _check_vocabularies(config: ml_collections.ConfigDict) -> None:
   """Separate vocabularies (`share_vocab=False`): untied embeddings, and the two given models
-  together or neither (one given and one trained would be two vocabularies of other data)."""
-  if config.share_vocab:
+  together or neither (one given and one trained would be two vocabularies of other data);
+  likewise the two models of one vocabulary (`share_tokenizer=False`)."""
+  if config.share_vocab and config.share_tokenizer:
     return
-  if config.share_embeddings:
+  if not config.share_vocab and config.share_embeddings:
     raise ConfigError('--config.share_vocab=False needs --config.share_embeddings=False: one '
                       'matrix cannot embed two vocabularies (§3.4 ties source, target and '
                       'pre-softmax weights of one shared vocabulary)')
@@ -218,7 +219,7 @@ def resolve(config: ml_collections.ConfigDict, explicit: Iterable[str] = (), *,
   # read only when the command line names one again.
   for model_key, size_key in (('vocab_model', 'vocab_size'),
                               ('source_vocab_model', 'source_vocab_size')):
-    if (model_key == 'vocab_model' or not config.share_vocab) and (
+    if (model_key == 'vocab_model' or not (config.share_vocab and config.share_tokenizer)) and (
         not (saved or recorded) or model_key in explicit):
       _vocab_size_of_model(config, explicit, model_key, size_key, saved or recorded)
   config.update(model_settings(TransformerConfig.from_config(config)))

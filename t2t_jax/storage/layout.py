@@ -343,6 +343,10 @@ MODE_WRITES: Tuple[ModeWrites, ...] = (
         '--output when complete; a dead run\'s: removed)',
         '$TMPDIR/tmp* (ctranslate2: a copy of the vocabulary)', XLA_CACHE),
         _OUTPUT_CHECK + 'the temporary folder is removed'),
+    ModeWrites('import', WORKDIR_TARGET, (
+        'vocab/spm.model', 'vocab/spm.meta.json', 'vocab/source_spm.model',
+        'vocab/source_spm.meta.json', 'averaged/step_0_last_1', ATOMIC_TEMP, ORBAX_TEMP),
+               _WORKDIR_CHECK + '; a workdir that holds a vocabulary or checkpoints is refused'),
     ModeWrites('info', NO_TARGET, (), 'writes nothing: it prints the sizes'),
     ModeWrites('plan', OUTPUT_TARGET, (
         '--output (a new JSON file; optional)', ATOMIC_TEMP,

@@ -84,7 +84,8 @@ def check(config: ml_collections.ConfigDict) -> None:
                                  'workdir of a trained run (it has no vocab/spm.model); expected '
                                  'a run with checkpoints')
   source_vocab = layout.of(workdir).source_vocab
-  if not config.share_vocab and not epath.Path(source_vocab).is_file():
+  if not (config.share_vocab and config.share_tokenizer) and not epath.Path(
+      source_vocab).is_file():
     raise config_lib.ConfigError(f'--config.init_from={config.init_from}: {workdir} has no '
                                  f'source vocabulary ({source_vocab}) for share_vocab=False; a '
                                  'fine-tune keeps the vocabularies of its source')

@@ -1,0 +1,120 @@
+"""Tiny transformers models made in the test, offline: SentencePiece models trained on the
+bundled corpus, a `vocab.json` over both (as OPUS-MT's conversion makes it: `</s>` 0, `<unk>`
+1, the pieces, `<pad>` last), random weights with nonzero biases, saved by transformers'
+own `save_pretrained`."""
+
+import gzip
+import io
+import json
+import os
+
+import numpy as np
+import sentencepiece as spm
+
+from conftest import BUNDLED
+
+SOURCES = ['In the beginning God created the heaven and the earth.',
+           'And God said, Let there be light: and there was light.',
+           'And the evening and the morning were the first day.',
+           'Amen.']
+TARGETS = ['En el principio creó Dios los cielos y la tierra.',
+           'Y dijo Dios: Sea la luz; y fue la luz.',
+           'Y fue la tarde y la mañana un día.',
+           'Amén.']
+
+
+def _lines(name, count):
+  with gzip.open(os.path.join(BUNDLED, name), 'rt', encoding='utf-8') as f:
+    return [next(f).strip() for _ in range(count)]
+
+
+def _spm(lines, size):
+  model = io.BytesIO()
+  spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model,
+                                 vocab_size=size, model_type='unigram',
+                                 character_coverage=1.0, minloglevel=2)
+  return model.getvalue()
+
+
+def marian_dir(folder, *, seed=0, d_model=32, layers=2, heads=4, d_ff=64, train_steps=300):
+  """A MarianMT directory under `folder` (model, config, tokenizer files); returns its path.
+
+  Weights: normal with std 0.15, every bias and `final_logits_bias` nonzero, then
+  `train_steps` Adam steps on 400 bundled pairs (a few seconds), so that outputs vary and end
+  as a trained model's do."""
+  import torch  # pylint: disable=import-outside-toplevel
+  from transformers import MarianConfig, MarianMTModel, MarianTokenizer  # pylint: disable=import-outside-toplevel
+  os.makedirs(folder, exist_ok=True)
+  protos = {'source': _spm(_lines('train.en.gz', 400), 160),
+            'target': _spm(_lines('train.es.gz', 400), 180)}
+  pieces = []
+  for side in ('source', 'target'):
+    with open(os.path.join(folder, f'{side}.spm'), 'wb') as f:
+      f.write(protos[side])
+    processor = spm.SentencePieceProcessor(model_proto=protos[side])
+    for i in range(processor.get_piece_size()):
+      if not (processor.is_control(i) or processor.is_unknown(i)):
+        piece = processor.id_to_piece(i)
+        if piece not in pieces:
+          pieces.append(piece)
+  vocab = {'</s>': 0, '<unk>': 1, **{p: i + 2 for i, p in enumerate(pieces)}}
+  vocab['<pad>'] = len(vocab)
+  with open(os.path.join(folder, 'vocab.json'), 'w', encoding='utf-8') as f:
+    json.dump(vocab, f, ensure_ascii=False)
+  config = MarianConfig(
+      vocab_size=len(vocab), decoder_vocab_size=len(vocab), d_model=d_model,
+      encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=heads,
+      decoder_attention_heads=heads, encoder_ffn_dim=d_ff, decoder_ffn_dim=d_ff,
+      activation_function='swish', max_position_embeddings=128, scale_embedding=True,
+      pad_token_id=vocab['<pad>'], eos_token_id=0, forced_eos_token_id=None,
+      decoder_start_token_id=vocab['<pad>'], share_encoder_decoder_embeddings=True,
+      dropout=0.1)
+  torch.manual_seed(seed)
+  model = MarianMTModel(config).eval()
+  with torch.no_grad():
+    for name, param in model.named_parameters():
+      param.normal_(0.0, 0.15)
+      if name.endswith('layer_norm.weight'):
+        param.add_(1.0)
+    model.final_logits_bias.copy_(torch.randn(model.final_logits_bias.shape) * 0.5)
+    model.model.shared.weight[vocab['<pad>']] = 0.0  # padding's row, as Marian's conversion
+  tokenizer = MarianTokenizer(os.path.join(folder, 'source.spm'),
+                              os.path.join(folder, 'target.spm'),
+                              os.path.join(folder, 'vocab.json'))
+  _train(model, tokenizer, train_steps)
+  model.save_pretrained(folder)
+  tokenizer.save_pretrained(folder)
+  return folder
+
+
+def _train(model, tokenizer, steps, batch=16):
+  """`steps` teacher-forced Adam steps on the first 400 bundled pairs, batches in turn."""
+  import torch  # pylint: disable=import-outside-toplevel
+  sources, targets = _lines('train.en.gz', 400), _lines('train.es.gz', 400)
+  optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+  model.train()
+  for step in range(steps):
+    start = (step * batch) % len(sources)
+    data = tokenizer(sources[start:start + batch], text_target=targets[start:start + batch],
+                     padding=True, truncation=True, max_length=64, return_tensors='pt')
+    data['labels'][data['labels'] == tokenizer.pad_token_id] = -100
+    loss = model(**data).loss
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+  model.eval()
+
+
+def load(folder):
+  """(transformers' model, its tokenizer) of `folder`, as a user loads them."""
+  from transformers import AutoModelForSeq2SeqLM, AutoTokenizer  # pylint: disable=import-outside-toplevel
+  return (AutoModelForSeq2SeqLM.from_pretrained(folder).eval(),
+          AutoTokenizer.from_pretrained(folder))
+
+
+def rows(lists, pad=0):
+  """A `[len(lists), longest]` int32 array, each row padded with `pad`."""
+  out = np.full((len(lists), max(map(len, lists))), pad, np.int32)
+  for i, ids in enumerate(lists):
+    out[i, :len(ids)] = ids
+  return out

@@ -1,0 +1,159 @@
+"""`--mode=import` of a MarianMT directory, checked against transformers' own model and
+tokenizer, offline: the same ids, the same teacher-forced log probabilities (1e-4 per
+sentence), the same greedy outputs; bad directories refused in one line."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import run_main
+from pretrained import hf_models
+
+torch = pytest.importorskip('torch')
+pytest.importorskip('transformers')
+
+from t2t_jax.data import vocabularies  # noqa: E402
+from t2t_jax.inference import checkpoint_choice  # noqa: E402
+from t2t_jax.inference.translate import Translator  # noqa: E402
+from t2t_jax.model import scoring, variant  # noqa: E402
+from t2t_jax.pretrained import import_mode  # noqa: E402
+from t2t_jax.pretrained.hf_files import PretrainedError  # noqa: E402
+from t2t_jax.runtime import resolution  # noqa: E402
+
+SOURCES = hf_models.SOURCES + ['And Adam knew Eve his wife.', 'Cain was a tiller of the ground.']
+
+
+@pytest.fixture(scope='module')
+def marian(tmp_path_factory):
+  """(the transformers directory, our imported workdir, transformers' model, tokenizer)."""
+  root = tmp_path_factory.mktemp('marian')
+  folder = hf_models.marian_dir(str(root / 'hf'))
+  workdir = str(root / 'w')
+  import_mode.run(folder, workdir)
+  model, tok = hf_models.load(folder)
+  return folder, workdir, model, tok
+
+
+def _ours(workdir):
+  inference = checkpoint_choice.load_inference_params(workdir)
+  config = resolution.from_saved(inference.config_json)
+  return inference, config, vocabularies.load(workdir, config)
+
+
+def _order(tok):
+  """Their id at each of our ids: padding, EOS, unknown first (`pretrained/id_map.py`)."""
+  special = [tok.pad_token_id, tok.eos_token_id, tok.unk_token_id]
+  return np.array(special + [i for i in range(len(tok.get_vocab())) if i not in special])
+
+
+def test_the_imported_workdir_encodes_as_transformers_does(marian):
+  _, workdir, _, tok = marian
+  _, config, ours = _ours(workdir)
+  assert (config.activation, config.attention_bias, config.logits_bias, config.positional,
+          config.layer_norm_epsilon, config.decoder_start_id, config.share_tokenizer) == (
+              'swish', True, True, 'sinusoidal_halves', 1e-5, 0, False)
+  order = _order(tok)
+  theirs = tok(SOURCES, text_target=hf_models.TARGETS + ['x', 'y'])
+  for sentence, ids in zip(SOURCES, theirs['input_ids']):
+    assert [int(order[i]) for i in ours.encode(sentence) + [1]] == ids
+  for sentence, ids in zip(hf_models.TARGETS, theirs['labels']):
+    assert [int(order[i]) for i in ours.target.encode(sentence) + [1]] == ids
+
+
+def test_log_probabilities_equal_transformers_to_1e_4(marian):
+  _, workdir, model, tok = marian
+  inference, config, ours = _ours(workdir)
+  inputs = hf_models.rows([ours.encode(s) + [1] for s in hf_models.SOURCES])
+  targets = hf_models.rows([ours.target.encode(t) + [1] for t in hf_models.TARGETS])
+  mine = np.asarray(scoring.token_log_probs(variant.from_config(config), inference.params,
+                                            inputs, targets))
+  batch = tok(hf_models.SOURCES, text_target=hf_models.TARGETS, padding=True,
+              return_tensors='pt')
+  with torch.no_grad():
+    logits = model(input_ids=batch['input_ids'], attention_mask=batch['attention_mask'],
+                   labels=batch['labels']).logits
+  labels = batch['labels']
+  chosen = torch.gather(torch.log_softmax(logits, -1), 2, labels.unsqueeze(-1))[..., 0]
+  theirs = (chosen * (labels != tok.pad_token_id)).sum(1).numpy()
+  assert (targets != 0).sum(1).tolist() == (labels != tok.pad_token_id).sum(1).tolist()
+  np.testing.assert_allclose(mine.sum(1), theirs, atol=1e-4, rtol=0)
+  assert np.ptp(theirs) > 10  # sentences of other lengths and probabilities
+
+
+def test_greedy_outputs_are_transformers_outputs(marian):
+  _, workdir, model, tok = marian
+  order = _order(tok)
+  translator = Translator.from_workdir(workdir, strategy='greedy')
+  ours = translator.translate_ids(SOURCES)
+  outputs = set()
+  for sentence, ids in zip(SOURCES, ours):
+    batch = tok([sentence], return_tensors='pt')
+    limit = batch['input_ids'].shape[1] + translator.max_decode_extra  # ours, EOS included
+    with torch.no_grad():  # padding never an output, as ours (`scoring.PAD_LOGIT`)
+      theirs = model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=limit,
+                              bad_words_ids=[[tok.pad_token_id]]).tolist()[0][1:]
+    assert tok.eos_token_id in theirs, 'the test wants outputs that end'
+    theirs = theirs[:theirs.index(tok.eos_token_id)]
+    assert [int(order[i]) for i in ids] == theirs, sentence
+    outputs.add(tuple(theirs))
+  assert len(outputs) >= 2
+
+
+def _copy(folder, tmp_path):
+  broken = str(tmp_path / 'broken')
+  shutil.copytree(folder, broken)
+  return broken
+
+
+def _edit_config(folder, **changes):
+  path = os.path.join(folder, 'config.json')
+  with open(path, encoding='utf-8') as f:
+    config = json.load(f)
+  config.update(changes)
+  with open(path, 'w', encoding='utf-8') as f:
+    json.dump(config, f)
+
+
+def test_bad_directories_are_refused_in_one_line(marian, tmp_path):
+  folder = marian[0]
+  with pytest.raises(PretrainedError, match=r'^--input=/nowhere: not a directory'):
+    import_mode.read('/nowhere')
+  broken = _copy(folder, tmp_path)
+  _edit_config(broken, model_type='t5')
+  with pytest.raises(PretrainedError, match=r"config.json: model_type='t5'; t2t_jax imports "):
+    import_mode.read(broken)
+  _edit_config(broken, model_type='marian', encoder_ffn_dim=48, decoder_ffn_dim=48)
+  with pytest.raises(PretrainedError, match=r'model.safetensors: model.encoder.layers.0.fc1.'
+                     r'weight has shape \(64, 32\); config.json says \(48, 32\)$'):
+    import_mode.read(broken)
+  _edit_config(broken, encoder_ffn_dim=64, decoder_ffn_dim=64)
+  os.remove(os.path.join(broken, 'target.spm'))
+  with pytest.raises(PretrainedError, match=r'no target.spm \(the target side.s SentencePiece '):
+    import_mode.read(broken)
+  os.remove(os.path.join(broken, 'model.safetensors'))
+  with pytest.raises(PretrainedError, match=r'no model.safetensors or pytorch_model.bin'):
+    import_mode.read(broken)
+
+
+@pytest.mark.slow
+def test_main_imports_then_decodes_and_refuses_a_used_workdir(marian, tmp_path):
+  folder = marian[0]
+  workdir = tmp_path / 'w'
+  result = run_main('--mode=import', f'--input={folder}', f'--workdir={workdir}', timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.startswith(f'imported marian from {folder} (model.safetensors sha256 ')
+  again = run_main('--mode=import', f'--input={folder}', f'--workdir={workdir}', timeout=300)
+  assert again.returncode == 1
+  assert again.stderr.splitlines()[-1] == (
+      f'error: --workdir={workdir} already holds {workdir}/vocab/spm.model; import into a new '
+      'or empty --workdir (nothing was changed)')
+  source = tmp_path / 'in.en'
+  source.write_text('\n'.join(SOURCES) + '\n', encoding='utf-8')
+  decoded = run_main('--mode=decode', f'--workdir={workdir}', f'--input={source}',
+                     '--config.decode_strategy=greedy', timeout=300)
+  assert decoded.returncode == 0, decoded.stderr[-3000:]
+  translator = Translator.from_workdir(marian[1], strategy='greedy')
+  assert decoded.stdout.splitlines() == translator.translate(SOURCES)
