@@ -24,7 +24,7 @@ DEPENDENCY_MODULES = {
     'ml-collections': 'ml_collections', 'tensorboardX': 'tensorboardX',
     'matplotlib': 'matplotlib', 'importlib_resources': 'importlib_resources',
     'ctranslate2': 'ctranslate2', 'flatbuffers': 'flatbuffers', 'libtpu': 'libtpu',
-    'gcsfs': 'gcsfs',
+    'gcsfs': 'gcsfs', 'safetensors': 'safetensors',
 }
 # Dependencies of ours that jax or flax import themselves (measured with `import flax.linen`
 # alone), so a model-only import cannot avoid them; each only where it is installed.
