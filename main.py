@@ -101,8 +101,9 @@ flags.DEFINE_string('plan_meshes', '', "plan: ';'-separated --config.mesh layout
                     "'data:-1;fsdp:-1;data:-1,tensor:4') to compile side by side, printing each "
                     "one's memory, step and collectives and the layout chosen (docs/meshes.md).")
 flags.DEFINE_enum('format', None, export_formats.FORMATS, 'export: ctranslate2 (a CTranslate2 model '
-                  'directory) or stablehlo (jax.export beam search, parameters, vocabulary '
-                  'and a jax-only runtime, serve.py).')
+                  'directory), stablehlo (jax.export beam search, parameters, vocabulary '
+                  'and a jax-only runtime, serve.py) or huggingface (a MarianMT directory '
+                  'transformers loads).')
 flags.DEFINE_string('quantization', None, 'export --format=ctranslate2: the weight type, e.g. '
                     'int8, int8_float16, float16 (default: float32).')
 flags.DEFINE_string('targets', None, 'attention: target sentences, one per --input line, '

@@ -178,11 +178,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   for key in _PROBABILITIES:
     if not 0.0 <= config[key] < 1.0:
       _fail(key, 'a value in [0, 1)', config[key])
-  if not 0.0 < config.layer_norm_epsilon < 1.0:
-    _fail('layer_norm_epsilon', 'a value in (0, 1)', config.layer_norm_epsilon)
-  if config.decoder_start_id >= config.vocab_size:
-    _fail('decoder_start_id', f'an id below vocab_size={config.vocab_size}',
-          config.decoder_start_id)
+  _check_model_options(config)
   if (not config.d_k or not config.d_v) and config.d_model % config.num_heads:
     _fail('d_model', f'a multiple of num_heads={config.num_heads} (or set d_k and d_v)',
           config.d_model)
@@ -221,6 +217,25 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _fail('debug_nonfinite_steps', 'a tuple of step numbers >= 1 (or (0,) for none)',
           config.debug_nonfinite_steps)
   return config
+
+
+def _check_model_options(config: ml_collections.ConfigDict) -> None:
+  """The options of models made elsewhere (`attention_bias`, ...): an epsilon and a start id
+  the model can take."""
+  if not 0.0 < config.layer_norm_epsilon < 1.0:
+    _fail('layer_norm_epsilon', 'a value in (0, 1)', config.layer_norm_epsilon)
+  if config.decoder_start_id >= config.vocab_size:
+    _fail('decoder_start_id', f'an id below vocab_size={config.vocab_size}',
+          config.decoder_start_id)
+
+
+def fit_buckets(config: ml_collections.ConfigDict) -> None:
+  """Cuts `bucket_lengths` and `max_length` that the defaults left longer than the model's
+  `max_len` (an imported or adopted model with fewer positions) to it, in place."""
+  if config.bucket_lengths[-1] > config.max_len:
+    config.bucket_lengths = tuple(b for b in config.bucket_lengths if b < config.max_len) + (
+        config.max_len,)
+    config.max_length = min(config.max_length, config.max_len)
 
 
 def paper_peak(d_model: int, warmup_steps: int, scale: float = 1.0) -> float:

@@ -18,7 +18,8 @@ def test_requirements_dev_lists_every_optional_extra_through_its_files():
   assert {'ctranslate2', 'flatbuffers', 'nbformat', 'nbclient', 'jupytext', 'libtpu', 'gcsfs',
           'gcpstorageemulator', 'importlinter', 'pytestxdist', 'jax'} <= packages
   assert files == {'requirements.txt', 'requirements-test.txt', 'requirements-notebook.txt',
-                   'requirements-serving.txt', 'requirements-tpu.txt', 'requirements-gcs.txt'}
+                   'requirements-serving.txt', 'requirements-tpu.txt', 'requirements-gcs.txt',
+                   'requirements-hf.txt'}
 
 
 @pytest.mark.parametrize('reason, culprit', [

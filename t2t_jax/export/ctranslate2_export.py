@@ -166,6 +166,13 @@ def _set_layers(encoder, decoder, tree) -> None:
     _set_ffn(layer.ffn, p['ffn'], p['ffn_block']['norm'])
 
 
+def _activation(name: str):
+  """CTranslate2's `Activation` of our FFN `activation` (§3.3's ReLU, swish, exact GELU)."""
+  from ctranslate2.specs import common_spec
+  return {'relu': common_spec.Activation.RELU, 'swish': common_spec.Activation.SWISH,
+          'gelu': common_spec.Activation.GELU}[name]
+
+
 def build_spec(cfg: model.TransformerConfig, params, pieces: Sequence[str],
                source_pieces: Optional[Sequence[str]] = None):
   """A `ctranslate2.specs.TransformerSpec` holding `params` (a t2t_jax parameter tree), with
@@ -184,10 +191,7 @@ def build_spec(cfg: model.TransformerConfig, params, pieces: Sequence[str],
   pre_norm = cfg.norm_position == 'pre'
   # Only a head width other than d_model / heads needs saying (CTranslate2 derives it), and
   # only fewer key/value heads than query heads.
-  from ctranslate2.specs import common_spec
-  activation = {'relu': common_spec.Activation.RELU, 'swish': common_spec.Activation.SWISH,
-                'gelu': common_spec.Activation.GELU}[cfg.activation]
-  options = dict(pre_norm=pre_norm, activation=activation,
+  options = dict(pre_norm=pre_norm, activation=_activation(cfg.activation),
                  head_dim=None if shape.head_dim * shape.num_heads == cfg.d_model
                  else shape.head_dim,
                  num_heads_kv=None if shape.kv_heads == shape.num_heads else shape.kv_heads)

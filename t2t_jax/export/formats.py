@@ -9,7 +9,7 @@ from t2t_jax.export.common import (ExportError, ExportSource, check_output, chec
                                    run_source)
 from t2t_jax.inference import modes
 
-FORMATS = ('ctranslate2', 'stablehlo')
+FORMATS = ('ctranslate2', 'stablehlo', 'huggingface')
 
 
 def check_request(export_format: Optional[str], output: Optional[str],
@@ -28,6 +28,10 @@ def check_request(export_format: Optional[str], output: Optional[str],
   if export_format == 'ctranslate2':
     from t2t_jax.export import ctranslate2_export
     ctranslate2_export.check_quantization(quantization)
+  elif export_format == 'huggingface':
+    if quantization:
+      raise ExportError(f'--quantization={quantization} applies to --format=ctranslate2 only; '
+                        'the transformers directory keeps float32 parameters')
   else:
     if quantization:
       raise ExportError(f'--quantization={quantization} applies to --format=ctranslate2 only; '
@@ -38,13 +42,16 @@ def check_request(export_format: Optional[str], output: Optional[str],
 
 def export(export_format: str, source: ExportSource, output: str,
            quantization: Optional[str] = None) -> str:
-  """Writes `source` in `export_format` ('ctranslate2' or 'stablehlo') into the new directory
+  """Writes `source` in `export_format` (`FORMATS`) into the new directory
   `output`; returns its absolute path. A parsing run's model is refused (`check_translation`)."""
   check_request(export_format, output, quantization)
   check_translation(source.config, f'the model ({source.description})')
   if export_format == 'ctranslate2':
     from t2t_jax.export import ctranslate2_export
     return ctranslate2_export.convert(source, output, quantization)
+  if export_format == 'huggingface':
+    from t2t_jax.export import huggingface_export
+    return huggingface_export.convert(source, output)
   from t2t_jax.export import stablehlo_export
   return stablehlo_export.write_artifact(source, output)
 

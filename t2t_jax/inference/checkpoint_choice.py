@@ -62,6 +62,23 @@ def latest_training_config(workdir: str) -> Dict[str, Any]:
   return latest_training_setup(workdir)[0]
 
 
+def chosen_config(workdir: str, checkpoint: Optional[str] = None) -> Optional[Dict[str, Any]]:
+  """The config JSON of the checkpoint `load_inference_params(workdir, checkpoint)` would
+  read, without reading parameters (None when there is none, or it cannot be read: the load
+  itself then says why)."""
+  try:
+    candidates = (_default_candidates(workdir) if checkpoint is None
+                  else [_resolve(layout.of(workdir), checkpoint)])
+    for path in candidates:
+      try:
+        return checkpoint_config(path)
+      except (CheckpointError, OSError, ValueError):
+        continue
+  except (CheckpointError, OSError, ValueError):
+    pass
+  return None
+
+
 def has_checkpoint(workdir: Optional[str]) -> bool:
   """Whether `workdir` holds a finalized training checkpoint (its inputs are then provenance:
   `resolution.resolve(recorded=True)`)."""

@@ -1,14 +1,11 @@
-"""Translating text with beam search (§6.1), in input order.
+"""Translating text with beam search (§6.1), greedy search or sampling, in input order.
 
 Sentences are tokenized, sorted by length and decoded in batches of a fixed number of rows
-padded to a fixed set of lengths, so one compilation serves every batch of a length bucket;
-results are put back in input order. Empty input lines give empty output lines without
-being decoded. Maximum output length = input length (tokens, with EOS) + max_decode_extra.
-
-Devices: on an accelerator host with several chips every batch is split over all of them
-(one beam search, SPMD, on this process's devices; `multihost` splits the sentences across
-processes); on CPU batches run on one device, one batch per core at once
-(`choose_parallelism`).
+padded to a fixed set of lengths (one compilation per length bucket), then put back in input
+order; empty lines stay empty. Maximum output length = input length (tokens, with EOS) +
+max_decode_extra. Devices: on an accelerator host every batch is split over all its chips
+(SPMD; `multihost` splits the sentences across processes); on CPU batches run on one device,
+one batch per core at once (`choose_parallelism`).
 """
 
 import functools

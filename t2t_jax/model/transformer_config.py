@@ -199,15 +199,7 @@ class TransformerConfig:
     if self.source_vocab_size is not None and self.share_embeddings:
       _fail('source_vocab_size', self.source_vocab_size, 'None while share_embeddings=True '
             '(one matrix cannot embed two vocabularies); or set share_embeddings=False')
-    epsilon = self.layer_norm_epsilon
-    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not 0 < epsilon < 1:
-      _fail('layer_norm_epsilon', epsilon, 'a number in (0, 1)')
-    object.__setattr__(self, 'layer_norm_epsilon', float(epsilon))
-    start = self.decoder_start_id
-    if (isinstance(start, bool) or not isinstance(start, numbers.Integral)
-        or not 0 <= start < self.vocab_size):
-      _fail('decoder_start_id', start, f'an id in [0, vocab_size={self.vocab_size})')
-    object.__setattr__(self, 'decoder_start_id', int(start))
+    self._check_imported_options()
     for name in _RATES:
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
@@ -222,6 +214,18 @@ class TransformerConfig:
     # One value per dtype: jnp.float32 == np.dtype('float32'), but their hashes differ, and a
     # config is a static (hashed) argument of jitted functions.
     object.__setattr__(self, 'dtype', dtype)
+
+  def _check_imported_options(self) -> None:
+    """`layer_norm_epsilon` in (0, 1) and `decoder_start_id` an id, stored as float / int."""
+    epsilon = self.layer_norm_epsilon
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not 0 < epsilon < 1:
+      _fail('layer_norm_epsilon', epsilon, 'a number in (0, 1)')
+    object.__setattr__(self, 'layer_norm_epsilon', float(epsilon))
+    start = self.decoder_start_id
+    if (isinstance(start, bool) or not isinstance(start, numbers.Integral)
+        or not 0 <= start < self.vocab_size):
+      _fail('decoder_start_id', start, f'an id in [0, vocab_size={self.vocab_size})')
+    object.__setattr__(self, 'decoder_start_id', int(start))
 
   @classmethod
   def from_config(cls, config, **overrides) -> 'TransformerConfig':

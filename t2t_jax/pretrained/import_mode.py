@@ -94,10 +94,7 @@ def run_config(keys: Dict[str, Any]):
   config = default_config.get_config()
   for key, value in keys.items():
     config[key] = value
-  if config.bucket_lengths[-1] > config.max_len:
-    config.bucket_lengths = tuple(b for b in config.bucket_lengths if b < config.max_len) + (
-        config.max_len,)
-    config.max_length = min(config.max_length, config.max_len)
+  config_lib.fit_buckets(config)
   return config_lib.validate(config)
 
 

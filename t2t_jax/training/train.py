@@ -22,6 +22,7 @@ import ml_collections
 from absl import logging
 
 from t2t_jax import config as config_lib
+from t2t_jax.configs import default as default_config
 from t2t_jax.data import (corpora, fingerprint, pipeline, split_check, tasks, tokenizer,
                           vocab_record, vocabularies)
 from t2t_jax.inference import checkpoint_choice
@@ -108,9 +109,39 @@ def resolve_run(config: ml_collections.ConfigDict, workdir: str,
   record of the run a fine-tune starts from (`init_from`: it keeps its source's model)."""
   typed = config.get('model', '')
   checkpoint_choice.remember_factory(workdir, typed)
+  recorded = checkpoint_choice.has_checkpoint(workdir)
   if config.get('init_from'):
     checkpoint_choice.remember_factory(config_lib.init_from_parts(config.init_from)[0], typed)
-  return resolution.resolve(config, explicit, recorded=checkpoint_choice.has_checkpoint(workdir))
+    if not recorded:
+      config = adopt_parent_model(config, explicit)
+  return resolution.resolve(config, explicit, recorded=recorded)
+
+
+def adopt_parent_model(config: ml_collections.ConfigDict,
+                       explicit=()) -> ml_collections.ConfigDict:
+  """A fine-tune's model keys that neither the command line (`explicit`) nor the config file
+  set (still at their defaults) taken from the checkpoint `init_from` names, so that
+  `--config.init_from=W` alone fine-tunes W's model (an imported one included); a key set
+  otherwise than the parent's is left for `init_from.load` to refuse, naming it."""
+  workdir, which = config_lib.init_from_parts(config.init_from)
+  parent = checkpoint_choice.chosen_config(workdir, which)
+  if parent is None:
+    return config
+  defaults = default_config.get_config()
+  adopted = ml_collections.ConfigDict(config.to_dict())
+  taken = []
+  for key in config_lib.MODEL_KEYS:
+    if (key in parent and key not in explicit and config[key] == defaults[key]
+        and parent[key] != config[key]):
+      adopted[key] = type(defaults[key])(parent[key]) if isinstance(
+          defaults[key], (bool, int, float)) else parent[key]
+      taken.append(f'{key}={adopted[key]!r}')
+  if taken:
+    logging.info('init_from %s: the model keys of its checkpoint: %s', config.init_from,
+                 ', '.join(taken))
+    if 'bucket_lengths' not in explicit and 'max_length' not in explicit:
+      config_lib.fit_buckets(adopted)
+  return adopted
 
 
 def train(config: ml_collections.ConfigDict, workdir: str,
