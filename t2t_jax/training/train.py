@@ -119,9 +119,10 @@ def resolve_run(config: ml_collections.ConfigDict, workdir: str,
 
 def adopt_parent_model(config: ml_collections.ConfigDict,
                        explicit=()) -> ml_collections.ConfigDict:
-  """A fine-tune's model keys that neither the command line (`explicit`) nor the config file
-  set (still at their defaults) taken from the checkpoint `init_from` names, so that
-  `--config.init_from=W` alone fine-tunes W's model (an imported one included); a key set
+  """A fine-tune's model keys that the command line (`explicit`) does not type, taken from
+  the checkpoint `init_from` names: a fine-tune keeps its source's model, so
+  `--config.init_from=W` alone fine-tunes W's model (an imported one included) whatever model
+  the config file describes (a warning names the values it set otherwise); a key typed
   otherwise than the parent's is left for `init_from.load` to refuse, naming it."""
   workdir, which = config_lib.init_from_parts(config.init_from)
   parent = checkpoint_choice.chosen_config(workdir, which)
@@ -129,16 +130,20 @@ def adopt_parent_model(config: ml_collections.ConfigDict,
     return config
   defaults = default_config.get_config()
   adopted = ml_collections.ConfigDict(config.to_dict())
-  taken = []
+  taken, overridden = [], []
   for key in config_lib.MODEL_KEYS:
-    if (key in parent and key not in explicit and config[key] == defaults[key]
-        and parent[key] != config[key]):
-      adopted[key] = type(defaults[key])(parent[key]) if isinstance(
-          defaults[key], (bool, int, float)) else parent[key]
-      taken.append(f'{key}={adopted[key]!r}')
-  if taken:
+    if key not in parent or key in explicit or parent[key] == config[key]:
+      continue
+    default = defaults[key]
+    adopted[key] = (type(default)(parent[key]) if isinstance(default, (bool, int, float))
+                    else parent[key])
+    (taken if config[key] == default else overridden).append(f'{key}={adopted[key]!r}')
+  if overridden:
+    logging.warning('init_from %s: a fine-tune keeps the model of its source; the config\'s '
+                    'own values give way to its: %s', config.init_from, ', '.join(overridden))
+  if taken or overridden:
     logging.info('init_from %s: the model keys of its checkpoint: %s', config.init_from,
-                 ', '.join(taken))
+                 ', '.join(taken + overridden))
     if 'bucket_lengths' not in explicit and 'max_length' not in explicit:
       config_lib.fit_buckets(adopted)
   return adopted

@@ -157,3 +157,32 @@ def test_main_imports_then_decodes_and_refuses_a_used_workdir(marian, tmp_path):
   assert decoded.returncode == 0, decoded.stderr[-3000:]
   translator = Translator.from_workdir(marian[1], strategy='greedy')
   assert decoded.stdout.splitlines() == translator.translate(SOURCES)
+
+
+@pytest.mark.slow
+def test_init_from_alone_fine_tunes_the_imported_model(marian, corpus, tmp_path):
+  """`--config.init_from=W` with the embedded default's config: the imported model's keys are
+  adopted (none typed), both sides' SentencePiece models taken byte for byte; the fine-tuned
+  run records its start and decodes."""
+  _, workdir, _, _ = marian
+  run = tmp_path / 'ft'
+  result = run_main(f'--workdir={run}', f'--config.init_from={workdir}',
+                    f'--config.local_corpus_dir={corpus}', '--config.num_train_steps=2',
+                    '--config.checkpoint_every_steps=2', '--config.eval_every_steps=2',
+                    '--config.eval_bleu_sentences=0', '--config.final_eval_split=',
+                    '--config.tokens_per_batch=1024', '--config.warmup_steps=1',
+                    timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'the model keys of its checkpoint' in result.stderr
+  for name in ('spm.model', 'source_spm.model'):
+    with open(run / 'vocab' / name, 'rb') as mine, open(
+        os.path.join(workdir, 'vocab', name), 'rb') as theirs:
+      assert mine.read() == theirs.read(), name
+  tuned = checkpoint_choice.load_inference_params(str(run), '2')
+  config = resolution.from_saved(tuned.config_json)
+  assert (config.activation, config.attention_bias, config.share_tokenizer,
+          config.decoder_start_id) == ('swish', True, False, 0)
+  assert tuned.init_record['checkpoint'].endswith('averaged/step_0_last_1')
+  decoded = run_main('--mode=decode', f'--workdir={run}', f'--input={corpus}/dev.en',
+                     timeout=300)
+  assert decoded.returncode == 0, decoded.stderr[-3000:]
