@@ -193,12 +193,14 @@ MODE_FUNCTIONS = {
 def _import() -> None:
   from t2t_jax.pretrained import import_mode
   typed = _override_keys(sys.argv)
-  if typed:
+  other = [key for key in typed if key not in import_mode.LANGUAGE_KEYS]
+  if other:
     raise config_lib.ConfigError(f'--mode=import reads the model\'s keys from --input; '
-                                 f'--config.{typed[0]} has no effect there: drop it')
+                                 f'--config.{other[0]} has no effect there: drop it')
   if not FLAGS.input:
     raise app.UsageError('--mode=import needs --input=DIR, a transformers model directory')
-  print(import_mode.run(FLAGS.input, FLAGS.workdir))
+  print(import_mode.run(FLAGS.input, FLAGS.workdir,
+                        {key: FLAGS.config[key] for key in typed}))
 # plot reads metrics.jsonl only: no cluster to join, nothing to compile; plan compiles for chips
 # elsewhere: no cluster, no workdir, and its own cache (plan/cache.py). Neither validates
 # --config up front.

@@ -15,6 +15,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.vocab_size = 37000            # SentencePiece vocabulary size, shared by source and target (§5.1: ~37000 EN-DE); with share_vocab=False the target's
   c.share_vocab = True            # one SentencePiece vocabulary for source and target (§5.1); False: one per language (fairseq's default; pairs in two scripts), needs share_embeddings=False
   c.share_tokenizer = True        # share_vocab=True: one SentencePiece model segments both sides; False: the source side segments with its own (vocab/source_spm.model) into the same ids (Marian's source.spm/target.spm; taken, never trained)
+  c.language_tokens = ''          # language tokens' pattern, e.g. '__{lang}__' (M2M100's): source text starts with source_lang's token, and every translation with target_lang's (forced); '' for none (the paper)
   c.source_vocab_size = 0         # share_vocab=False: the source vocabulary's size (rows of the encoder's own embedding); 0 means vocab_size
   c.d_model = 512                 # model width d_model (§3.1)
   c.d_ff = 2048                   # inner width of the position-wise FFN d_ff (§3.3)

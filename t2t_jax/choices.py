@@ -10,9 +10,10 @@ import math
 import re
 from typing import Dict, Literal, Optional
 
-# §3.5: the fixed sinusoids, learned (Table 3 E), or the same sinusoids with the sines in the
-# first half of the columns and the cosines in the second (Marian's and transformers' layout).
-Positional = Literal['sinusoidal', 'learned', 'sinusoidal_halves']
+# §3.5: the fixed sinusoids, learned (Table 3 E), the same sinusoids with the sines in the
+# first half of the columns and the cosines in the second (Marian's layout), or fairseq's
+# (tensor2tensor's timescales, sines then cosines, positions counted from 2: M2M100, NLLB).
+Positional = Literal['sinusoidal', 'learned', 'sinusoidal_halves', 'sinusoidal_fairseq']
 # The feed-forward network's nonlinearity (§3.3, Eq. 2: ReLU); 'swish' (SiLU, OPUS-MT's) and
 # 'gelu' (erf, exact) for models made elsewhere.
 Activation = Literal['relu', 'swish', 'gelu']

@@ -273,7 +273,7 @@ def _check_decoding(config: ml_collections.ConfigDict) -> None:
 MODEL_KEYS = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_kv_heads', 'd_k', 'd_v',
               'num_layers', 'num_encoder_layers', 'num_decoder_layers', 'share_embeddings',
               'scale_embeddings', 'positional', 'norm_position', 'max_len', 'decoder_window',
-              'model', 'share_vocab', 'share_tokenizer', 'source_vocab_size', 'activation', 'attention_bias',
+              'model', 'share_vocab', 'share_tokenizer', 'language_tokens', 'source_vocab_size', 'activation', 'attention_bias',
               'logits_bias', 'layer_norm_epsilon', 'decoder_start_id')
 
 

@@ -153,7 +153,8 @@ def of_tokenizer(tok: Any) -> Dict[str, Any]:
   `VocabPair`'s target side, with the source side's as `source_sha256`, `source_vocab_size`."""
   target, source = vocab_pair.side(tok, 'target'), vocab_pair.side(tok, 'source')
   saved = {'sha256': target.fingerprint, 'vocab_size': target.vocab_size}
-  if source is not target:
+  # One model under both sides' language tokens (`language_tokens.Tagged`) is one vocabulary.
+  if getattr(source, 'tok', source) is not getattr(target, 'tok', target):
     saved.update(source_sha256=source.fingerprint, source_vocab_size=source.vocab_size)
   return saved
 

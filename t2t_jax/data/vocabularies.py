@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Optional
 
 import ml_collections
 
-from t2t_jax.data import tokenizer, vocab_record
+from t2t_jax.data import language_tokens, tokenizer, vocab_record
 from t2t_jax.data.vocab_pair import VocabPair
 from t2t_jax.storage import layout
 
@@ -66,9 +66,9 @@ def load_or_train(config: ml_collections.ConfigDict, workdir: str, train_source:
         'a run that has them, e.g. an imported model, or --config.vocab_model and '
         '--config.source_vocab_model): two models trained apart would not share one id space')
   if one_model(config):
-    return tokenizer.load_or_train(config, workdir, sentences(train_source, config),
-                                   process_index, process_count, symbols_fn=symbols_fn,
-                                   checkpoint_vocabulary=checkpoint_vocabulary, **common)
+    return language_tokens.wrap(tokenizer.load_or_train(
+        config, workdir, sentences(train_source, config), process_index, process_count,
+        symbols_fn=symbols_fn, checkpoint_vocabulary=checkpoint_vocabulary, **common), config)
   target = tokenizer.load_or_train(config, workdir, sentences(train_source, config, 'target'),
                                    process_index, process_count, symbols_fn=symbols_fn,
                                    checkpoint_vocabulary=checkpoint_vocabulary, **common)
@@ -76,7 +76,7 @@ def load_or_train(config: ml_collections.ConfigDict, workdir: str, train_source:
       side_config(config, 'source'), layout.of(workdir).source_side,
       sentences(train_source, config, 'source'), process_index, process_count,
       checkpoint_vocabulary=vocab_record.side_item(checkpoint_vocabulary, 'source'), **common)
-  return VocabPair(source, target)
+  return language_tokens.wrap(VocabPair(source, target), config)
 
 
 def one_model(config: Any) -> bool:
@@ -97,6 +97,6 @@ def load(workdir: str, config: ml_collections.ConfigDict) -> Any:
   where = layout.of(workdir)
   target = tokenizer.load(where.vocab, config.vocab_size)
   if one_model(config):
-    return target
-  return VocabPair(tokenizer.load(where.source_vocab, config.source_vocab_size
-                                  or config.vocab_size), target)
+    return language_tokens.wrap(target, config)
+  return language_tokens.wrap(VocabPair(tokenizer.load(
+      where.source_vocab, config.source_vocab_size or config.vocab_size), target), config)

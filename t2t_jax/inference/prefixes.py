@@ -32,10 +32,12 @@ def encode(prefixes: Optional[Sequence[str]], encoded_sources: Dict[int, List[in
   if prefixes is None:
     return None
   out = {}
+  target = vocab_pair.side(tokenizer, 'target')
+  forced = getattr(tokenizer, 'forced', [])  # a language token: every sentence starts with it
   for i, text in enumerate(prefixes):
-    if not text.strip() or i not in encoded_sources:
+    if (not text.strip() and not forced) or i not in encoded_sources:
       continue
-    ids = list(vocab_pair.side(tokenizer, 'target').encode(text))  # target text
+    ids = list(target.encode(text)) if text.strip() else list(forced)  # target text
     room = len(encoded_sources[i]) + max_decode_extra - 1
     if len(ids) > room:
       line = line_numbers[i] if line_numbers is not None else i + 1

@@ -65,11 +65,9 @@ class Hypothesis(NamedTuple):
 
 
 class Translator:
-  """Beam-search decoding of sentences with a trained model.
-
-  `Translator.from_workdir(workdir)` loads a trained run's (config, parameters, vocabulary
-  and decoding settings); `translate` gives the best translations, `translate_n_best` the n
-  best with their scores.
+  """Decoding sentences with a trained model. `Translator.from_workdir(workdir)` loads a run's
+  config, parameters, vocabulary and decoding settings; `translate` gives the best
+  translations, `translate_n_best` the n best with their scores.
 
   Args:
     model: the model (`Transformer`, or a variant with its own extension points), or its
@@ -77,10 +75,9 @@ class Translator:
     params: model parameters (host arrays, device arrays or the training mesh's replicated
       arrays); placed on the decoding devices once, at the first `translate` after they are
       set (assigning `translator.params` re-places them, and compiles nothing new).
-    tokenizer: `encode(str) -> ids` (no EOS), `decode(ids) -> str` (data.tokenizer.Tokenizer).
-    beam_size: 4 in the paper; 1 is greedy.
-    alpha: length penalty (0.6 in the paper).
-    max_decode_extra: maximum output length = input length + this (50 in the paper).
+    tokenizer: `encode(str) -> ids` (no EOS), `decode(ids) -> str` (data.tokenizer.Tokenizer);
+      its `forced` ids (`data/language_tokens.py`) start every translation.
+    beam_size, alpha: 4 and 0.6 in the paper. max_decode_extra: output length <= input + this.
     batch_sentences: rows of every decode batch; sharded, rounded up to a multiple of the
       local device count (the last batch of a call is padded with empty rows).
     bucket_lengths: padded source lengths; longer inputs are padded to a multiple of 32.
@@ -90,9 +87,8 @@ class Translator:
       translation.
     strategy, no_repeat_ngram_size, temperature, top_k, top_p: `batch_search.SearchSettings`
       (defaults: the paper's beam search).
-    seed: sampling's seed: the j-th sample of the sentence on line i draws with
-      `fold_in(fold_in(PRNGKey(seed), i), j)`, the same in any batch, on any device or process
-      count.
+    seed: sampling's seed: sample j of line i draws with `fold_in(fold_in(PRNGKey(seed), i),
+      j)`, the same in any batch, on any device or process count.
 
   Attributes:
     parallelism: 'sharded' or 'threads', as chosen.
@@ -116,6 +112,7 @@ class Translator:
       raise ValueError(f'Translator: beam_size={beam_size}; expected 1 or more')
     self.params = params
     self.tokenizer = tokenizer
+    self.forced = list(getattr(tokenizer, 'forced', []))  # `data/language_tokens.py`
     self.beam_size, self.alpha = beam_size, alpha
     self.max_decode_extra = max_decode_extra
     self.parallelism = choose_parallelism(parallelism)
@@ -213,7 +210,7 @@ class Translator:
     share of a file passes the file's line numbers). `prefixes`: one target prefix per
     sentence ('' for none), which its translation starts with (`translate_n_best`).
     """
-    if self.settings.plain and prefixes is None:
+    if prefixes is None:  # `translate_ids` takes the settings' search
       return [self.tokenizer.decode(ids)
               for ids in self.translate_ids(sentences, progress, line_numbers)]
     return [hyps[0].text if hyps else '' for hyps in self.translate_n_best(
@@ -224,7 +221,7 @@ class Translator:
                     line_numbers: Optional[Sequence[int]] = None) -> List[List[int]]:
     """`translate`, as the best hypotheses' token ids (up to, not including, EOS; [] for an
     empty line). Batching: `portable` (the exported artifact batches alike)."""
-    if not self.settings.plain:  # greedy, sampling, n-gram blocking: the settings' search
+    if not self.settings.plain or self.forced:  # greedy, sampling, a language token, ...
       return [best[0].ids if best else []
               for best in self.translate_n_best(sentences, 1, progress, line_numbers)]
     params = self._placed_params()  # here, not in the decoding threads: placed once
@@ -249,6 +246,8 @@ class Translator:
     tokens and the search goes on from there. Other arguments as `translate`.
     """
     n = self._check_n(self.settings.width if n is None else n)
+    if prefixes is None and self.forced:  # every translation starts with its language token
+      prefixes = [''] * len(sentences)
     params = self._placed_params()
     encoded, truncated = portable.encode_sources(sentences, self._encode, self.cfg.max_len)
     copies = n if self.settings.strategy == 'sample' else 1

@@ -46,12 +46,32 @@ def sinusoidal_positions(length: int, d_model: int) -> np.ndarray:
 
 def position_table(kind: str, length: int, d_model: int) -> np.ndarray:
   """The fixed position table `[length, d_model]` float32 of `positional` `kind`:
-  'sinusoidal' (§3.5, interleaved) or 'sinusoidal_halves' (the same columns, the sines first
-  and the cosines after them: Marian's layout, `[sin(pos w_i) | cos(pos w_i)]`)."""
+  'sinusoidal' (§3.5, interleaved), 'sinusoidal_halves' (the same columns, the sines first
+  and the cosines after them: Marian's layout, `[sin(pos w_i) | cos(pos w_i)]`) or
+  'sinusoidal_fairseq' (`fairseq_positions`)."""
+  if kind == 'sinusoidal_fairseq':
+    return fairseq_positions(length, d_model)
   table = sinusoidal_positions(length, d_model)
   if kind == 'sinusoidal_halves':
     return np.concatenate([table[:, 0::2], table[:, 1::2]], axis=1)
   return table
+
+
+FAIRSEQ_FIRST_POSITION = 2  # fairseq's padding id 1, plus one: its first token's position
+
+
+def fairseq_positions(length: int, d_model: int) -> np.ndarray:
+  """fairseq's sinusoids (M2M100's, NLLB's) for positions 0..length-1 of ours: `[length,
+  d_model]` float32, row p = [sin((p + 2) w_i) | cos((p + 2) w_i)], w_i = 10000^(-i / (d/2 - 1))
+  (tensor2tensor's timescales), a zero last column for an odd d_model."""
+  half = d_model // 2
+  rate = np.exp(np.arange(half, dtype=np.float64) * -(np.log(10000.0) / max(half - 1, 1)))
+  angle = np.arange(FAIRSEQ_FIRST_POSITION, length + FAIRSEQ_FIRST_POSITION,
+                    dtype=np.float64)[:, None] * rate[None]
+  table = np.concatenate([np.sin(angle), np.cos(angle)], axis=1)
+  if d_model % 2:
+    table = np.concatenate([table, np.zeros((length, 1))], axis=1)
+  return table.astype(np.float32)
 
 
 ACTIVATIONS = {'relu': nn.relu, 'swish': nn.swish, 'gelu': functools.partial(nn.gelu,

@@ -12,7 +12,7 @@ a checkpoint is refused (nothing is overwritten).
 """
 
 import os
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from absl import logging
 import jax
@@ -24,14 +24,16 @@ from t2t_jax.data import tokenizer, vocab_record
 from t2t_jax.data.vocab_pair import VocabPair
 from t2t_jax.inference import averaging
 from t2t_jax.model import variant
-from t2t_jax.pretrained import hf_files, id_map, marian, spm_protos
+from t2t_jax.pretrained import hf_files, id_map, m2m100, marian
 from t2t_jax.pretrained.hf_files import PretrainedError
 from t2t_jax.runtime import checkpoint
 from t2t_jax.storage import layout, paths
 
 IMPORT_ITEM = 'imported'
-FAMILIES = {'marian': marian}
+FAMILIES = {'marian': marian, 'm2m_100': m2m100}
 CHECKPOINT_NAME = 'step_0_last_1'
+# The keys an import takes: the language pair of a model with language tokens (M2M100).
+LANGUAGE_KEYS = ('source_lang', 'target_lang')
 
 
 def _special_ids(folder: str, hf_config: Dict[str, Any], vocab: Dict[str, int]):
@@ -53,10 +55,12 @@ def _special_ids(folder: str, hf_config: Dict[str, Any], vocab: Dict[str, int]):
   return pad, eos, vocab[unk_piece]
 
 
-def read(folder: str) -> Dict[str, Any]:
+def read(folder: str, languages: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
   """Everything of a transformers directory `folder` a workdir needs, checked: the run
-  config's model keys, the parameter tree (numpy), both sides' renumbered SentencePiece
-  models and the provenance record. Raises PretrainedError in one line."""
+  config's keys, the parameter tree (numpy), the renumbered SentencePiece models (the target
+  side's, and the source side's when it has its own) and the provenance record.
+  `languages`: `source_lang` and `target_lang`, which a model with language tokens (M2M100)
+  needs and a model without refuses. Raises PretrainedError in one line."""
   if not os.path.isdir(folder):
     raise PretrainedError(f'--input={folder}: not a directory; expected a transformers model '
                           'directory (config.json, model.safetensors, the tokenizer\'s files)')
@@ -67,25 +71,41 @@ def read(folder: str) -> Dict[str, Any]:
     raise PretrainedError(f'{where}: model_type={kind!r}; t2t_jax imports '
                           f'{", ".join(map(repr, FAMILIES))}')
   family = FAMILIES[kind]
-  vocab = hf_files.read_json(folder, 'vocab.json')
-  if not isinstance(vocab, dict):
-    raise PretrainedError(f'{os.path.join(folder, "vocab.json")}: expected an object '
-                          'mapping pieces to ids')
+  vocab, tokens = family.vocabulary(folder, hf_config)
   size = hf_files.field(hf_config, 'vocab_size', int, where)
   ids = id_map.build(vocab, size, *_special_ids(folder, hf_config, vocab),
                      where=os.path.join(folder, 'vocab.json'))
   keys = family.model_keys(hf_config, ids, where)
+  keys.update(_languages(keys, ids, languages or {}, folder))
   tensors, weights, sha256 = hf_files.read_weights(folder)
   tree = family.params(tensors, weights, keys, ids)
-  codes = [p for p in vocab if p.startswith('>>') and p.endswith('<<')]
-  protos = {}
-  for side, name in (('source', 'source.spm'), ('target', 'target.spm')):
-    path = hf_files.need_file(folder, name, f'the {side} side\'s SentencePiece model')
-    protos[side] = spm_protos.remapped(paths.read_bytes(path), ids, path,
-                                       user_defined=codes if side == 'source' else ())
   record = {'family': kind, 'input': os.path.abspath(folder), 'weights': weights,
             'sha256': sha256, 'config': hf_config}
-  return dict(keys=keys, params=tree, protos=protos, record=record)
+  return dict(keys=keys, params=tree, protos=family.protos(folder, ids, tokens), record=record)
+
+
+def _languages(keys: Dict[str, Any], ids: id_map.IdMap, languages: Dict[str, str],
+               folder: str) -> Dict[str, str]:
+  """`source_lang` and `target_lang` of a model with language tokens, each checked to have
+  its token; refused for a model without (they would do nothing)."""
+  pattern = keys.get('language_tokens', '')
+  if not pattern:
+    if languages:
+      raise config_lib.ConfigError(f'--config.{sorted(languages)[0]}: {folder} holds a model '
+                                   'without language tokens; drop it')
+    return {}
+  out = {}
+  for key in ('source_lang', 'target_lang'):
+    if not languages.get(key):
+      raise config_lib.ConfigError(f'--mode=import of {folder} (language tokens '
+                                   f'{pattern!r}) needs --config.source_lang and '
+                                   '--config.target_lang: the pair to decode (a later command '
+                                   'may name another)')
+    if pattern.format(lang=languages[key]) not in ids.pieces:
+      raise config_lib.ConfigError(f'--config.{key}={languages[key]}: {folder} has no language '
+                                   f'token {pattern.format(lang=languages[key])!r}')
+    out[key] = languages[key]
+  return out
 
 
 def run_config(keys: Dict[str, Any]):
@@ -107,21 +127,26 @@ def _refuse_used(workdir: layout.Workdir) -> None:
 
 def _write_vocabulary(workdir: layout.Workdir, protos: Dict[str, bytes],
                       record: Dict[str, Any]) -> Dict[str, Any]:
-  """Both sides' models and their records; returns the checkpoint's vocabulary item."""
+  """Each side's model (the target's alone when both share it) and its record; returns the
+  checkpoint's vocabulary item."""
   paths.makedirs(os.path.dirname(workdir.vocab))
   for side, where in (('source', workdir.source_side), ('target', workdir)):
-    given = {'given': f'{record["input"]} ({side}.spm, renumbered)',
+    if side not in protos:
+      continue
+    given = {'given': f'{record["input"]} ({side} side, renumbered)',
              'given_sha256': vocab_record.sha256(protos[side])}
     vocab_record.write(where, given, vocab_record.sha256(protos[side]))
     paths.write_atomic(where.vocab, protos[side], overwrite=False)
-  return vocab_record.of_tokenizer(VocabPair(tokenizer.Tokenizer(workdir.source_vocab),
-                                             tokenizer.Tokenizer(workdir.vocab)))
+  target = tokenizer.Tokenizer(workdir.vocab)
+  if 'source' not in protos:
+    return vocab_record.of_tokenizer(target)
+  return vocab_record.of_tokenizer(VocabPair(tokenizer.Tokenizer(workdir.source_vocab), target))
 
 
-def run(folder: str, workdir_path: str) -> str:
-  """Imports the transformers directory `folder` into `workdir_path`; returns the line that
-  says what was written."""
-  imported = read(folder)
+def run(folder: str, workdir_path: str, languages: Optional[Dict[str, str]] = None) -> str:
+  """Imports the transformers directory `folder` into `workdir_path` (`languages`: as `read`);
+  returns the line that says what was written."""
+  imported = read(folder, languages)
   config = run_config(imported['keys'])
   net = variant.from_config(config)
   mismatch = variant.parameter_mismatch(net, imported['params'])

@@ -9,16 +9,39 @@ logits (`logits_bias`: `final_logits_bias`), PyTorch's LayerNorm epsilon 1e-5
 shared scaled embeddings tied to the output projection, as the paper.
 """
 
-from typing import Any, Dict, Tuple
+import os
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from t2t_jax.pretrained import hf_files, id_map
+from t2t_jax.pretrained import hf_files, id_map, spm_protos
+from t2t_jax.storage import paths
 from t2t_jax.pretrained.hf_files import PretrainedError
 
 FAMILY = 'marian'
 ACTIVATIONS = {'swish': 'swish', 'silu': 'swish', 'relu': 'relu', 'gelu': 'gelu'}
 LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's default, which Marian's layers use
+
+
+def vocabulary(folder: str, hf_config: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
+  """(piece -> their id: `vocab.json`, Marian's `>>xx<<` language codes in it)."""
+  del hf_config
+  vocab = hf_files.read_json(folder, 'vocab.json')
+  if not isinstance(vocab, dict):
+    raise PretrainedError(f'{os.path.join(folder, "vocab.json")}: expected an object '
+                          'mapping pieces to ids')
+  return vocab, [p for p in vocab if p.startswith('>>') and p.endswith('<<')]
+
+
+def protos(folder: str, ids: id_map.IdMap, codes: List[str]) -> Dict[str, bytes]:
+  """Both sides' SentencePiece models renumbered (`spm_protos.remapped`); the source side
+  keeps the language codes whole, as Marian's tokenizer splits them off."""
+  out = {}
+  for side, name in (('source', 'source.spm'), ('target', 'target.spm')):
+    path = hf_files.need_file(folder, name, f'the {side} side\'s SentencePiece model')
+    out[side] = spm_protos.remapped(paths.read_bytes(path), ids, path,
+                                    user_defined=codes if side == 'source' else ())
+  return out
 
 
 def model_keys(config: Dict[str, Any], ids: id_map.IdMap, where: str) -> Dict[str, Any]:
@@ -55,7 +78,7 @@ def model_keys(config: Dict[str, Any], ids: id_map.IdMap, where: str) -> Dict[st
       decoder_start_id=ids.ours(field('decoder_start_token_id', int)))
 
 
-class _Weights:
+class Weights:
   """The weights by name, each taken at most once (what is left is named by `check_used`)."""
 
   def __init__(self, tensors: Dict[str, np.ndarray], path: str):
@@ -78,7 +101,7 @@ class _Weights:
                             f'(e.g. {left[0]!r})')
 
 
-def _attention(w: _Weights, prefix: str, d: int, heads: int) -> Dict[str, Any]:
+def _attention(w: Weights, prefix: str, d: int, heads: int) -> Dict[str, Any]:
   width = d // heads
   out = {}
   for ours, theirs in (('query', 'q_proj'), ('key', 'k_proj'), ('value', 'v_proj')):
@@ -90,12 +113,12 @@ def _attention(w: _Weights, prefix: str, d: int, heads: int) -> Dict[str, Any]:
   return out
 
 
-def _norm(w: _Weights, prefix: str, d: int) -> Dict[str, Any]:
+def norm(w: Weights, prefix: str, d: int) -> Dict[str, Any]:
   return {'norm': {'scale': w.take(f'{prefix}.weight', (d,)),
                    'bias': w.take(f'{prefix}.bias', (d,))}}
 
 
-def _ffn(w: _Weights, prefix: str, d: int, d_ff: int) -> Dict[str, Any]:
+def _ffn(w: Weights, prefix: str, d: int, d_ff: int) -> Dict[str, Any]:
   return {'wi': {'kernel': w.take(f'{prefix}fc1.weight', (d_ff, d)).T,
                  'bias': w.take(f'{prefix}fc1.bias', (d_ff,))},
           'wo': {'kernel': w.take(f'{prefix}fc2.weight', (d, d_ff)).T,
@@ -112,7 +135,16 @@ _IGNORED = ('model.encoder.embed_positions.weight', 'model.decoder.embed_positio
 def params(tensors: Dict[str, np.ndarray], path: str, keys: Dict[str, Any],
            ids: id_map.IdMap) -> Dict[str, Any]:
   """Our parameter tree (numpy float32) of Marian's `tensors` (its state dict's names)."""
-  w = _Weights(tensors, path)
+  w = Weights(tensors, path)
+  tree = layer_params(w, tensors, path, keys, ids, logits_bias=True)
+  w.check_used(_IGNORED)
+  return tree
+
+
+def layer_params(w: Weights, tensors: Dict[str, np.ndarray], path: str, keys: Dict[str, Any],
+                 ids: id_map.IdMap, logits_bias: bool) -> Dict[str, Any]:
+  """The embedding (rows in our id order), its logit bias (`final_logits_bias`, with
+  `logits_bias`), and every layer of both stacks, in BART's names (Marian, M2M100)."""
   d, d_ff, heads, vocab = keys['d_model'], keys['d_ff'], keys['num_heads'], keys['vocab_size']
   shared = w.take('model.shared.weight', (vocab, d))
   for tied in ('model.encoder.embed_tokens.weight', 'model.decoder.embed_tokens.weight',
@@ -120,24 +152,24 @@ def params(tensors: Dict[str, np.ndarray], path: str, keys: Dict[str, Any],
     if tied in tensors and not np.array_equal(tensors[tied], shared):
       raise PretrainedError(f'{path}: {tied} differs from model.shared.weight; t2t_jax ties '
                             'them (share_encoder_decoder_embeddings, tie_word_embeddings)')
-  bias = (w.take('final_logits_bias', (1, vocab))[0] if 'final_logits_bias' in tensors
-          else np.zeros(vocab, np.float32))
-  tree: Dict[str, Any] = {'shared_embedding': {'embedding': ids.rows(shared),
-                                               'logits_bias': ids.rows(bias)},
+  tree: Dict[str, Any] = {'shared_embedding': {'embedding': ids.rows(shared)},
                           'encoder': {}, 'decoder': {}}
+  if logits_bias:
+    bias = (w.take('final_logits_bias', (1, vocab))[0] if 'final_logits_bias' in tensors
+            else np.zeros(vocab, np.float32))
+    tree['shared_embedding']['logits_bias'] = ids.rows(bias)
   for i in range(keys['num_layers']):
     p = f'model.encoder.layers.{i}.'
     tree['encoder'][f'layer_{i}'] = {
         'self_attention': _attention(w, p + 'self_attn', d, heads),
-        'attention_block': _norm(w, p + 'self_attn_layer_norm', d),
-        'ffn': _ffn(w, p, d, d_ff), 'ffn_block': _norm(w, p + 'final_layer_norm', d)}
+        'attention_block': norm(w, p + 'self_attn_layer_norm', d),
+        'ffn': _ffn(w, p, d, d_ff), 'ffn_block': norm(w, p + 'final_layer_norm', d)}
   for i in range(keys['num_decoder_layers']):
     p = f'model.decoder.layers.{i}.'
     tree['decoder'][f'layer_{i}'] = {
         'self_attention': _attention(w, p + 'self_attn', d, heads),
-        'self_attention_block': _norm(w, p + 'self_attn_layer_norm', d),
+        'self_attention_block': norm(w, p + 'self_attn_layer_norm', d),
         'cross_attention': _attention(w, p + 'encoder_attn', d, heads),
-        'cross_attention_block': _norm(w, p + 'encoder_attn_layer_norm', d),
-        'ffn': _ffn(w, p, d, d_ff), 'ffn_block': _norm(w, p + 'final_layer_norm', d)}
-  w.check_used(_IGNORED)
+        'cross_attention_block': norm(w, p + 'encoder_attn_layer_norm', d),
+        'ffn': _ffn(w, p, d, d_ff), 'ffn_block': norm(w, p + 'final_layer_norm', d)}
   return tree

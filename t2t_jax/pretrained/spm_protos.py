@@ -22,11 +22,14 @@ _TYPE = model_pb2.ModelProto.SentencePiece.Type
 _SPECIAL = {0: ('<pad>', _TYPE.CONTROL), 1: ('</s>', _TYPE.CONTROL), 2: ('<unk>', _TYPE.UNKNOWN)}
 
 
-def remapped(proto: bytes, ids: IdMap, where: str, user_defined: Iterable[str] = ()) -> bytes:
+def remapped(proto: bytes, ids: IdMap, where: str, user_defined: Iterable[str] = (),
+             control: Iterable[str] = ()) -> bytes:
   """The serialized model `proto` with its pieces in `ids`' order (see the module doc).
 
   `user_defined`: vocabulary pieces kept whole wherever they appear in the text (Marian's
-  `>>fr<<` language codes, which its tokenizer splits off before segmenting).
+  `>>fr<<` language codes, which its tokenizer splits off before segmenting). `control`:
+  pieces never read from text and decoded to nothing (M2M100's language tokens, which the
+  tokenizer adds by id: `data/language_tokens.py`).
   """
   model = model_pb2.ModelProto()
   try:
@@ -42,7 +45,7 @@ def remapped(proto: bytes, ids: IdMap, where: str, user_defined: Iterable[str] =
     raise PretrainedError(f'{where}: {len(lacking)} of its pieces are not in the vocabulary '
                           f'(e.g. {lacking[0]!r}); transformers would encode them as <unk>, '
                           'which t2t_jax cannot reproduce')
-  keep = set(user_defined)
+  keep, controls = set(user_defined), set(control)
   del model.pieces[:]
   for ours, piece in enumerate(ids.pieces):
     entry = model.pieces.add()
@@ -51,6 +54,8 @@ def remapped(proto: bytes, ids: IdMap, where: str, user_defined: Iterable[str] =
       entry.score = 0.0
     elif piece in keep:
       entry.piece, entry.type, entry.score = piece, _TYPE.USER_DEFINED, 0.0
+    elif piece in controls:
+      entry.piece, entry.type, entry.score = piece, _TYPE.CONTROL, 0.0
     elif piece in theirs and theirs[piece].type in (_TYPE.NORMAL, _TYPE.USER_DEFINED):
       entry.piece, entry.type, entry.score = piece, theirs[piece].type, theirs[piece].score
     else:  # the other side's piece, a special token of theirs, or a placeholder

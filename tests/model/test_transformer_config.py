@@ -34,8 +34,8 @@ def _refused(message, **changes):
 
 
 @pytest.mark.parametrize('field, bad, allowed', [
-    ('positional', 'rope', "'sinusoidal', 'learned', 'sinusoidal_halves'"),
-    ('positional', None, "'sinusoidal', 'learned', 'sinusoidal_halves'"),
+    ('positional', 'rope', "'sinusoidal', 'learned', 'sinusoidal_halves', 'sinusoidal_fairseq'"),
+    ('positional', None, "'sinusoidal', 'learned', 'sinusoidal_halves', 'sinusoidal_fairseq'"),
     ('norm_position', 'banana', "'post', 'pre'"),
     ('norm_position', 'Pre', "'post', 'pre'"),
     ('remat_policy', 'everything', "'none', 'full', 'dots_saveable', "

@@ -118,3 +118,55 @@ def rows(lists, pad=0):
   for i, ids in enumerate(lists):
     out[i, :len(ids)] = ids
   return out
+
+
+def _spm_bpe(lines, size):
+  model = io.BytesIO()
+  spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model,
+                                 vocab_size=size, model_type='bpe', character_coverage=1.0,
+                                 minloglevel=2)
+  return model.getvalue()
+
+
+def m2m100_dir(folder, *, seed=0, d_model=32, layers=2, heads=4, d_ff=64, train_steps=300):
+  """An M2M100 directory under `folder`: one SentencePiece BPE model over English and Spanish,
+  fairseq's dictionary order in `vocab.json` (`<s>` 0, `<pad>` 1, `</s>` 2, `<unk>` 3, the
+  pieces), the tokenizer's language tokens after it; random weights with nonzero biases, then
+  `train_steps` Adam steps EN->ES (as `marian_dir`)."""
+  import torch  # pylint: disable=import-outside-toplevel
+  from transformers import (M2M100Config, M2M100ForConditionalGeneration,  # pylint: disable=import-outside-toplevel
+                            M2M100Tokenizer)
+  os.makedirs(folder, exist_ok=True)
+  proto = _spm_bpe(_lines('train.en.gz', 400) + _lines('train.es.gz', 400), 300)
+  spm_path = os.path.join(folder, 'sentencepiece.bpe.model')
+  with open(spm_path, 'wb') as f:
+    f.write(proto)
+  processor = spm.SentencePieceProcessor(model_proto=proto)
+  pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())
+            if not (processor.is_control(i) or processor.is_unknown(i))]
+  vocab = {'<s>': 0, '<pad>': 1, '</s>': 2, '<unk>': 3,
+           **{p: i + 4 for i, p in enumerate(pieces)}}
+  vocab_path = os.path.join(folder, 'vocab.json')
+  with open(vocab_path, 'w', encoding='utf-8') as f:
+    json.dump(vocab, f, ensure_ascii=False)
+  tokenizer = M2M100Tokenizer(vocab_path, spm_path, src_lang='en', tgt_lang='es')
+  # fairseq's dictionary: the pieces, then one token per language, then 8 made-up words.
+  size = len(vocab) + len(tokenizer.lang_code_to_id) + tokenizer.num_madeup_words
+  config = M2M100Config(
+      vocab_size=size, d_model=d_model, encoder_layers=layers, decoder_layers=layers,
+      encoder_attention_heads=heads, decoder_attention_heads=heads, encoder_ffn_dim=d_ff,
+      decoder_ffn_dim=d_ff, max_position_embeddings=128, scale_embedding=True,
+      encoder_layerdrop=0.0, decoder_layerdrop=0.0, dropout=0.1, attention_dropout=0.0,
+      pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+  torch.manual_seed(seed)
+  model = M2M100ForConditionalGeneration(config).eval()
+  with torch.no_grad():
+    for name, param in model.named_parameters():
+      param.normal_(0.0, 0.15)
+      if 'layer_norm.weight' in name:
+        param.add_(1.0)
+    model.model.shared.weight[1] = 0.0  # padding's row
+  _train(model, tokenizer, train_steps)
+  model.save_pretrained(folder)
+  tokenizer.save_pretrained(folder)
+  return folder

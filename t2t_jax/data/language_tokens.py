@@ -1,0 +1,87 @@
+"""Language tokens (M2M100's `__en__`, NLLB's `eng_Latn`): source text preceded by its
+language's token, target text by the target language's, which decoding forces as the first
+output token (transformers' `forced_bos_token_id`).
+
+`--config.language_tokens` is the tokens' pattern with `{lang}` for the language
+(`'__{lang}__'`; '' for none, the paper's); `source_lang` and `target_lang` fill it, and may
+differ from one command to the next (a many-to-many model). `LanguageTokens` stands where the
+vocabulary stands (a `VocabPair`: its sides are `Tagged`), so every reader of text gets the
+tokens: the token store (a fine-tune's data), scoring, decoding (`forced`: the target prefix
+every sentence starts with), attention maps. A side's `fingerprint` is its model's: the
+language is the corpus's, part of the data's fingerprint.
+"""
+
+from typing import Any, List, Sequence
+
+from t2t_jax.data.vocab_pair import VocabPair, side
+
+
+class LanguageTokenError(ValueError):
+  """A language whose token the vocabulary does not have (one line naming both)."""
+
+
+class Tagged:
+  """One side's tokenizer whose `encode` puts `token_id` first; everything else is the
+  wrapped tokenizer's (decoding drops the token: a control piece decodes to nothing)."""
+
+  def __init__(self, tok: Any, token_id: int):
+    self.tok, self.token_id = tok, token_id
+
+  def encode(self, text: str) -> List[int]:
+    return [self.token_id] + list(self.tok.encode(text))
+
+  def encode_batch(self, texts: Sequence[str], num_threads: int = 1) -> List[List[int]]:
+    return [[self.token_id] + list(ids)
+            for ids in self.tok.encode_batch(texts, num_threads=num_threads)]
+
+  def __getattr__(self, name: str) -> Any:  # decode, pieces, vocab_size, fingerprint, path
+    return getattr(self.tok, name)
+
+  def __repr__(self) -> str:
+    return f'Tagged({self.tok!r}, token_id={self.token_id})'
+
+
+class LanguageTokens(VocabPair):
+  """A vocabulary (a `Tokenizer` or a `VocabPair`) with language tokens: source text starts
+  with `source_id`, target text with `target_id`.
+
+  Attributes:
+    forced: the ids every translation starts with (`[target_id]`), forced by the search as a
+      target prefix is.
+  """
+
+  def __init__(self, tok: Any, source_id: int, target_id: int):
+    super().__init__(Tagged(side(tok, 'source'), source_id), Tagged(side(tok, 'target'),
+                                                                     target_id))
+    self.forced = [target_id]
+
+
+def token_id(tok: Any, pattern: str, lang: str, key: str) -> int:
+  """The id of `pattern` filled with `lang` in `tok`'s pieces; LanguageTokenError naming the
+  config `key` ('source_lang' / 'target_lang') and the languages there are, when none."""
+  piece = pattern.format(lang=lang)
+  pieces = tok.pieces(range(tok.vocab_size))
+  if piece in pieces:
+    return pieces.index(piece)
+  prefix, _, suffix = pattern.partition('{lang}')
+  known = [p[len(prefix):len(p) - len(suffix)] for p in pieces
+           if p.startswith(prefix) and p.endswith(suffix) and len(p) > len(prefix + suffix)]
+  raise LanguageTokenError(
+      f'--config.{key}={lang}: the vocabulary has no language token {piece!r}; its languages: '
+      f'{", ".join(known[:20])}{", ..." if len(known) > 20 else ""}')
+
+
+def wrap(tok: Any, config: Any) -> Any:
+  """`tok` with the language tokens `config.language_tokens` names, or `tok` itself ('')."""
+  pattern = config.get('language_tokens', '')
+  if not pattern:
+    return tok
+  return LanguageTokens(tok, token_id(side(tok, 'source'), pattern, config.source_lang,
+                                      'source_lang'),
+                        token_id(side(tok, 'target'), pattern, config.target_lang,
+                                 'target_lang'))
+
+
+def forced(tok: Any) -> List[int]:
+  """The ids every translation with `tok` starts with ([] without language tokens)."""
+  return list(getattr(tok, 'forced', []))

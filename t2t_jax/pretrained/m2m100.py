@@ -1,0 +1,98 @@
+"""transformers' M2M100 (and NLLB's model, `model_type` 'm2m_100') as a t2t_jax model.
+
+M2M100 is fairseq's Transformer: pre-LN with a final LayerNorm after each stack
+(`norm_position='pre'`), biases on every projection (`attention_bias`), fairseq's sinusoids
+counted from position 2 (`positional='sinusoidal_fairseq'`), PyTorch's LayerNorm epsilon, the
+decoder starting from EOS (ours too), shared scaled embeddings tied to the output. Its
+tokenizer is one SentencePiece model (`sentencepiece.bpe.model`) under fairseq's dictionary
+(`vocab.json`), then one token per language (`__en__`, the `language_codes` list below) and
+8 made-up words; the source starts with its language's token, the target with the target's,
+which generation forces: `language_tokens='__{lang}__'` (`data/language_tokens.py`).
+"""
+
+import os
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+
+from t2t_jax.pretrained import hf_files, id_map, marian, spm_protos
+from t2t_jax.pretrained.hf_files import PretrainedError
+from t2t_jax.storage import paths
+
+FAMILY = 'm2m_100'
+SPM_FILE = 'sentencepiece.bpe.model'
+LANGUAGE_TOKENS = '__{lang}__'
+MADEUP_WORDS = 'madeupword{:04d}'
+# transformers' M2M100Tokenizer numbers these after vocab.json, in this order (fairseq's
+# dictionaries of the released models).
+LANGUAGE_CODES = {
+    'm2m100': ('af am ar ast az ba be bg bn br bs ca ceb cs cy da de el en es et fa ff fi fr fy '
+               'ga gd gl gu ha he hi hr ht hu hy id ig ilo is it ja jv ka kk km kn ko lb lg ln '
+               'lo lt lv mg mk ml mn mr ms my ne nl no ns oc or pa pl ps pt ro ru sd si sk sl so '
+               'sq sr ss su sv sw ta th tl tn tr uk ur uz vi wo xh yi yo zh zu').split(),
+    'wmt21': 'en ha is ja cs ru zh de'.split(),
+}
+
+
+def vocabulary(folder: str, hf_config: Dict[str, Any]) -> Tuple[Dict[str, int], List[str]]:
+  """(piece -> their id, the language tokens) of an M2M100 directory: `vocab.json`, the
+  language tokens after it, the made-up words after those (tokenizer_config.json's
+  `language_codes` and `num_madeup_words`)."""
+  if os.path.isfile(os.path.join(folder, 'tokenizer.json')) and not os.path.isfile(
+      os.path.join(folder, 'vocab.json')):
+    raise PretrainedError(f'--input={folder}: an NLLB tokenizer (tokenizer.json without '
+                          'vocab.json) is not supported yet; M2M100Tokenizer\'s files are')
+  vocab = dict(hf_files.read_json(folder, 'vocab.json'))
+  settings = {}
+  if os.path.isfile(os.path.join(folder, 'tokenizer_config.json')):
+    settings = hf_files.read_json(folder, 'tokenizer_config.json')
+  codes = settings.get('language_codes', 'm2m100')
+  if codes not in LANGUAGE_CODES:
+    raise PretrainedError(f'{os.path.join(folder, "tokenizer_config.json")}: language_codes='
+                          f'{codes!r}; expected one of {", ".join(LANGUAGE_CODES)}')
+  size = len(vocab)
+  tokens = [LANGUAGE_TOKENS.format(lang=c) for c in LANGUAGE_CODES[codes]]
+  for i, token in enumerate(tokens):
+    vocab[token] = size + i
+  for i in range(int(settings.get('num_madeup_words', 8))):
+    vocab[MADEUP_WORDS.format(i)] = size + len(tokens) + i
+  del hf_config
+  return vocab, tokens
+
+
+def protos(folder: str, ids: id_map.IdMap, tokens: List[str]) -> Dict[str, bytes]:
+  """The one SentencePiece model of both sides, renumbered; the language tokens and made-up
+  words are control pieces (added by id, never read from text)."""
+  path = hf_files.need_file(folder, SPM_FILE, 'the SentencePiece model of both sides')
+  madeup = [p for p in ids.pieces if p.startswith('madeupword')]
+  return {'target': spm_protos.remapped(paths.read_bytes(path), ids, path,
+                                        control=list(tokens) + madeup)}
+
+
+def model_keys(config: Dict[str, Any], ids: id_map.IdMap, where: str) -> Dict[str, Any]:
+  """Our run-config keys of the M2M100 `config` (config.json's fields)."""
+  if config.get('pad_token_id') != 1:
+    raise PretrainedError(f'{where}: pad_token_id={config.get("pad_token_id")!r}; fairseq\'s '
+                          'positions count from the padding id 1 (expected 1)')
+  keys = marian.model_keys(dict(config, share_encoder_decoder_embeddings=True), ids, where)
+  keys.update(norm_position='pre', positional='sinusoidal_fairseq', logits_bias=False,
+              share_tokenizer=True, language_tokens=LANGUAGE_TOKENS)
+  return keys
+
+
+_IGNORED = ('model.encoder.embed_tokens.weight', 'model.decoder.embed_tokens.weight',
+            'lm_head.weight', 'model.encoder.embed_positions.weights',
+            'model.decoder.embed_positions.weights')
+
+
+def params(tensors: Dict[str, np.ndarray], path: str, keys: Dict[str, Any],
+           ids: id_map.IdMap) -> Dict[str, Any]:
+  """Our parameter tree of M2M100's `tensors`: Marian's layers (`marian.layer_params`), the
+  stacks' final LayerNorms, no logit bias."""
+  w = marian.Weights(tensors, path)
+  d = keys['d_model']
+  tree = marian.layer_params(w, tensors, path, keys, ids, logits_bias=False)
+  tree['encoder']['final_norm'] = marian.norm(w, 'model.encoder.layer_norm', d)['norm']
+  tree['decoder']['final_norm'] = marian.norm(w, 'model.decoder.layer_norm', d)['norm']
+  w.check_used(_IGNORED)
+  return tree

@@ -1,0 +1,127 @@
+"""`--mode=import` of an M2M100 directory (pre-LN, fairseq's positions, language tokens),
+checked against transformers' own model and tokenizer, offline."""
+
+import numpy as np
+import pytest
+
+from conftest import run_main
+from pretrained import hf_models
+
+torch = pytest.importorskip('torch')
+pytest.importorskip('transformers')
+
+from t2t_jax import config as config_lib  # noqa: E402
+from t2t_jax.data import language_tokens, vocabularies  # noqa: E402
+from t2t_jax.inference import checkpoint_choice  # noqa: E402
+from t2t_jax.inference.translate import Translator  # noqa: E402
+from t2t_jax.model import scoring, variant  # noqa: E402
+from t2t_jax.pretrained import import_mode  # noqa: E402
+from t2t_jax.runtime import resolution  # noqa: E402
+
+PAIR = {'source_lang': 'en', 'target_lang': 'es'}
+
+
+@pytest.fixture(scope='module')
+def m2m(tmp_path_factory):
+  root = tmp_path_factory.mktemp('m2m100')
+  folder = hf_models.m2m100_dir(str(root / 'hf'))
+  workdir = str(root / 'w')
+  import_mode.run(folder, workdir, PAIR)
+  model, tok = hf_models.load(folder)
+  tok.src_lang, tok.tgt_lang = 'en', 'es'
+  return folder, workdir, model, tok
+
+
+def _ours(workdir, **changes):
+  inference = checkpoint_choice.load_inference_params(workdir)
+  config = resolution.from_saved(inference.config_json)
+  for key, value in changes.items():
+    config[key] = value
+  return inference, config, vocabularies.load(workdir, config)
+
+
+def _order(tok, size):
+  special = [tok.pad_token_id, tok.eos_token_id, tok.unk_token_id]
+  return np.array(special + [i for i in range(size) if i not in special])
+
+
+def test_ids_with_language_tokens_are_transformers_ids(m2m):
+  _, workdir, _, tok = m2m
+  _, config, ours = _ours(workdir)
+  assert (config.norm_position, config.positional, config.language_tokens,
+          config.decoder_start_id, config.logits_bias) == (
+              'pre', 'sinusoidal_fairseq', '__{lang}__', 1, False)
+  order = _order(tok, config.vocab_size)
+  theirs = tok(hf_models.SOURCES, text_target=hf_models.TARGETS)
+  for sentence, ids in zip(hf_models.SOURCES, theirs['input_ids']):
+    assert [int(order[i]) for i in ours.encode(sentence) + [1]] == ids  # __en__ first
+  for sentence, ids in zip(hf_models.TARGETS, theirs['labels']):
+    assert [int(order[i]) for i in ours.target.encode(sentence) + [1]] == ids  # __es__ first
+
+
+def test_log_probabilities_equal_transformers_to_1e_4(m2m):
+  _, workdir, model, tok = m2m
+  inference, config, ours = _ours(workdir)
+  inputs = hf_models.rows([ours.encode(s) + [1] for s in hf_models.SOURCES])
+  targets = hf_models.rows([ours.target.encode(t) + [1] for t in hf_models.TARGETS])
+  mine = np.asarray(scoring.token_log_probs(variant.from_config(config), inference.params,
+                                            inputs, targets)).sum(1)
+  batch = tok(hf_models.SOURCES, text_target=hf_models.TARGETS, padding=True,
+              return_tensors='pt')
+  labels = batch['labels']
+  with torch.no_grad():
+    logits = model(input_ids=batch['input_ids'], attention_mask=batch['attention_mask'],
+                   labels=labels).logits
+  chosen = torch.gather(torch.log_softmax(logits, -1), 2, labels.unsqueeze(-1))[..., 0]
+  theirs = (chosen * (labels != tok.pad_token_id)).sum(1).numpy()
+  np.testing.assert_allclose(mine, theirs, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize('target_lang', ['es', 'fr'])
+def test_greedy_outputs_start_with_the_target_language_as_transformers(m2m, target_lang):
+  _, workdir, model, tok = m2m
+  inference, config, ours = _ours(workdir, target_lang=target_lang)  # a pair of many
+  order = _order(tok, config.vocab_size)
+  translator = Translator(variant.from_config(config), inference.params, ours,
+                          strategy='greedy')
+  ours = translator.translate_ids(hf_models.SOURCES)
+  for sentence, ids in zip(hf_models.SOURCES, ours):
+    batch = tok([sentence], return_tensors='pt')
+    with torch.no_grad():
+      theirs = model.generate(
+          **batch, num_beams=1, do_sample=False,
+          max_new_tokens=batch['input_ids'].shape[1] + translator.max_decode_extra,
+          forced_bos_token_id=tok.get_lang_id(target_lang),
+          bad_words_ids=[[tok.pad_token_id]]).tolist()[0][1:]
+    theirs = theirs[:theirs.index(tok.eos_token_id)] if tok.eos_token_id in theirs else theirs
+    assert [int(order[i]) for i in ids] == theirs, sentence
+    assert theirs[0] == tok.get_lang_id(target_lang)
+
+
+def test_the_language_pair_is_asked_for_and_checked(m2m, tmp_path):
+  folder, workdir, _, _ = m2m
+  with pytest.raises(config_lib.ConfigError, match=r'needs --config.source_lang and '
+                     r'--config.target_lang'):
+    import_mode.read(folder)
+  with pytest.raises(config_lib.ConfigError, match=r"^--config.target_lang=xx: .* has no "
+                     r"language token '__xx__'$"):
+    import_mode.read(folder, {'source_lang': 'en', 'target_lang': 'xx'})
+  with pytest.raises(language_tokens.LanguageTokenError,
+                     match=r"^--config.target_lang=xx: the vocabulary has no language token "
+                     r"'__xx__'; its languages: af, am, ar"):
+    _ours(workdir, target_lang='xx')
+
+
+@pytest.mark.slow
+def test_main_decodes_another_target_language_when_asked(m2m, tmp_path):
+  _, workdir, _, tok = m2m
+  source = tmp_path / 'in.en'
+  source.write_text('\n'.join(hf_models.SOURCES) + '\n', encoding='utf-8')
+  outputs = {}
+  for lang in ('es', 'fr'):
+    result = run_main('--mode=decode', f'--workdir={workdir}', f'--input={source}',
+                      f'--config.target_lang={lang}', '--config.decode_strategy=greedy',
+                      '--config.nbest=1', '--config.output_scores=True', timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    outputs[lang] = result.stdout
+  assert outputs['es'] != outputs['fr']
