@@ -170,3 +170,27 @@ def m2m100_dir(folder, *, seed=0, d_model=32, layers=2, heads=4, d_ff=64, train_
   model.save_pretrained(folder)
   tokenizer.save_pretrained(folder)
   return folder
+
+
+def log_probs(model, tok, sources, targets):
+  """transformers' teacher-forced log p(target | source) of each pair, `[pairs]` float32, and
+  each target's token count (EOS included), as `model(..., labels=...)` computes them."""
+  import torch  # pylint: disable=import-outside-toplevel
+  batch = tok(list(sources), text_target=list(targets), padding=True, return_tensors='pt')
+  labels = batch['labels']
+  with torch.no_grad():
+    logits = model(input_ids=batch['input_ids'], attention_mask=batch['attention_mask'],
+                   labels=labels).logits
+  chosen = torch.gather(torch.log_softmax(logits, -1), 2, labels.unsqueeze(-1))[..., 0]
+  real = labels != tok.pad_token_id
+  return (chosen * real).sum(1).numpy(), real.sum(1).tolist()
+
+
+def our_log_probs(workdir_vocab, config, params, sources, targets):
+  """Ours, of the same pairs: `scoring.token_log_probs` summed, and the token counts."""
+  from t2t_jax.model import scoring, variant  # pylint: disable=import-outside-toplevel
+  inputs = rows([workdir_vocab.encode(s) + [1] for s in sources])
+  outputs = rows([workdir_vocab.target.encode(t) + [1] for t in targets])
+  mine = np.asarray(scoring.token_log_probs(variant.from_config(config), params, inputs,
+                                            outputs)).sum(1)
+  return mine, (outputs != 0).sum(1).tolist()

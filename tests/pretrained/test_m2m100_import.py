@@ -14,7 +14,7 @@ from t2t_jax import config as config_lib  # noqa: E402
 from t2t_jax.data import language_tokens, vocabularies  # noqa: E402
 from t2t_jax.inference import checkpoint_choice  # noqa: E402
 from t2t_jax.inference.translate import Translator  # noqa: E402
-from t2t_jax.model import scoring, variant  # noqa: E402
+from t2t_jax.model import variant  # noqa: E402
 from t2t_jax.pretrained import import_mode  # noqa: E402
 from t2t_jax.runtime import resolution  # noqa: E402
 
@@ -62,18 +62,10 @@ def test_ids_with_language_tokens_are_transformers_ids(m2m):
 def test_log_probabilities_equal_transformers_to_1e_4(m2m):
   _, workdir, model, tok = m2m
   inference, config, ours = _ours(workdir)
-  inputs = hf_models.rows([ours.encode(s) + [1] for s in hf_models.SOURCES])
-  targets = hf_models.rows([ours.target.encode(t) + [1] for t in hf_models.TARGETS])
-  mine = np.asarray(scoring.token_log_probs(variant.from_config(config), inference.params,
-                                            inputs, targets)).sum(1)
-  batch = tok(hf_models.SOURCES, text_target=hf_models.TARGETS, padding=True,
-              return_tensors='pt')
-  labels = batch['labels']
-  with torch.no_grad():
-    logits = model(input_ids=batch['input_ids'], attention_mask=batch['attention_mask'],
-                   labels=labels).logits
-  chosen = torch.gather(torch.log_softmax(logits, -1), 2, labels.unsqueeze(-1))[..., 0]
-  theirs = (chosen * (labels != tok.pad_token_id)).sum(1).numpy()
+  mine, counts = hf_models.our_log_probs(ours, config, inference.params, hf_models.SOURCES,
+                                         hf_models.TARGETS)
+  theirs, their_counts = hf_models.log_probs(model, tok, hf_models.SOURCES, hf_models.TARGETS)
+  assert counts == their_counts
   np.testing.assert_allclose(mine, theirs, atol=1e-4, rtol=0)
 
 

@@ -18,7 +18,6 @@ pytest.importorskip('transformers')
 from t2t_jax.data import vocabularies  # noqa: E402
 from t2t_jax.inference import checkpoint_choice  # noqa: E402
 from t2t_jax.inference.translate import Translator  # noqa: E402
-from t2t_jax.model import scoring, variant  # noqa: E402
 from t2t_jax.pretrained import import_mode  # noqa: E402
 from t2t_jax.pretrained.hf_files import PretrainedError  # noqa: E402
 from t2t_jax.runtime import resolution  # noqa: E402
@@ -66,20 +65,11 @@ def test_the_imported_workdir_encodes_as_transformers_does(marian):
 def test_log_probabilities_equal_transformers_to_1e_4(marian):
   _, workdir, model, tok = marian
   inference, config, ours = _ours(workdir)
-  inputs = hf_models.rows([ours.encode(s) + [1] for s in hf_models.SOURCES])
-  targets = hf_models.rows([ours.target.encode(t) + [1] for t in hf_models.TARGETS])
-  mine = np.asarray(scoring.token_log_probs(variant.from_config(config), inference.params,
-                                            inputs, targets))
-  batch = tok(hf_models.SOURCES, text_target=hf_models.TARGETS, padding=True,
-              return_tensors='pt')
-  with torch.no_grad():
-    logits = model(input_ids=batch['input_ids'], attention_mask=batch['attention_mask'],
-                   labels=batch['labels']).logits
-  labels = batch['labels']
-  chosen = torch.gather(torch.log_softmax(logits, -1), 2, labels.unsqueeze(-1))[..., 0]
-  theirs = (chosen * (labels != tok.pad_token_id)).sum(1).numpy()
-  assert (targets != 0).sum(1).tolist() == (labels != tok.pad_token_id).sum(1).tolist()
-  np.testing.assert_allclose(mine.sum(1), theirs, atol=1e-4, rtol=0)
+  mine, counts = hf_models.our_log_probs(ours, config, inference.params, hf_models.SOURCES,
+                                         hf_models.TARGETS)
+  theirs, their_counts = hf_models.log_probs(model, tok, hf_models.SOURCES, hf_models.TARGETS)
+  assert counts == their_counts
+  np.testing.assert_allclose(mine, theirs, atol=1e-4, rtol=0)
   assert np.ptp(theirs) > 10  # sentences of other lengths and probabilities
 
 
