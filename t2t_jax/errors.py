@@ -13,7 +13,7 @@ def user_errors() -> Tuple[Type[BaseException], ...]:
   # stays as cheap as the packages a caller already loaded.
   # pylint: disable=import-outside-toplevel
   from t2t_jax import config as config_lib
-  from t2t_jax.data import corpora, pipeline, token_store, tokenizer
+  from t2t_jax.data import corpora, language_tokens, pipeline, token_store, tokenizer
   from t2t_jax.export.common import ExportError
   from t2t_jax.inference import compare, prefixes, score
   from t2t_jax.inspect import attention_mode
@@ -29,7 +29,8 @@ def user_errors() -> Tuple[Type[BaseException], ...]:
           plots.PlotError,
           corpora.DataError, pipeline.PipelineError, token_store.TokenStoreError,
           tokenizer.TokenizerError, textio.TextFileError, score.ScoreInputError,
-          compare.CompareError, prefixes.PrefixError, PretrainedError, FileNotFoundError,
+          compare.CompareError, prefixes.PrefixError, PretrainedError,
+          language_tokens.LanguageTokenError, FileNotFoundError,
           FileExistsError)
 
 

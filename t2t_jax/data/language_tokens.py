@@ -16,6 +16,18 @@ from typing import Any, List, Sequence
 from t2t_jax.data.vocab_pair import VocabPair, side
 
 
+# The languages of M2M100's tokenizer (transformers' `M2M100Tokenizer`, `language_codes`), in
+# the order it numbers their tokens (`__en__`) after its vocab.json: fairseq's dictionaries of
+# the released models.
+M2M100_LANGUAGE_CODES = {
+    'm2m100': ('af am ar ast az ba be bg bn br bs ca ceb cs cy da de el en es et fa ff fi fr fy '
+               'ga gd gl gu ha he hi hr ht hu hy id ig ilo is it ja jv ka kk km kn ko lb lg ln '
+               'lo lt lv mg mk ml mn mr ms my ne nl no ns oc or pa pl ps pt ro ru sd si sk sl so '
+               'sq sr ss su sv sw ta th tl tn tr uk ur uz vi wo xh yi yo zh zu').split(),
+    'wmt21': 'en ha is ja cs ru zh de'.split(),
+}
+
+
 class LanguageTokenError(ValueError):
   """A language whose token the vocabulary does not have (one line naming both)."""
 

@@ -84,6 +84,8 @@ def _vocabulary_sentences(tok: Any, count: int) -> List[str]:
     if len(out) == count or k == 4 * count:
       return out
     ids = [3 + (7 * k + 13 * j) % max(size - 3, 1) for j in range(5)]
+    if any(p.startswith('<') and p.endswith('>') for p in tok.pieces(ids)):
+      continue  # a model made elsewhere: its `<s>` is text to us, a symbol to its tokenizer
     text = tok.decode(ids).strip()
     if text and 0 < len(tok.encode(text)) <= MAX_PIECES and text not in out:
       out.append(text)

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
+from t2t_jax.data import language_tokens
 from t2t_jax.pretrained import hf_files, id_map, marian, spm_protos
 from t2t_jax.pretrained.hf_files import PretrainedError
 from t2t_jax.storage import paths
@@ -23,15 +24,7 @@ FAMILY = 'm2m_100'
 SPM_FILE = 'sentencepiece.bpe.model'
 LANGUAGE_TOKENS = '__{lang}__'
 MADEUP_WORDS = 'madeupword{:04d}'
-# transformers' M2M100Tokenizer numbers these after vocab.json, in this order (fairseq's
-# dictionaries of the released models).
-LANGUAGE_CODES = {
-    'm2m100': ('af am ar ast az ba be bg bn br bs ca ceb cs cy da de el en es et fa ff fi fr fy '
-               'ga gd gl gu ha he hi hr ht hu hy id ig ilo is it ja jv ka kk km kn ko lb lg ln '
-               'lo lt lv mg mk ml mn mr ms my ne nl no ns oc or pa pl ps pt ro ru sd si sk sl so '
-               'sq sr ss su sv sw ta th tl tn tr uk ur uz vi wo xh yi yo zh zu').split(),
-    'wmt21': 'en ha is ja cs ru zh de'.split(),
-}
+LANGUAGE_CODES = language_tokens.M2M100_LANGUAGE_CODES
 
 
 def vocabulary(folder: str, hf_config: Dict[str, Any]) -> Tuple[Dict[str, int], List[str]]:

@@ -14,10 +14,13 @@ from pretrained import hf_models
 torch = pytest.importorskip('torch')
 pytest.importorskip('transformers')
 
-from t2t_jax.export import common, formats, huggingface_export  # noqa: E402
+from t2t_jax.export import common, formats  # noqa: E402
 from t2t_jax.export.common import ExportError  # noqa: E402
 from t2t_jax.model import scoring, transformer as model_lib, variant  # noqa: E402
 from t2t_jax.pretrained import import_mode  # noqa: E402
+
+
+PAIR = {'source_lang': 'en', 'target_lang': 'es'}
 
 
 @pytest.fixture(scope='module')
@@ -28,10 +31,20 @@ def imported(tmp_path_factory):
   return folder, str(root / 'w'), root
 
 
-def test_import_export_import_is_bitwise(imported):
-  folder, workdir, root = imported
+@pytest.fixture(scope='module')
+def imported_m2m100(tmp_path_factory):
+  root = tmp_path_factory.mktemp('hf_export_m2m100')
+  folder = hf_models.m2m100_dir(str(root / 'hf'), train_steps=100)
+  import_mode.run(folder, str(root / 'w'), PAIR)
+  return folder, str(root / 'w'), root
+
+
+@pytest.mark.parametrize('family', ['marian', 'm2m100'])
+def test_import_export_import_is_bitwise(imported, imported_m2m100, family):
+  folder, workdir, root = imported if family == 'marian' else imported_m2m100
   out = formats.export('huggingface', common.load_source(workdir), str(root / 'out'))
-  first, again = import_mode.read(folder), import_mode.read(out)
+  languages = None if family == 'marian' else PAIR
+  first, again = import_mode.read(folder, languages), import_mode.read(out, languages)
   assert first['keys'] == again['keys']
   assert first['protos'] == again['protos']
   mine = jax.tree_util.tree_leaves_with_path(first['params'])
@@ -78,9 +91,9 @@ def test_the_paper_model_leaves_with_its_sinusoids_reordered_and_scores_the_same
 
 
 @pytest.mark.parametrize('changes, why', [
-    ({}, r'layer_norm_epsilon=1e-06: MarianMTModel\'s LayerNorm epsilon is PyTorch\'s 1e-5'),
-    ({'layer_norm_epsilon': 1e-5, 'norm_position': 'pre'}, r"norm_position='pre': MarianMTModel "
-     r'is post-LN'),
+    ({}, r"layer_norm_epsilon=1e-06: transformers' LayerNorm epsilon is PyTorch's 1e-5"),
+    ({'layer_norm_epsilon': 1e-5, 'norm_position': 'pre'}, r"norm_position='pre' with "
+     r"positional='sinusoidal': transformers' pre-LN class \(M2M100\)"),
     ({'layer_norm_epsilon': 1e-5, 'positional': 'learned'}, r"positional='learned'"),
     ({'layer_norm_epsilon': 1e-5, 'num_kv_heads': 2}, r'num_kv_heads=2'),
 ])
