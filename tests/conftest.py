@@ -373,3 +373,33 @@ def _signals_as_at_start(request):
                                               if not _SIGNALS_AT_START.get(f'{s.name} SigBlk')])
   if faults:
     raise AssertionError(f'{request.node.nodeid} left signals changed (at start, now): {faults}')
+
+
+# The transformers models tests/pretrained/ shares (pretrained/hf_models.py): each made once a
+# session (seconds of training), imported into a workdir no test writes into.
+def _imported(tmp_path_factory, name, family, languages=None):
+  pytest.importorskip('torch')
+  from pretrained import hf_models  # pylint: disable=import-outside-toplevel
+  from t2t_jax.pretrained import import_mode  # pylint: disable=import-outside-toplevel
+  root = tmp_path_factory.mktemp(name)
+  folder = getattr(hf_models, f'{family}_dir')(str(root / 'hf'))
+  workdir = str(root / 'w')
+  import_mode.run(folder, workdir, languages)
+  model, tok = hf_models.load(folder)
+  if languages:
+    tok.src_lang, tok.tgt_lang = languages['source_lang'], languages['target_lang']
+  return folder, workdir, model, tok
+
+
+@pytest.fixture(scope='session')
+def marian(tmp_path_factory):
+  """(a MarianMT directory, its imported workdir, transformers' model and tokenizer)."""
+  return _imported(tmp_path_factory, 'marian', 'marian')
+
+
+@pytest.fixture(scope='session')
+def m2m(tmp_path_factory):
+  """(an M2M100 directory, its imported workdir (en -> es), transformers' model and
+  tokenizer)."""
+  from pretrained import hf_models  # pylint: disable=import-outside-toplevel
+  return _imported(tmp_path_factory, 'm2m100', 'm2m100', hf_models.PAIR)

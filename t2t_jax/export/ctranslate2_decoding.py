@@ -109,7 +109,8 @@ def _score_forced_eos(translator: Any, sources: Sequence[Sequence[str]], results
 def translate(translator: Any, sources: Sequence[Sequence[str]], *, beam_size: int = 4,
               alpha: float = 0.6, max_decode_extra: int = 50, max_len: int = 256,
               exact_lengths: bool = True, patience: float = 1.0, max_batch_size: int = 64,
-              eos: str = '</s>', return_scores: bool = False) -> List[Any]:
+              eos: str = '</s>', return_scores: bool = False,
+              target_prefix: Sequence[str] = ()) -> List[Any]:
   """The best translation of each source (pieces, EOS excluded), decoded by a
   `ctranslate2.Translator` as `translate.Translator` decodes: GNMT-re-ranked beam (greedy for
   beam_size 1), EOS allowed first, our output length limits, EOS forced at the limit.
@@ -118,7 +119,8 @@ def translate(translator: Any, sources: Sequence[Sequence[str]], *, beam_size: i
   limit; False decodes all together under the longest source's limit (faster; a sentence
   then differs from ours only if it runs past its own limit). `return_scores` (beam_size > 1):
   (score, pieces) pairs instead, the score log P / ((5 + |Y|) / 6) ** alpha as
-  `search.beam_search`'s, log P and |Y| counting EOS.
+  `search.beam_search`'s, log P and |Y| counting EOS. `target_prefix`: the pieces every
+  translation starts with (a language token: `data/language_tokens.py`), part of the output.
   """
   if return_scores and beam_size == 1:
     raise ValueError('return_scores needs beam_size > 1 (greedy decoding returns no scores)')
@@ -133,8 +135,10 @@ def translate(translator: Any, sources: Sequence[Sequence[str]], *, beam_size: i
   best: List[Any] = [[] for _ in sources]
   for n, indices in groups.items():
     group = [list(sources[i]) for i in indices]
+    prefix = {'target_prefix': [list(target_prefix)] * len(group)} if target_prefix else {}
     results = translator.translate_batch(
-        group, max_decoding_length=max_decoding_length(n, max_decode_extra, max_len), **options)
+        group, max_decoding_length=max_decoding_length(n, max_decode_extra, max_len),
+        **options, **prefix)
     if beam_size == 1:  # at the limit ours forces EOS, which changes no token
       for i, result in zip(indices, results):
         best[i] = list(result.hypotheses[0])
@@ -144,3 +148,24 @@ def translate(translator: Any, sources: Sequence[Sequence[str]], *, beam_size: i
       score, tokens = gnmt_rerank(hypotheses, scores, alpha, options['length_penalty'], eos)[0]
       best[i] = (score, tokens) if return_scores else tokens
   return best
+
+
+def decoding_options(config, description: str) -> dict:
+  """What `t2t_jax_decoding.json` records: the run's decoding settings and their source."""
+  return {'beam_size': config.beam_size, 'length_penalty_alpha': config.length_penalty_alpha,
+          'length_penalty': 'GNMT ((5 + |Y|) / 6) ** alpha, |Y| counting EOS: re-rank '
+                            'CTranslate2 hypotheses (t2t_jax.gnmt_rerank)',
+          'min_decoding_length': 0,
+          'max_decode_extra': config.max_decode_extra, 'max_len': config.max_len,
+          'source_max_tokens': config.max_len - 1, 'checkpoint': description,
+          **_language_options(config)}
+
+
+def _language_options(config) -> dict:
+  """A model with language tokens (`data/language_tokens.py`): the source's token, which
+  starts every source, and the target's, CTranslate2's `target_prefix`."""
+  pattern = config.get('language_tokens', '')
+  if not pattern:
+    return {}
+  return {'source_prefix': [pattern.format(lang=config.source_lang)],
+          'target_prefix': [pattern.format(lang=config.target_lang)]}

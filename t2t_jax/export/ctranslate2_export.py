@@ -212,12 +212,12 @@ def build_spec(cfg: model.TransformerConfig, params, pieces: Sequence[str],
     if pre_norm:
       _set_norm(spec.layer_norm, tree[side]['final_norm'])
   _set_layers(encoder, decoder, tree)
-  refuse_unread(params, read)
-  # §3.4: the embedding itself when tied, saved once (CTranslate2 aliases equal arrays).
-  decoder.projection.weight = embedding if cfg.share_embeddings else projection
   bias = (np.array(tree['shared_embedding']['logits_bias'], np.float32) if cfg.logits_bias
           else np.zeros(cfg.vocab_size, np.float32))
   bias[model.PAD_ID] = PAD_LOGIT_BIAS
+  refuse_unread(params, read)
+  # §3.4: the embedding itself when tied, saved once (CTranslate2 aliases equal arrays).
+  decoder.projection.weight = embedding if cfg.share_embeddings else projection
   decoder.projection.bias = bias
 
   spec = transformer_spec.TransformerSpec(encoder, decoder)
@@ -245,16 +245,6 @@ def _converter(spec, files):
       return spec
 
   return T2TJaxConverter()
-
-
-def decoding_options(config, description: str) -> dict:
-  """What `t2t_jax_decoding.json` records: the run's decoding settings and their source."""
-  return {'beam_size': config.beam_size, 'length_penalty_alpha': config.length_penalty_alpha,
-          'length_penalty': 'GNMT ((5 + |Y|) / 6) ** alpha, |Y| counting EOS: re-rank '
-                            'CTranslate2 hypotheses (t2t_jax.gnmt_rerank)',
-          'min_decoding_length': 0,
-          'max_decode_extra': config.max_decode_extra, 'max_len': config.max_len,
-          'source_max_tokens': config.max_len - 1, 'checkpoint': description}
 
 
 def write_model(cfg: model.TransformerConfig, params, pieces: Sequence[str], output: str, *,
@@ -303,11 +293,14 @@ def _self_check(source: ExportSource, output: str, quantization: Optional[str]
                 ) -> Callable[[str], None]:
   """`write_model`'s check of a run's export: `self_check.check_artifact` with the written
   model decoded by `ctranslate2_decoding.translate` at the run's settings."""
-  from t2t_jax.data import vocab_pair
+  from t2t_jax.data import language_tokens, vocab_pair
   ctranslate2 = _ctranslate2()
   settings = self_check.Settings.of(source.config)
-  tok = source.tokenizer()  # separate vocabularies: sources in the source model's pieces
+  # Separate vocabularies: sources in the source model's pieces; language tokens: the
+  # source's first, the target's forced (CTranslate2's target_prefix).
+  tok = language_tokens.wrap(source.tokenizer(), source.config)
   encoder_tok = vocab_pair.side(tok, 'source')
+  forced = vocab_pair.side(tok, 'target').pieces(language_tokens.forced(tok))
   sentences = self_check.check_sentences(source.config, tok)
   tokens = vocabulary(source.pieces(), source.model_config.vocab_size)
   index = {token: i for i, token in enumerate(tokens)}
@@ -327,7 +320,7 @@ def _self_check(source: ExportSource, output: str, quantization: Optional[str]
           translator, [encoder_tok.pieces(encoder_tok.encode(s)) for s in sentences],
           beam_size=settings.beam_size, alpha=settings.alpha,
           max_decode_extra=settings.max_decode_extra, max_len=source.model_config.max_len,
-          patience=2.0)
+          patience=2.0, target_prefix=forced)
       return [[index.get(piece, -1) for piece in row] for row in rows]
 
     name = (f'the float32 conversion of the {quantization} CTranslate2 model for {output}'
@@ -358,7 +351,8 @@ def convert(source: ExportSource, output: str, quantization: Optional[str] = Non
       files['source_spm.model'] = source.source_tokenizer_path
     with workdir_lib.writing(scratch):  # the system's temporary folder, full or read-only
       with open(options, 'w', encoding='utf-8') as f:
-        json.dump(decoding_options(source.config, source.description), f, indent=2,
+        json.dump(ctranslate2_decoding.decoding_options(source.config, source.description), f,
+                  indent=2,
                   sort_keys=True)
       for name, where in files.items():
         files[name] = os.path.join(scratch, name)

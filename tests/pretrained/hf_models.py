@@ -11,8 +11,11 @@ import os
 import numpy as np
 import sentencepiece as spm
 
-from conftest import BUNDLED
+# The bundled corpus (tests/conftest.py's BUNDLED; this folder has a conftest.py of its own).
+BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), 't2t_jax', 'data', 'bible_en_es')
 
+PAIR = {'source_lang': 'en', 'target_lang': 'es'}  # the M2M100 tests' language pair
 SOURCES = ['In the beginning God created the heaven and the earth.',
            'And God said, Let there be light: and there was light.',
            'And the evening and the morning were the first day.',

@@ -3,6 +3,8 @@ transformers itself; import -> export -> import is bitwise; what Marian cannot e
 refused in one line."""
 
 import dataclasses
+import json
+import os
 
 import jax
 import numpy as np
@@ -18,31 +20,13 @@ from t2t_jax.export import common, formats  # noqa: E402
 from t2t_jax.export.common import ExportError  # noqa: E402
 from t2t_jax.model import scoring, transformer as model_lib, variant  # noqa: E402
 from t2t_jax.pretrained import import_mode  # noqa: E402
-
-
-PAIR = {'source_lang': 'en', 'target_lang': 'es'}
-
-
-@pytest.fixture(scope='module')
-def imported(tmp_path_factory):
-  root = tmp_path_factory.mktemp('hf_export')
-  folder = hf_models.marian_dir(str(root / 'hf'), train_steps=100)
-  import_mode.run(folder, str(root / 'w'))
-  return folder, str(root / 'w'), root
-
-
-@pytest.fixture(scope='module')
-def imported_m2m100(tmp_path_factory):
-  root = tmp_path_factory.mktemp('hf_export_m2m100')
-  folder = hf_models.m2m100_dir(str(root / 'hf'), train_steps=100)
-  import_mode.run(folder, str(root / 'w'), PAIR)
-  return folder, str(root / 'w'), root
+from pretrained.hf_models import PAIR  # noqa: E402
 
 
 @pytest.mark.parametrize('family', ['marian', 'm2m100'])
-def test_import_export_import_is_bitwise(imported, imported_m2m100, family):
-  folder, workdir, root = imported if family == 'marian' else imported_m2m100
-  out = formats.export('huggingface', common.load_source(workdir), str(root / 'out'))
+def test_import_export_import_is_bitwise(marian, m2m, family, tmp_path):
+  folder, workdir, _, _ = marian if family == 'marian' else m2m
+  out = formats.export('huggingface', common.load_source(workdir), str(tmp_path / 'out'))
   languages = None if family == 'marian' else PAIR
   first, again = import_mode.read(folder, languages), import_mode.read(out, languages)
   assert first['keys'] == again['keys']
@@ -105,9 +89,22 @@ def test_what_marian_cannot_express_is_refused_in_one_line(tiny_workdir, tmp_pat
   assert not (tmp_path / 'refused').exists()
 
 
+@pytest.mark.parametrize('family', ['marian', 'm2m100'])
+def test_imported_models_export_to_ctranslate2_and_translate_as_ours(marian, m2m, family,
+                                                                    tmp_path):
+  """The CTranslate2 export expresses both families (biases, swish, pre-LN, their positions,
+  a logit bias, the decoder's start); its self-check decodes with CTranslate2 as ours,
+  language token forced as its target_prefix."""
+  _, workdir, _, _ = marian if family == 'marian' else m2m
+  out = formats.export('ctranslate2', common.load_source(workdir), str(tmp_path / 'ct2'))
+  with open(os.path.join(out, 't2t_jax_decoding.json'), encoding='utf-8') as f:
+    options = json.load(f)
+  assert options.get('target_prefix') == (None if family == 'marian' else ['__es__'])
+
+
 @pytest.mark.slow
-def test_main_exports_an_imported_model(imported, tmp_path):
-  _, workdir, _ = imported
+def test_main_exports_an_imported_model(marian, tmp_path):
+  _, workdir, _, _ = marian
   out = tmp_path / 'hf'
   result = run_main('--mode=export', f'--workdir={workdir}', '--format=huggingface',
                     f'--output={out}', timeout=300)

@@ -18,18 +18,7 @@ from t2t_jax.model import variant  # noqa: E402
 from t2t_jax.pretrained import import_mode  # noqa: E402
 from t2t_jax.runtime import resolution  # noqa: E402
 
-PAIR = {'source_lang': 'en', 'target_lang': 'es'}
-
-
-@pytest.fixture(scope='module')
-def m2m(tmp_path_factory):
-  root = tmp_path_factory.mktemp('m2m100')
-  folder = hf_models.m2m100_dir(str(root / 'hf'))
-  workdir = str(root / 'w')
-  import_mode.run(folder, workdir, PAIR)
-  model, tok = hf_models.load(folder)
-  tok.src_lang, tok.tgt_lang = 'en', 'es'
-  return folder, workdir, model, tok
+from pretrained.hf_models import PAIR  # noqa: E402
 
 
 def _ours(workdir, **changes):

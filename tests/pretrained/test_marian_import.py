@@ -25,17 +25,6 @@ from t2t_jax.runtime import resolution  # noqa: E402
 SOURCES = hf_models.SOURCES + ['And Adam knew Eve his wife.', 'Cain was a tiller of the ground.']
 
 
-@pytest.fixture(scope='module')
-def marian(tmp_path_factory):
-  """(the transformers directory, our imported workdir, transformers' model, tokenizer)."""
-  root = tmp_path_factory.mktemp('marian')
-  folder = hf_models.marian_dir(str(root / 'hf'))
-  workdir = str(root / 'w')
-  import_mode.run(folder, workdir)
-  model, tok = hf_models.load(folder)
-  return folder, workdir, model, tok
-
-
 def _ours(workdir):
   inference = checkpoint_choice.load_inference_params(workdir)
   config = resolution.from_saved(inference.config_json)
