@@ -375,11 +375,11 @@ def _signals_as_at_start(request):
     raise AssertionError(f'{request.node.nodeid} left signals changed (at start, now): {faults}')
 
 
-# The transformers models tests/pretrained/ shares (pretrained/hf_models.py): each made once a
+# The transformers models tests/pretrained/ shares (benchmarks/shared/transformers_models.py): each made once a
 # session (seconds of training), imported into a workdir no test writes into.
 def _imported(tmp_path_factory, name, family, languages=None):
   pytest.importorskip('torch')
-  from pretrained import hf_models  # pylint: disable=import-outside-toplevel
+  from benchmarks.shared import transformers_models as hf_models  # pylint: disable=import-outside-toplevel
   from t2t_jax.pretrained import import_mode  # pylint: disable=import-outside-toplevel
   root = tmp_path_factory.mktemp(name)
   folder = getattr(hf_models, f'{family}_dir')(str(root / 'hf'))
@@ -401,5 +401,5 @@ def marian(tmp_path_factory):
 def m2m(tmp_path_factory):
   """(an M2M100 directory, its imported workdir (en -> es), transformers' model and
   tokenizer)."""
-  from pretrained import hf_models  # pylint: disable=import-outside-toplevel
+  from benchmarks.shared import transformers_models as hf_models  # pylint: disable=import-outside-toplevel
   return _imported(tmp_path_factory, 'm2m100', 'm2m100', hf_models.PAIR)

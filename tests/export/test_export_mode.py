@@ -151,8 +151,8 @@ def test_stablehlo_export_to_gcs_uploads_the_artifact_and_refuses_an_existing_ou
 
 
 @pytest.mark.parametrize('args,message', [
-    (['--format=onnx'], 'flag --format=onnx: value should be one of <ctranslate2|stablehlo>'),
-    ([], '--mode=export needs --format=ctranslate2 or --format=stablehlo'),
+    (['--format=onnx'], 'flag --format=onnx: value should be one of <ctranslate2|stablehlo|huggingface>'),
+    ([], '--mode=export needs --format=ctranslate2 or --format=stablehlo or --format=huggingface'),
     (['--format=ctranslate2', '--output={tmp}/taken'], '--output={tmp}/taken already exists; '
      'choose a new directory or remove it (nothing was written)'),
     (['--format=stablehlo'], 'no checkpoint in workdir {tmp}/empty: looked in '
@@ -179,7 +179,8 @@ def test_bad_export_requests_fail_in_one_line(tmp_path, args, message):
 
 
 @pytest.mark.parametrize('export_format,quantization,message', [
-    ('onnx', None, "--mode=export needs --format=ctranslate2 or --format=stablehlo, got 'onnx'"),
+    ('onnx', None, "--mode=export needs --format=ctranslate2 or --format=stablehlo or "
+                   "--format=huggingface, got 'onnx'"),
     ('ctranslate2', 'int3', '--quantization=int3: unknown; CTranslate2 accepts int8, '
      'int8_float32, int8_float16, int8_bfloat16, int16, float16, bfloat16, float32'),
     ('stablehlo', 'int8', '--quantization=int8 applies to --format=ctranslate2 only; the '

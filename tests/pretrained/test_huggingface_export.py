@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import run_main
-from pretrained import hf_models
+from benchmarks.shared import transformers_models as hf_models
 
 torch = pytest.importorskip('torch')
 pytest.importorskip('transformers')
@@ -20,14 +20,13 @@ from t2t_jax.export import common, formats  # noqa: E402
 from t2t_jax.export.common import ExportError  # noqa: E402
 from t2t_jax.model import scoring, transformer as model_lib, variant  # noqa: E402
 from t2t_jax.pretrained import import_mode  # noqa: E402
-from pretrained.hf_models import PAIR  # noqa: E402
 
 
 @pytest.mark.parametrize('family', ['marian', 'm2m100'])
 def test_import_export_import_is_bitwise(marian, m2m, family, tmp_path):
   folder, workdir, _, _ = marian if family == 'marian' else m2m
   out = formats.export('huggingface', common.load_source(workdir), str(tmp_path / 'out'))
-  languages = None if family == 'marian' else PAIR
+  languages = None if family == 'marian' else hf_models.PAIR
   first, again = import_mode.read(folder, languages), import_mode.read(out, languages)
   assert first['keys'] == again['keys']
   assert first['protos'] == again['protos']

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from conftest import run_main
-from pretrained import hf_models
+from benchmarks.shared import transformers_models as hf_models
 
 torch = pytest.importorskip('torch')
 pytest.importorskip('transformers')
@@ -18,7 +18,6 @@ from t2t_jax.model import variant  # noqa: E402
 from t2t_jax.pretrained import import_mode  # noqa: E402
 from t2t_jax.runtime import resolution  # noqa: E402
 
-from pretrained.hf_models import PAIR  # noqa: E402
 
 
 def _ours(workdir, **changes):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import run_main
-from pretrained import hf_models
+from benchmarks.shared import transformers_models as hf_models
 
 torch = pytest.importorskip('torch')
 pytest.importorskip('transformers')

@@ -1,4 +1,5 @@
-"""Tiny transformers models made in the test, offline: SentencePiece models trained on the
+"""Small transformers models made here, offline (tests/pretrained/ and
+benchmarks/peers/transformers_decode.py): SentencePiece models trained on the
 bundled corpus, a `vocab.json` over both (as OPUS-MT's conversion makes it: `</s>` 0, `<unk>`
 1, the pieces, `<pad>` last), random weights with nonzero biases, saved by transformers'
 own `save_pretrained`."""
@@ -11,9 +12,8 @@ import os
 import numpy as np
 import sentencepiece as spm
 
-# The bundled corpus (tests/conftest.py's BUNDLED; this folder has a conftest.py of its own).
 BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), 't2t_jax', 'data', 'bible_en_es')
+    os.path.abspath(__file__)))), 't2t_jax', 'data', 'bible_en_es')  # the bundled corpus
 
 PAIR = {'source_lang': 'en', 'target_lang': 'es'}  # the M2M100 tests' language pair
 SOURCES = ['In the beginning God created the heaven and the earth.',
@@ -39,17 +39,19 @@ def _spm(lines, size):
   return model.getvalue()
 
 
-def marian_dir(folder, *, seed=0, d_model=32, layers=2, heads=4, d_ff=64, train_steps=300):
+def marian_dir(folder, *, seed=0, d_model=32, layers=2, heads=4, d_ff=64, train_steps=300,
+               spm_lines=400, vocab_sizes=(160, 180), max_positions=128):
   """A MarianMT directory under `folder` (model, config, tokenizer files); returns its path.
 
   Weights: normal with std 0.15, every bias and `final_logits_bias` nonzero, then
   `train_steps` Adam steps on 400 bundled pairs (a few seconds), so that outputs vary and end
-  as a trained model's do."""
+  as a trained model's do. The SentencePiece models: `vocab_sizes` (source, target) pieces
+  trained on `spm_lines` lines of each language."""
   import torch  # pylint: disable=import-outside-toplevel
   from transformers import MarianConfig, MarianMTModel, MarianTokenizer  # pylint: disable=import-outside-toplevel
   os.makedirs(folder, exist_ok=True)
-  protos = {'source': _spm(_lines('train.en.gz', 400), 160),
-            'target': _spm(_lines('train.es.gz', 400), 180)}
+  protos = {'source': _spm(_lines('train.en.gz', spm_lines), vocab_sizes[0]),
+            'target': _spm(_lines('train.es.gz', spm_lines), vocab_sizes[1])}
   pieces = []
   for side in ('source', 'target'):
     with open(os.path.join(folder, f'{side}.spm'), 'wb') as f:
@@ -68,7 +70,7 @@ def marian_dir(folder, *, seed=0, d_model=32, layers=2, heads=4, d_ff=64, train_
       vocab_size=len(vocab), decoder_vocab_size=len(vocab), d_model=d_model,
       encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=heads,
       decoder_attention_heads=heads, encoder_ffn_dim=d_ff, decoder_ffn_dim=d_ff,
-      activation_function='swish', max_position_embeddings=128, scale_embedding=True,
+      activation_function='swish', max_position_embeddings=max_positions, scale_embedding=True,
       pad_token_id=vocab['<pad>'], eos_token_id=0, forced_eos_token_id=None,
       decoder_start_token_id=vocab['<pad>'], share_encoder_decoder_embeddings=True,
       dropout=0.1)
