@@ -150,6 +150,7 @@ def test_init_from_alone_fine_tunes_the_imported_model(marian, corpus, tmp_path)
                     '--config.checkpoint_every_steps=2', '--config.eval_every_steps=2',
                     '--config.eval_bleu_sentences=0', '--config.final_eval_split=',
                     '--config.tokens_per_batch=1024', '--config.warmup_steps=1',
+                    '--config.mesh=data:2,fsdp:4',
                     timeout=600)
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'the model keys of its checkpoint' in result.stderr
