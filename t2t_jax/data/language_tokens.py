@@ -85,7 +85,7 @@ def token_id(tok: Any, pattern: str, lang: str, key: str) -> int:
 
 def wrap(tok: Any, config: Any) -> Any:
   """`tok` with the language tokens `config.language_tokens` names, or `tok` itself ('')."""
-  pattern = config.get('language_tokens', '')
+  pattern = getattr(config, 'language_tokens', '')
   if not pattern:
     return tok
   return LanguageTokens(tok, token_id(side(tok, 'source'), pattern, config.source_lang,

@@ -82,7 +82,7 @@ def load_or_train(config: ml_collections.ConfigDict, workdir: str, train_source:
 def one_model(config: Any) -> bool:
   """Whether one SentencePiece model segments both sides (`share_vocab` and
   `share_tokenizer`); else the source side has its own, `vocab/source_spm.model`."""
-  return bool(config.share_vocab and config.get('share_tokenizer', True))
+  return bool(config.share_vocab and getattr(config, 'share_tokenizer', True))
 
 
 def load(workdir: str, config: ml_collections.ConfigDict) -> Any:

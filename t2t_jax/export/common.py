@@ -199,7 +199,7 @@ class ExportSource:
     ExportError for one vocabulary given for a model with two, or two for a model with one."""
     cfg, tok = self.model_config, self.tokenizer()
     # Two models of one vocabulary (`share_tokenizer=False`, an imported Marian model's).
-    two_models = self.config is not None and not self.config.get('share_tokenizer', True)
+    two_models = not getattr(self.config, 'share_tokenizer', True)
     if (self.source_tokenizer_path is None) != (cfg.source_vocab_size is None and not two_models):
       has, given = (('separate source and target vocabularies', 'one was')
                     if cfg.source_vocab_size is not None

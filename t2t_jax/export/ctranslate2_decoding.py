@@ -164,7 +164,7 @@ def decoding_options(config, description: str) -> dict:
 def _language_options(config) -> dict:
   """A model with language tokens (`data/language_tokens.py`): the source's token, which
   starts every source, and the target's, CTranslate2's `target_prefix`."""
-  pattern = config.get('language_tokens', '')
+  pattern = getattr(config, 'language_tokens', '')
   if not pattern:
     return {}
   return {'source_prefix': [pattern.format(lang=config.source_lang)],

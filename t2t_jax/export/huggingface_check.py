@@ -71,6 +71,6 @@ def check(source: ExportSource, folder: str, rows: np.ndarray) -> str:
 
 def _tokenizer(transformers: Any, folder: str, config: Any) -> Any:
   tok = transformers.AutoTokenizer.from_pretrained(folder)
-  if config.get('language_tokens', ''):
+  if getattr(config, 'language_tokens', ''):
     tok.src_lang, tok.tgt_lang = config.source_lang, config.target_lang
   return tok

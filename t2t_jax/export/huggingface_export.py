@@ -47,7 +47,7 @@ def check_expressible(source: ExportSource) -> str:
   cfg, config = source.model_config, source.config
   kind = family(source)
   refusals = (
-      (config.get('model', ''), f'--config.model={config.get("model", "")}: a model variant '
+      (getattr(config, 'model', ''), f'--config.model={getattr(config, "model", "")}: a model variant '
        'has parts no transformers class has'),
       (cfg.layer_norm_epsilon != TORCH_EPSILON, f'layer_norm_epsilon={cfg.layer_norm_epsilon:g}: '
        "transformers' LayerNorm epsilon is PyTorch's 1e-5 and cannot be set; a model meant "
@@ -57,7 +57,7 @@ def check_expressible(source: ExportSource) -> str:
       (kind == 'marian' and cfg.positional == 'sinusoidal_fairseq', "positional="
        "'sinusoidal_fairseq' with norm_position='post': no transformers class has both"),
       (kind == 'm2m_100' and cfg.logits_bias, 'logits_bias=True: M2M100 has no logit bias'),
-      (kind == 'marian' and config.get('language_tokens', ''), 'language_tokens with '
+      (kind == 'marian' and getattr(config, 'language_tokens', ''), 'language_tokens with '
        "norm_position='post': MarianTokenizer has no language tokens"),
       (not cfg.share_embeddings, 'share_embeddings=False: transformers ties the output '
        'projection to the embedding'),
