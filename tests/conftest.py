@@ -403,3 +403,15 @@ def m2m(tmp_path_factory):
   tokenizer)."""
   from benchmarks.shared import transformers_models as hf_models  # pylint: disable=import-outside-toplevel
   return _imported(tmp_path_factory, 'm2m100', 'm2m100', hf_models.PAIR)
+
+
+def fine_tune(parent, corpus, run, steps, *extra):
+  """`main.py` training `run` from `parent` with `--config.init_from` alone (no model key
+  typed) on `corpus`, `steps` steps, a checkpoint and a dev evaluation at the last: the
+  result (tests/pretrained/)."""
+  return run_main(f'--workdir={run}', f'--config.init_from={parent}',
+                  f'--config.local_corpus_dir={corpus}', f'--config.num_train_steps={steps}',
+                  f'--config.checkpoint_every_steps={steps}',
+                  f'--config.eval_every_steps={steps}', '--config.eval_bleu_sentences=0',
+                  '--config.final_eval_split=', '--config.tokens_per_batch=1024',
+                  '--config.warmup_steps=1', *extra, timeout=600)

@@ -4,7 +4,7 @@ checked against transformers' own model and tokenizer, offline."""
 import numpy as np
 import pytest
 
-from conftest import run_main
+from conftest import fine_tune, run_main
 from benchmarks.shared import transformers_models as hf_models
 
 torch = pytest.importorskip('torch')
@@ -111,14 +111,10 @@ def test_main_decodes_another_target_language_when_asked(m2m, tmp_path):
 def test_init_from_alone_fine_tunes_with_its_language_tokens(m2m, corpus, tmp_path):
   """A fine-tune of the imported M2M100 model on an EN->ES corpus with `init_from` alone: its
   keys (language tokens, pre-LN) adopted, the pair recorded, and the run decodes."""
-  _, workdir, model, tok = m2m
+  _, workdir, _, _ = m2m
   run = tmp_path / 'ft'
-  result = run_main(f'--workdir={run}', f'--config.init_from={workdir}',
-                    f'--config.local_corpus_dir={corpus}', '--config.num_train_steps=1',
-                    '--config.checkpoint_every_steps=1', '--config.eval_every_steps=1',
-                    '--config.eval_batches=1', '--config.eval_bleu_sentences=0',
-                    '--config.final_eval_split=', '--config.tokens_per_batch=1024',
-                    '--config.warmup_steps=1', '--config.dropout_rate=0.0', timeout=600)
+  result = fine_tune(workdir, corpus, run, 1, '--config.eval_batches=1',
+                     '--config.dropout_rate=0.0')
   assert result.returncode == 0, result.stderr[-3000:]
   tuned = checkpoint_choice.load_inference_params(str(run), '1')
   config = resolution.from_saved(tuned.config_json)

@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import run_main
+from conftest import fine_tune, run_main
 from benchmarks.shared import transformers_models as hf_models
 
 torch = pytest.importorskip('torch')
@@ -145,13 +145,7 @@ def test_init_from_alone_fine_tunes_the_imported_model(marian, corpus, tmp_path)
   run records its start and decodes."""
   _, workdir, _, _ = marian
   run = tmp_path / 'ft'
-  result = run_main(f'--workdir={run}', f'--config.init_from={workdir}',
-                    f'--config.local_corpus_dir={corpus}', '--config.num_train_steps=2',
-                    '--config.checkpoint_every_steps=2', '--config.eval_every_steps=2',
-                    '--config.eval_bleu_sentences=0', '--config.final_eval_split=',
-                    '--config.tokens_per_batch=1024', '--config.warmup_steps=1',
-                    '--config.mesh=data:2,fsdp:4',
-                    timeout=600)
+  result = fine_tune(workdir, corpus, run, 2, '--config.mesh=data:2,fsdp:4')
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'the model keys of its checkpoint' in result.stderr
   for name in ('spm.model', 'source_spm.model'):
