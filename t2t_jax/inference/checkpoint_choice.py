@@ -44,6 +44,9 @@ class InferenceParams:
     data_fingerprint: what its training data was (`data/fingerprint.py`; None: a checkpoint
       from before it was saved, or an average from before averages carried it).
     init_record: where a fine-tuned run started (`training/init_from.py`; None: not one).
+    label: what an evaluation's result file is named by (`evaluate.write_result`): the step,
+      or 'best_<step>' / 'ema_<step>' for the best kept checkpoint and the moving average,
+      whose step a training checkpoint or an average also has.
   """
   params: Any
   config_json: Dict[str, Any]
@@ -54,6 +57,7 @@ class InferenceParams:
   model_source: Optional[Dict[str, Any]] = None
   data_fingerprint: Optional[Dict[str, Any]] = None
   init_record: Optional[Dict[str, Any]] = None
+  label: str = ''
 
 
 def latest_training_config(workdir: str) -> Dict[str, Any]:
@@ -138,6 +142,8 @@ BEST_ITEM = 'best'
 # `--checkpoint=ema` (the newest training checkpoint's) or `ema:STEP`: the moving average of
 # the weights a run with --config.ema_decay keeps (`training/ema.py`).
 EMA = 'ema'
+# The provenance item of a model imported from transformers (`pretrained/import_mode.py`).
+IMPORTED_ITEM = 'imported'
 LOWER_IS_BETTER = {'loss': True, 'bleu': False}
 
 
@@ -224,13 +230,19 @@ def _resolve(workdir: str, checkpoint: str) -> str:
 def _read_inference(path: str, ema: bool = False) -> InferenceParams:
   """Params (float32, on the default device), config and origin of the checkpoint `path`;
   `ema`: its moving average of the weights instead (`training/ema.py`)."""
+  kind = ''
   if ema:
-    step = int(os.path.basename(path))
+    step, kind = int(os.path.basename(path)), 'ema_'
     description = f'moving average (ema) of training checkpoint step {step}'
   elif epath.Path(path, BEST_ITEM).is_dir():
     record = read_json_item(os.path.join(path, BEST_ITEM))
-    step = int(record['step'])
+    step, kind = int(record['step']), 'best_'
     description = f'best checkpoint step {step} (dev {record["metric"]} {record["value"]:.4g})'
+  elif epath.Path(path, IMPORTED_ITEM).is_dir():
+    record = read_json_item(os.path.join(path, IMPORTED_ITEM))
+    step = 0
+    description = (f'imported {record["family"]} from {record["input"]} (sha256 '
+                   f'{record["sha256"][:12]}...)')
   elif epath.Path(path, 'averaging').is_dir():
     steps = [int(s) for s in read_json_item(os.path.join(path, 'averaging'))['steps']]
     description, step = f'averaged steps {",".join(map(str, steps))}', steps[-1]
@@ -243,7 +255,8 @@ def _read_inference(path: str, ema: bool = False) -> InferenceParams:
   params = jax.tree_util.tree_map(lambda x: jax.device_put(np.asarray(x, np.float32)), params)
   items = setup_items(path)
   return InferenceParams(params, checkpoint_config(path), description, step, path,
-                         *(items.get(name) for name in checkpoint_lib.SETUP_ITEMS))
+                         *(items.get(name) for name in checkpoint_lib.SETUP_ITEMS),
+                         label=f'{kind}{step}')
 
 
 def _warn_if_stale(workdir: str, inference: InferenceParams, path: str) -> None:

@@ -3,7 +3,7 @@ or for a treebank the EVALB F1 of the decoded trees (§6.3)."""
 
 import json
 import os
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Union
 
 import jax
 import ml_collections
@@ -95,9 +95,11 @@ def examples(pairs: Sequence[Dict[str, str]], hypotheses: Sequence[str],
            'hypothesis': hypotheses[i]} for i in chosen]
 
 
-def write_result(workdir: str, split: str, step: int, result: Dict[str, Any],
+def write_result(workdir: str, split: str, step: Union[int, str], result: Dict[str, Any],
                  texts: Optional[Dict[str, Sequence[str]]] = None) -> str:
   """Writes `eval_<split>_<step>.json` atomically; an existing file is kept (suffix .1, .2...).
+  `step`: the checkpoint's label (`InferenceParams.label`: `best_400`, `ema_400` name the
+  best kept checkpoint and the moving average apart from step 400's own).
 
   `texts`: {file name: lines} written first into the folder beside it
   (`layout.Workdir.eval_texts`: `hypotheses.txt`, `references.txt`, `sentences.tsv`), each
@@ -185,7 +187,8 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str, split: str = 'dev'
   texts = _texts(config, result, hypotheses,
                  references if references is not None else [p['target'] for p in pairs])
   if multihost.is_writer():
-    result['path'] = write_result(workdir, split, inference.step, result, texts)
+    result['path'] = write_result(workdir, split, inference.label or inference.step, result,
+                                  texts)
     folder = layout.Workdir.eval_texts(result['path'])
     result.update({name.split('.')[0] + '_path': os.path.join(folder, name) for name in texts})
   logging.info('%s %s; written to %s', split, score_line(result), result.get('path'))

@@ -22,14 +22,14 @@ from t2t_jax import config as config_lib
 from t2t_jax.configs import default as default_config
 from t2t_jax.data import tokenizer, vocab_record
 from t2t_jax.data.vocab_pair import VocabPair
-from t2t_jax.inference import averaging
+from t2t_jax.inference import averaging, checkpoint_choice
 from t2t_jax.model import variant
 from t2t_jax.pretrained import hf_files, id_map, m2m100, marian
 from t2t_jax.pretrained.hf_files import PretrainedError
 from t2t_jax.runtime import checkpoint
 from t2t_jax.storage import layout, paths
 
-IMPORT_ITEM = 'imported'
+IMPORT_ITEM = checkpoint_choice.IMPORTED_ITEM
 FAMILIES = {'marian': marian, 'm2m_100': m2m100}
 CHECKPOINT_NAME = 'step_0_last_1'
 # The keys an import takes: the language pair of a model with language tokens (M2M100).

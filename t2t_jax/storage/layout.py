@@ -110,7 +110,9 @@ PLOTS = Entry(
     'plots', DERIVED, 'plot; train at its end', '',
     'made again from metrics.jsonl by --mode=plot and at the end of training')
 EVAL_RESULT = Entry(
-    'eval_<split>_<step>.json', DERIVED, 'eval; train at its end (final report)',
+    'eval_<split>_<step>.json', DERIVED, 'eval (`<step>`: the checkpoint\'s step, `best_<step>` '
+    'for `--checkpoint=best`, `ema_<step>` for the moving average); train at its end (final '
+    'report)',
     'train (the final report reuses a result of the same checkpoint)',
     'an unreadable one is ignored with one warning line and evaluated again')
 EVAL_TEXTS = Entry(
@@ -234,9 +236,9 @@ class Workdir(os.PathLike):
   def plots(self) -> str:
     return self.join(PLOTS.name)
 
-  def eval_result(self, split: str, step: int, copy: int = 0) -> str:
+  def eval_result(self, split: str, step: Union[int, str], copy: int = 0) -> str:
     """`eval_<split>_<step>.json`, or `eval_<split>_<step>.<copy>.json` for copy > 0 (an
-    existing result is never replaced)."""
+    existing result is never replaced); `step` may be a label (`best_400`, `ema_400`)."""
     return self.join(f'eval_{split}_{step}' + (f'.{copy}' if copy else '') + '.json')
 
   @staticmethod

@@ -38,8 +38,9 @@ def _order(tok):
 
 
 def test_the_imported_workdir_encodes_as_transformers_does(marian):
-  _, workdir, _, tok = marian
-  _, config, ours = _ours(workdir)
+  folder, workdir, _, tok = marian
+  inference, config, ours = _ours(workdir)
+  assert inference.description.startswith(f'imported marian from {folder} (sha256 ')
   assert (config.activation, config.attention_bias, config.logits_bias, config.positional,
           config.layer_norm_epsilon, config.decoder_start_id, config.share_tokenizer) == (
               'swish', True, True, 'sinusoidal_halves', 1e-5, 0, False)

@@ -1,6 +1,8 @@
 """`--config.ema_decay` (training/ema.py): the average against a numpy recurrence of the
 parameters the optimizer produced; off, the optimizer state is the paper's."""
 
+import os
+
 import jax
 import numpy as np
 import optax
@@ -64,6 +66,11 @@ def test_a_fine_tune_of_the_decoder_with_an_average_through_main(tiny_workdir, c
   assert 'moving average of the weights (decay 0.9)' in info
   evaluated = run_main('--mode=eval', f'--workdir={run}', '--checkpoint=ema')
   assert evaluated.returncode == 0 and 'moving average (ema)' in evaluated.stderr
+  raw = run_main('--mode=eval', f'--workdir={run}', '--checkpoint=10')
+  assert raw.returncode == 0, raw.stderr[-3000:]
+  # Each named by what was evaluated: neither result is the other's `.1`.
+  assert sorted(n for n in os.listdir(run) if n.endswith('.json')) == [
+      'eval_dev_10.json', 'eval_dev_ema_10.json']
   none = run_main('--mode=eval', f'--workdir={tiny_workdir}', '--checkpoint=ema')
   assert none.returncode == 1 and none.stderr.splitlines()[-1].endswith(
       'holds no moving average of the weights (the run was trained without '
