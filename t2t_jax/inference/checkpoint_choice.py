@@ -241,8 +241,8 @@ def _read_inference(path: str, ema: bool = False) -> InferenceParams:
   elif epath.Path(path, IMPORTED_ITEM).is_dir():
     record = read_json_item(os.path.join(path, IMPORTED_ITEM))
     step = 0
-    description = (f'imported {record["family"]} from {record["input"]} (sha256 '
-                   f'{record["sha256"][:12]}...)')
+    description = (f'imported {record["family"]} from {record["input"]} '
+                   f'({os.path.basename(record["weights"])} sha256 {record["sha256"][:12]}...)')
   elif epath.Path(path, 'averaging').is_dir():
     steps = [int(s) for s in read_json_item(os.path.join(path, 'averaging'))['steps']]
     description, step = f'averaged steps {",".join(map(str, steps))}', steps[-1]

@@ -139,16 +139,19 @@ def info_config(workdir: Optional[str], overrides: Overrides) -> Tuple[Any, str]
     model_source = setup.get(checkpoint_lib.MODEL_ITEM)
     start = setup.get(checkpoint_lib.INIT_ITEM)
     vocabulary = setup.get(checkpoint_lib.VOCAB_ITEM)
+    imported = None
   except checkpoint_choice.CheckpointError:
     inference = checkpoint_choice.load_inference_params(workdir, None)
     saved, source = inference.config_json, checkpoint_choice.checkpoint_name(inference.path)
     model_source, start = inference.model_source, inference.init_record
     vocabulary = inference.vocabulary
+    imported = (inference.description + '\n'
+                if inference.description.startswith('imported ') else None)
   config = run_config(workdir, saved, source, overrides, model_source)
   started = (f'fine-tuned from {start["checkpoint"]} ({start["description"]}, parameters '
              f'sha256 {start["params_sha256"][:12]}...)\n' if start else '')
   vocabularies_line = vocab_record.describe(vocabulary)  # each side's sha256 and size
-  return config, (f'{workdir}: the model recorded in {source}\n{started}'
+  return config, (f'{workdir}: the model recorded in {source}\n{started}{imported or ""}'
                   + (vocabularies_line + '\n' if vocabularies_line else ''))
 
 

@@ -40,7 +40,8 @@ def _order(tok):
 def test_the_imported_workdir_encodes_as_transformers_does(marian):
   folder, workdir, _, tok = marian
   inference, config, ours = _ours(workdir)
-  assert inference.description.startswith(f'imported marian from {folder} (sha256 ')
+  assert inference.description.startswith(
+      f'imported marian from {folder} (model.safetensors sha256 ')
   assert (config.activation, config.attention_bias, config.logits_bias, config.positional,
           config.layer_norm_epsilon, config.decoder_start_id, config.share_tokenizer) == (
               'swish', True, True, 'sinusoidal_halves', 1e-5, 0, False)
@@ -125,6 +126,10 @@ def test_main_imports_then_decodes_and_refuses_a_used_workdir(marian, tmp_path):
   result = run_main('--mode=import', f'--input={folder}', f'--workdir={workdir}', timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stdout.startswith(f'imported marian from {folder} (model.safetensors sha256 ')
+  info = run_main('--mode=info', f'--workdir={workdir}', timeout=300)
+  assert info.stdout.splitlines()[1].startswith(
+      f'imported marian from {folder} (model.safetensors sha256 ')
+  assert 'activation=swish attention_bias=True logits_bias=True' in info.stdout
   again = run_main('--mode=import', f'--input={folder}', f'--workdir={workdir}', timeout=300)
   assert again.returncode == 1
   assert again.stderr.splitlines()[-1] == (
