@@ -199,3 +199,24 @@ def our_log_probs(workdir_vocab, config, params, sources, targets):
   mine = np.asarray(scoring.token_log_probs(variant.from_config(config), params, inputs,
                                             outputs)).sum(1)
   return mine, (outputs != 0).sum(1).tolist()
+
+
+def imported(workdir, **changes):
+  """(the imported workdir's parameters (`InferenceParams`), its run config with `changes`,
+  its vocabulary as every mode loads it)."""
+  # pylint: disable=import-outside-toplevel
+  from t2t_jax.data import vocabularies
+  from t2t_jax.inference import checkpoint_choice
+  from t2t_jax.runtime import resolution
+  inference = checkpoint_choice.load_inference_params(workdir)
+  config = resolution.from_saved(inference.config_json)
+  for key, value in changes.items():
+    config[key] = value
+  return inference, config, vocabularies.load(workdir, config)
+
+
+def id_order(tok, size):
+  """Their id at each of our ids: padding, EOS, unknown first, then theirs in order
+  (`t2t_jax/pretrained/id_map.py`), for transformers' tokenizer `tok` of `size` ids."""
+  special = [tok.pad_token_id, tok.eos_token_id, tok.unk_token_id]
+  return np.array(special + [i for i in range(size) if i not in special])

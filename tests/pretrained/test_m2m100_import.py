@@ -1,17 +1,17 @@
 """`--mode=import` of an M2M100 directory (pre-LN, fairseq's positions, language tokens),
 checked against transformers' own model and tokenizer, offline."""
 
-import numpy as np
 import pytest
 
-from conftest import fine_tune, run_main
+from conftest import run_main
+from pretrained_fixtures import fine_tune
 from benchmarks.shared import transformers_models as hf_models
 
 torch = pytest.importorskip('torch')
 pytest.importorskip('transformers')
 
 from t2t_jax import config as config_lib  # noqa: E402
-from t2t_jax.data import language_tokens, vocabularies  # noqa: E402
+from t2t_jax.data import language_tokens  # noqa: E402
 from t2t_jax.inference import checkpoint_choice  # noqa: E402
 from t2t_jax.inference.translate import Translator  # noqa: E402
 from t2t_jax.model import variant  # noqa: E402
@@ -20,26 +20,13 @@ from t2t_jax.runtime import resolution  # noqa: E402
 
 
 
-def _ours(workdir, **changes):
-  inference = checkpoint_choice.load_inference_params(workdir)
-  config = resolution.from_saved(inference.config_json)
-  for key, value in changes.items():
-    config[key] = value
-  return inference, config, vocabularies.load(workdir, config)
-
-
-def _order(tok, size):
-  special = [tok.pad_token_id, tok.eos_token_id, tok.unk_token_id]
-  return np.array(special + [i for i in range(size) if i not in special])
-
-
 def test_ids_with_language_tokens_are_transformers_ids(m2m):
   _, workdir, _, tok = m2m
-  _, config, ours = _ours(workdir)
+  _, config, ours = hf_models.imported(workdir)
   assert (config.norm_position, config.positional, config.language_tokens,
           config.decoder_start_id, config.logits_bias) == (
               'pre', 'sinusoidal_fairseq', '__{lang}__', 1, False)
-  order = _order(tok, config.vocab_size)
+  order = hf_models.id_order(tok, config.vocab_size)
   theirs = tok(hf_models.SOURCES, text_target=hf_models.TARGETS)
   for sentence, ids in zip(hf_models.SOURCES, theirs['input_ids']):
     assert [int(order[i]) for i in ours.encode(sentence) + [1]] == ids  # __en__ first
@@ -47,21 +34,11 @@ def test_ids_with_language_tokens_are_transformers_ids(m2m):
     assert [int(order[i]) for i in ours.target.encode(sentence) + [1]] == ids  # __es__ first
 
 
-def test_log_probabilities_equal_transformers_to_1e_4(m2m):
-  _, workdir, model, tok = m2m
-  inference, config, ours = _ours(workdir)
-  mine, counts = hf_models.our_log_probs(ours, config, inference.params, hf_models.SOURCES,
-                                         hf_models.TARGETS)
-  theirs, their_counts = hf_models.log_probs(model, tok, hf_models.SOURCES, hf_models.TARGETS)
-  assert counts == their_counts
-  np.testing.assert_allclose(mine, theirs, atol=1e-4, rtol=0)
-
-
 @pytest.mark.parametrize('target_lang', ['es', 'fr'])
 def test_greedy_outputs_start_with_the_target_language_as_transformers(m2m, target_lang):
   _, workdir, model, tok = m2m
-  inference, config, ours = _ours(workdir, target_lang=target_lang)  # a pair of many
-  order = _order(tok, config.vocab_size)
+  inference, config, ours = hf_models.imported(workdir, target_lang=target_lang)  # a pair of many
+  order = hf_models.id_order(tok, config.vocab_size)
   translator = Translator(variant.from_config(config), inference.params, ours,
                           strategy='greedy')
   ours = translator.translate_ids(hf_models.SOURCES)
@@ -89,7 +66,7 @@ def test_the_language_pair_is_asked_for_and_checked(m2m, tmp_path):
   with pytest.raises(language_tokens.LanguageTokenError,
                      match=r"^--config.target_lang=xx: the vocabulary has no language token "
                      r"'__xx__'; its languages: af, am, ar"):
-    _ours(workdir, target_lang='xx')
+    hf_models.imported(workdir, target_lang='xx')
 
 
 @pytest.mark.slow

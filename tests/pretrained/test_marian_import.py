@@ -6,16 +6,15 @@ import json
 import os
 import shutil
 
-import numpy as np
 import pytest
 
-from conftest import fine_tune, run_main
+from conftest import run_main
+from pretrained_fixtures import fine_tune
 from benchmarks.shared import transformers_models as hf_models
 
 torch = pytest.importorskip('torch')
 pytest.importorskip('transformers')
 
-from t2t_jax.data import vocabularies  # noqa: E402
 from t2t_jax.inference import checkpoint_choice  # noqa: E402
 from t2t_jax.inference.translate import Translator  # noqa: E402
 from t2t_jax.pretrained import import_mode  # noqa: E402
@@ -25,27 +24,15 @@ from t2t_jax.runtime import resolution  # noqa: E402
 SOURCES = hf_models.SOURCES + ['And Adam knew Eve his wife.', 'Cain was a tiller of the ground.']
 
 
-def _ours(workdir):
-  inference = checkpoint_choice.load_inference_params(workdir)
-  config = resolution.from_saved(inference.config_json)
-  return inference, config, vocabularies.load(workdir, config)
-
-
-def _order(tok):
-  """Their id at each of our ids: padding, EOS, unknown first (`pretrained/id_map.py`)."""
-  special = [tok.pad_token_id, tok.eos_token_id, tok.unk_token_id]
-  return np.array(special + [i for i in range(len(tok.get_vocab())) if i not in special])
-
-
 def test_the_imported_workdir_encodes_as_transformers_does(marian):
   folder, workdir, _, tok = marian
-  inference, config, ours = _ours(workdir)
+  inference, config, ours = hf_models.imported(workdir)
   assert inference.description.startswith(
       f'imported marian from {folder} (model.safetensors sha256 ')
   assert (config.activation, config.attention_bias, config.logits_bias, config.positional,
           config.layer_norm_epsilon, config.decoder_start_id, config.share_tokenizer) == (
               'swish', True, True, 'sinusoidal_halves', 1e-5, 0, False)
-  order = _order(tok)
+  order = hf_models.id_order(tok, len(tok.get_vocab()))
   theirs = tok(SOURCES, text_target=hf_models.TARGETS + ['x', 'y'])
   for sentence, ids in zip(SOURCES, theirs['input_ids']):
     assert [int(order[i]) for i in ours.encode(sentence) + [1]] == ids
@@ -53,20 +40,9 @@ def test_the_imported_workdir_encodes_as_transformers_does(marian):
     assert [int(order[i]) for i in ours.target.encode(sentence) + [1]] == ids
 
 
-def test_log_probabilities_equal_transformers_to_1e_4(marian):
-  _, workdir, model, tok = marian
-  inference, config, ours = _ours(workdir)
-  mine, counts = hf_models.our_log_probs(ours, config, inference.params, hf_models.SOURCES,
-                                         hf_models.TARGETS)
-  theirs, their_counts = hf_models.log_probs(model, tok, hf_models.SOURCES, hf_models.TARGETS)
-  assert counts == their_counts
-  np.testing.assert_allclose(mine, theirs, atol=1e-4, rtol=0)
-  assert np.ptp(theirs) > 10  # sentences of other lengths and probabilities
-
-
 def test_greedy_outputs_are_transformers_outputs(marian):
   _, workdir, model, tok = marian
-  order = _order(tok)
+  order = hf_models.id_order(tok, len(tok.get_vocab()))
   translator = Translator.from_workdir(workdir, strategy='greedy')
   ours = translator.translate_ids(SOURCES)
   outputs = set()
@@ -166,3 +142,20 @@ def test_init_from_alone_fine_tunes_the_imported_model(marian, corpus, tmp_path)
   decoded = run_main('--mode=decode', f'--workdir={run}', f'--input={corpus}/dev.en',
                      timeout=300)
   assert decoded.returncode == 0, decoded.stderr[-3000:]
+
+
+def test_an_imported_workdir_needs_nothing_of_the_directory_it_came_from(marian, tmp_path):
+  """Imported from a copy that is then deleted, and moved: it decodes as the shared workdir
+  (greedy, the same ids), reads its record, and names the directory only as provenance."""
+  folder, workdir, _, _ = marian
+  copy, first, moved = tmp_path / 'hf', tmp_path / 'w', tmp_path / 'elsewhere' / 'w'
+  shutil.copytree(folder, copy)
+  import_mode.run(str(copy), str(first))
+  shutil.rmtree(copy)
+  moved.parent.mkdir()
+  shutil.move(str(first), str(moved))
+  inference, _, _ = hf_models.imported(str(moved))
+  assert inference.description.startswith(f'imported marian from {copy} (')
+  expected = Translator.from_workdir(workdir, strategy='greedy').translate_ids(SOURCES)
+  assert Translator.from_workdir(str(moved), strategy='greedy').translate_ids(
+      SOURCES) == expected

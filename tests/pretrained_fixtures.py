@@ -1,0 +1,48 @@
+"""The fixtures of tests/pretrained/ (a pytest plugin that tests/conftest.py registers): the
+transformers models, each made once a session, and the fine-tune command line."""
+
+import pytest
+
+from conftest import run_main
+
+
+# The transformers models tests/pretrained/ shares (benchmarks/shared/transformers_models.py): each made once a
+# session (seconds of training), imported into a workdir no test writes into.
+def _imported(tmp_path_factory, name, family, languages=None):
+  pytest.importorskip('torch')
+  from benchmarks.shared import transformers_models as hf_models  # pylint: disable=import-outside-toplevel
+  from t2t_jax.pretrained import import_mode  # pylint: disable=import-outside-toplevel
+  root = tmp_path_factory.mktemp(name)
+  folder = getattr(hf_models, f'{family}_dir')(str(root / 'hf'))
+  workdir = str(root / 'w')
+  import_mode.run(folder, workdir, languages)
+  model, tok = hf_models.load(folder)
+  if languages:
+    tok.src_lang, tok.tgt_lang = languages['source_lang'], languages['target_lang']
+  return folder, workdir, model, tok
+
+
+@pytest.fixture(scope='session')
+def marian(tmp_path_factory):
+  """(a MarianMT directory, its imported workdir, transformers' model and tokenizer)."""
+  return _imported(tmp_path_factory, 'marian', 'marian')
+
+
+@pytest.fixture(scope='session')
+def m2m(tmp_path_factory):
+  """(an M2M100 directory, its imported workdir (en -> es), transformers' model and
+  tokenizer)."""
+  from benchmarks.shared import transformers_models as hf_models  # pylint: disable=import-outside-toplevel
+  return _imported(tmp_path_factory, 'm2m100', 'm2m100', hf_models.PAIR)
+
+
+def fine_tune(parent, corpus, run, steps, *extra):
+  """`main.py` training `run` from `parent` with `--config.init_from` alone (no model key
+  typed) on `corpus`, `steps` steps, a checkpoint and a dev evaluation at the last: the
+  result (tests/pretrained/)."""
+  return run_main(f'--workdir={run}', f'--config.init_from={parent}',
+                  f'--config.local_corpus_dir={corpus}', f'--config.num_train_steps={steps}',
+                  f'--config.checkpoint_every_steps={steps}',
+                  f'--config.eval_every_steps={steps}', '--config.eval_bleu_sentences=0',
+                  '--config.final_eval_split=', '--config.tokens_per_batch=1024',
+                  '--config.warmup_steps=1', *extra, timeout=600)
