@@ -138,11 +138,10 @@ def tensors(source: ExportSource, rows: np.ndarray) -> Dict[str, np.ndarray]:
   return out
 
 
-def write(source: ExportSource, folder: str) -> np.ndarray:
-  """The model, config and tokenizer files of `source` into the existing folder `folder`;
-  returns `rows` (their id -> our id)."""
+def write(source: ExportSource, folder: str, kind: str) -> np.ndarray:
+  """The model, config and tokenizer files of `source` (of family `kind`, `check_expressible`'s)
+  into the existing folder `folder`; returns `rows` (their id -> our id)."""
   from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
-  kind = check_expressible(source)
   rows = files.id_rows(kind, source)
   save_file(tensors(source, rows), os.path.join(folder, 'model.safetensors'),
             metadata={'format': 'pt'})
@@ -156,10 +155,10 @@ def convert(source: ExportSource, output: str) -> str:
   from absl import logging  # pylint: disable=import-outside-toplevel
   from t2t_jax.export import huggingface_check  # pylint: disable=import-outside-toplevel
   from t2t_jax.export.common import new_directory  # pylint: disable=import-outside-toplevel
-  check_expressible(source)
+  kind = check_expressible(source)
   source.check_vocabulary()
   with new_directory(output) as folder:
-    rows = write(source, folder)
+    rows = write(source, folder, kind)
     checked = huggingface_check.check(source, folder, rows)
   logging.info('huggingface export: %s', checked)
   return os.path.abspath(output)

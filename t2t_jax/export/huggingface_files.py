@@ -52,10 +52,6 @@ def _common(source: ExportSource, rows: np.ndarray) -> Dict[str, Any]:
       'is_encoder_decoder': True, 'num_beams': int(source.config.beam_size)}
 
 
-def _pieces(source: ExportSource) -> List[str]:
-  return source.pieces('target')
-
-
 def _write_marian(source: ExportSource, rows: np.ndarray, folder: str) -> None:
   config = dict(_common(source, rows), architectures=['MarianMTModel'], model_type='marian',
                 decoder_vocab_size=source.model_config.vocab_size,
@@ -64,7 +60,7 @@ def _write_marian(source: ExportSource, rows: np.ndarray, folder: str) -> None:
   _dump(folder, 'generation_config.json', {k: config[k] for k in (
       'decoder_start_token_id', 'eos_token_id', 'pad_token_id', 'forced_eos_token_id',
       'bad_words_ids', 'num_beams')})
-  pieces, vocab = _pieces(source), {}
+  pieces, vocab = source.pieces('target'), {}
   for i, piece in enumerate(pieces):
     vocab.setdefault(piece, i)
   _dump(folder, 'vocab.json', vocab)
@@ -95,7 +91,7 @@ def _m2m100_codes(pieces: List[str], rows: np.ndarray) -> tuple:
 
 
 def _write_m2m100(source: ExportSource, rows: np.ndarray, folder: str) -> None:
-  pieces = _pieces(source)
+  pieces = source.pieces('target')
   codes, size = _m2m100_codes(pieces, rows)
   config = dict(_common(source, rows), architectures=['M2M100ForConditionalGeneration'],
                 model_type='m2m_100', bos_token_id=0)
