@@ -221,12 +221,15 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 def _check_model_options(config: ml_collections.ConfigDict) -> None:
   """The options of models made elsewhere (`attention_bias`, ...): an epsilon and a start id
-  the model can take."""
+  the model can take, a language-token pattern that names the language."""
   if not 0.0 < config.layer_norm_epsilon < 1.0:
     _fail('layer_norm_epsilon', 'a value in (0, 1)', config.layer_norm_epsilon)
   if config.decoder_start_id >= config.vocab_size:
     _fail('decoder_start_id', f'an id below vocab_size={config.vocab_size}',
           config.decoder_start_id)
+  if config.language_tokens and config.language_tokens.count('{lang}') != 1:
+    _fail('language_tokens', "'' or a pattern with one {lang}, e.g. '__{lang}__'",
+          config.language_tokens)
 
 
 def fit_buckets(config: ml_collections.ConfigDict) -> None:

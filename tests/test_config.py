@@ -1,5 +1,7 @@
 """Configs: presets hold the paper's values; bad keys and values fail naming the key."""
 
+import re
+
 import ml_collections
 import pytest
 
@@ -146,3 +148,17 @@ def test_every_float_key_is_checked():
   # The parametrisation above is read from configs/default.py; an empty list would pass.
   assert {'length_penalty_alpha', 'checkpoint_every_minutes', 'learning_rate_scale'} <= set(
       _FLOAT_KEYS)
+
+
+@pytest.mark.parametrize('key, value, expected', [
+    ('layer_norm_epsilon', 0.0, 'a value in (0, 1)'),
+    ('decoder_start_id', 37000, 'an id below vocab_size=37000'),
+    ('language_tokens', '__en__', "'' or a pattern with one {lang}"),
+    ('activation', 'tanh', "one of 'relu', 'swish', 'gelu'"),
+])
+def test_the_options_of_imported_models_refuse_a_bad_value_in_one_line(key, value, expected):
+  config = default.get_config()
+  config[key] = value
+  with pytest.raises(config_lib.ConfigError, match=rf"^config key '{key}': expected "
+                     rf"{re.escape(expected)}"):
+    config_lib.validate(config)
