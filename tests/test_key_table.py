@@ -31,7 +31,7 @@ CHANGED = {'model': 'no_such_module:f', 'mesh': 'data:2', 'trainable': 'decoder/
            'lr_schedule': 'cosine', 'decode_strategy': 'sample', 'best_metric': 'bleu',
            'dataset': 'local', 'decode_parallelism': 'threads', 'debug_nonfinite_steps': (3,),
            'bucket_lengths': (8, 256), 'final_eval_split': 'test', 'eval_split': 'test',
-           'train_split': 'dev', 'activation': 'swish'}
+           'train_split': 'dev', 'activation': 'swish', 'language_tokens': '__{lang}__'}
 
 
 def _changed(key):
