@@ -94,6 +94,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.keep_checkpoints = 20         # keep the last K training checkpoints
   c.keep_best = 0                 # also keep the K best periodic evaluations' parameters in <workdir>/best/ by best_metric (0: off); --checkpoint=best reads the best
   c.best_metric = 'loss'          # what ranks evaluations for keep_best and early_stop_patience: 'loss' (dev loss, lower is better) or 'bleu' (dev BLEU of eval_bleu_sentences, a treebank's F1; higher is better)
+  c.best_weights = 'params'       # which weights' dev evaluation best_metric ranks (keep_best keeps those weights) and early_stop_patience watches: 'params' (the trained weights) or 'ema' (the moving average of ema_decay; with ema_decay > 0 both are evaluated at every dev evaluation)
   c.early_stop_patience = 0       # stop after this many periodic evaluations in a row without improving best_metric, then average, evaluate and report as a finished run (0: off)
   c.log_every_steps = 100         # console/metrics line every N steps
   c.eval_every_steps = 1000       # teacher-forced dev loss every N steps (0: off)

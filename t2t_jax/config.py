@@ -37,6 +37,7 @@ CHOICES = {
     'final_eval_split': ('',) + SPLITS,
     'lr_schedule': ('rsqrt', 'cosine', 'linear', 'constant'),
     'best_metric': ('loss', 'bleu'),
+    'best_weights': ('params', 'ema'),
     'decode_strategy': ('beam', 'greedy', 'sample'),
 }
 _POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_layers', 'max_len',
@@ -192,6 +193,10 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
       and config.eval_every_steps and not config.eval_bleu_sentences):
     _fail('best_metric', "'loss', or 'bleu' with eval_bleu_sentences > 0 (no dev BLEU is "
           'decoded without it)', config.best_metric)
+  if (config.best_weights == 'ema' and (config.keep_best or config.early_stop_patience)
+      and not config.ema_decay):
+    _fail('best_weights', "'params', or 'ema' with ema_decay > 0 (no moving average of the "
+          'weights is kept without it)', config.best_weights)
   _check_decoding(config)
   _check_schedule_and_seeds(config)
   if config.vocab_model and config.init_from:

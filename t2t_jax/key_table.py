@@ -65,7 +65,7 @@ _ROWS: Tuple[Tuple[Tuple[str, ...], Tuple, str], ...] = (
     (('mesh',), ('train', 'eval'), 'decoding spreads its batches over the local devices '
      '(decode_parallelism), not over a mesh'),
     (('checkpoint_every_steps', 'checkpoint_every_minutes', 'keep_checkpoints',
-      'best_metric', 'early_stop_patience', 'log_every_steps', 'eval_every_steps',
+      'best_metric', 'best_weights', 'early_stop_patience', 'log_every_steps', 'eval_every_steps',
       'eval_batches', 'eval_bleu_sentences', 'final_eval_split'), ('train',),
      'training only: what it saves, logs and evaluates'),
     (('keep_best',), ('train', 'average'), 'training keeps the best; --mode=average with '
@@ -144,6 +144,8 @@ CROSS_KEY_RULES = (
     ('output_scores', ('nbest',), lambda c: c.nbest > 1, 'nbest > 1 writes the scores anyway'),
     ('best_metric', ('keep_best', 'early_stop_patience'), lambda c: not c.keep_best and not c.early_stop_patience,
      'only keep_best and early_stop_patience rank by it'),
+    ('best_weights', ('keep_best', 'early_stop_patience'), lambda c: not c.keep_best and not c.early_stop_patience,
+     'only keep_best and early_stop_patience rank evaluations'),
 )
 
 

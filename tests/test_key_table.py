@@ -28,7 +28,7 @@ CHANGED = {'model': 'no_such_module:f', 'mesh': 'data:2', 'trainable': 'decoder/
            'source_vocab_model': '/nowhere/y.model', 'target_prefix_file': '/nowhere/p.txt',
            'positional': 'learned', 'norm_position': 'pre', 'dtype': 'bfloat16',
            'attention_impl': 'xla', 'remat_policy': 'full', 'optimizer': 'adamw',
-           'lr_schedule': 'cosine', 'decode_strategy': 'sample', 'best_metric': 'bleu',
+           'lr_schedule': 'cosine', 'decode_strategy': 'sample', 'best_metric': 'bleu', 'best_weights': 'ema',
            'dataset': 'local', 'decode_parallelism': 'threads', 'debug_nonfinite_steps': (3,),
            'bucket_lengths': (8, 256), 'final_eval_split': 'test', 'eval_split': 'test',
            'train_split': 'dev', 'activation': 'swish', 'language_tokens': '__{lang}__'}

@@ -237,7 +237,9 @@ def _read_inference(path: str, ema: bool = False) -> InferenceParams:
   elif epath.Path(path, BEST_ITEM).is_dir():
     record = read_json_item(os.path.join(path, BEST_ITEM))
     step, kind = int(record['step']), 'best_'
-    description = f'best checkpoint step {step} (dev {record["metric"]} {record["value"]:.4g})'
+    of = ' of the moving average of the weights' if record.get('weights') == 'ema' else ''
+    description = (f'best checkpoint step {step} (dev {record["metric"]} '
+                   f'{record["value"]:.4g}{of})')
   elif epath.Path(path, IMPORTED_ITEM).is_dir():
     record = read_json_item(os.path.join(path, IMPORTED_ITEM))
     step = 0

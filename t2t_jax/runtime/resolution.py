@@ -275,8 +275,9 @@ RESUME_KEYS = config_lib.MODEL_KEYS + (
     'optimizer', 'dataset', 'source_lang', 'target_lang', 'local_corpus_dir', 'treebank_dir', 'train_split',
     'max_length', 'tokens_per_batch', 'bucket_lengths', 'shuffle_seed', 'pack_examples',
     'grad_accum_steps', 'trainable', 'ema_decay',
-    # best/ holds the K best by this metric; another would rank them against other numbers.
-    'best_metric')
+    # best/ holds the K best by this metric of these weights; another would rank them against
+    # other numbers.
+    'best_metric', 'best_weights')
 # Keys whose change on resume is allowed but changes what the resumed steps do: named in a
 # warning (the learning-rate schedule from here on is not the one the run started with).
 SCHEDULE_KEYS = ('lr_schedule', 'learning_rate', 'learning_rate_scale', 'warmup_steps',

@@ -10,6 +10,10 @@ one pushed out is deleted, and only folders of that name under `best/` are ever 
 last `keep_checkpoints` training checkpoints are the other policy's, and neither touches the
 other's. `--checkpoint=best` names the best one in eval, decode, attention and export.
 
+With `ema_decay`, every evaluation after step 0 scores the moving average of the weights too;
+`best_weights='ema'` ranks those evaluations instead, keeps the average's parameters and
+lets early stopping watch it (the record's `weights` says which were kept).
+
 With `early_stop_patience=N`, the run stops once N evaluations in a row did not improve on the
 best `best_metric` so far: it saves a training checkpoint, writes `best/early_stop.json` (the
 step, the best step and value) and ends as a finished run does (average, final evaluation,
@@ -32,6 +36,7 @@ from t2t_jax.runtime import checkpoint, multihost
 from t2t_jax.storage import paths, textio
 
 EARLY_STOP = 'early_stop.json'
+_WEIGHTS = {'params': 'trained weights', 'ema': 'moving average of the weights'}
 
 
 def early_stop_record(workdir: str) -> Optional[Dict[str, Any]]:
@@ -128,7 +133,7 @@ class BestKeeper:
   def stop_record(self, step: int) -> Dict[str, Any]:
     best_step, value = self.best()
     return {'step': step, 'best_step': best_step, 'metric': self.metric, 'best_value': value,
-            'patience': self.config.early_stop_patience}
+            'weights': self.config.best_weights, 'patience': self.config.early_stop_patience}
 
   def write_stop(self, step: int) -> Dict[str, Any]:
     """Writes `best/early_stop.json` (process 0) and returns its record."""
@@ -164,6 +169,7 @@ class BestKeeper:
     host = jax.tree_util.tree_map(
         lambda x: np.asarray(x.addressable_data(0) if isinstance(x, jax.Array) else x), params)
     record = {'step': step, 'metric': self.metric, 'value': value,
+              'weights': self.config.best_weights,
               'metrics': {k: float(v) for k, v in result.items()}}
     items = {name: ocp.args.JsonSave(v) for name, v in self.setup.items() if v}
     paths.makedirs(best_dir(self.workdir))
@@ -172,5 +178,5 @@ class BestKeeper:
       checkpointer.save(target, args=ocp.args.Composite(
           state=ocp.args.PyTreeSave({'params': host}), config=ocp.args.JsonSave(config_json),
           **items))
-    logging.info('best checkpoints: dev %s %.4f at step %d kept in %s', self.metric, value,
-                 step, target)
+    logging.info('best checkpoints: dev %s %.4f of the %s at step %d kept in %s', self.metric,
+                 value, _WEIGHTS[self.config.best_weights], step, target)

@@ -51,9 +51,13 @@ class DevEvaluator:
     self.translator: Optional[translate.Translator] = (
         translate.from_config(config, None, data.tokenizer) if data.bleu_pairs else None)
 
-  def __call__(self, step: int, params: Any) -> Dict[str, float]:
-    """Evaluates `params` at `step`; logs, records and returns the metrics."""
+  def __call__(self, step: int, params: Any, weights: str = 'params') -> Dict[str, float]:
+    """Evaluates `params` at `step`; logs, records and returns the metrics. `weights`:
+    'params' (the trained weights, recorded under `eval_<split>/`) or 'ema' (the moving
+    average of `ema_decay` in their place, under `eval_<split>_ema/`)."""
     config = self.config
+    prefix, what = ((f'eval_{config.eval_split}', config.eval_split) if weights == 'params' else
+                    (f'eval_{config.eval_split}_ema', f'{config.eval_split} (moving average)'))
     result = evaluate_batches(self.eval_step, params, self.data.eval_batches, self.mesh)
     if self.translator is not None and step > 0:  # untrained, it decodes to the length limit
       # An argument of the jitted decode: no recompilation when it changes. The Translator
@@ -66,12 +70,11 @@ class DevEvaluator:
       kept = ('f1', 'precision', 'recall') if 'f1' in scores else ('bleu', 'tokenized_bleu')
       result.update({k: scores[k] for k in kept})
       logging.info('eval at step %d: %s %.2f on %d %s sentences', step, kept[0].upper(),
-                   scores[kept[0]], len(pairs), config.eval_split)
+                   scores[kept[0]], len(pairs), what)
     logging.info('eval at step %d: %s loss %.4f nll %.4f perplexity %.2f accuracy %.3f', step,
-                 config.eval_split, result['loss'], result['nll'], result['perplexity'],
-                 result['accuracy'])
+                 what, result['loss'], result['nll'], result['perplexity'], result['accuracy'])
     result['elapsed_s'] = time.monotonic() - self.run_start
-    self.writer.write(step, result, prefix=f'eval_{config.eval_split}')
+    self.writer.write(step, result, prefix=prefix)
     if multihost.is_writer():
       _redraw_plots(self.workdir)
     return result

@@ -18,7 +18,8 @@ and a skipped non-finite step leaves it as it was. The checkpoint holds it at
 `opt_state/ema` (`runtime.checkpoint.EMA_PATH`), which `--checkpoint=ema` reads.
 """
 
-from typing import Any, NamedTuple
+import functools
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -71,3 +72,25 @@ def with_ema(tx: optax.GradientTransformation, decay: float) -> optax.GradientTr
     return updates, EmaState(count, ema, inner)
 
   return optax.GradientTransformation(init, update)
+
+
+def moving_average(opt_state: Any) -> Any:
+  """The average `with_ema` keeps in `opt_state` (float32, shaped as the parameters), or None
+  for a run without `ema_decay`."""
+  return opt_state.ema if isinstance(opt_state, EmaState) else None
+
+
+@functools.lru_cache(maxsize=4)
+def _placer(treedef: Any, shardings: tuple) -> Callable[[Any, Any], Any]:
+  return jax.jit(lambda average, params: jax.tree_util.tree_map(
+      lambda a, p: a.astype(p.dtype), average, params),
+                 out_shardings=jax.tree_util.tree_unflatten(treedef, shardings))
+
+
+def as_parameters(average: Any, params: Any) -> Any:
+  """`average` (`moving_average`) in the dtypes and shardings of `params`, to be evaluated
+  in their place by the programs compiled for them (`shard_optimizer_state` splits the
+  average over the data axis as it splits the Adam moments; the parameters are not)."""
+  shardings, treedef = jax.tree_util.tree_flatten(
+      jax.tree_util.tree_map(lambda p: p.sharding, params))
+  return _placer(treedef, tuple(shardings))(average, params)

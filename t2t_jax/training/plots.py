@@ -52,6 +52,11 @@ class Curves(NamedTuple):
   eval_f1: np.ndarray  # float64 [E], a treebank's EVALB F1 on eval_split (NaN: not decoded)
   eval_wall: np.ndarray  # float64 [E], seconds on the clock of train_wall
   eval_split: str  # 'dev': the split of the last eval record; '' without eval records
+  # The same evaluations of the moving average of the weights (`ema_decay`, records under
+  # `eval_<split>_ema/`), at `eval_steps`: NaN where it was not evaluated (step 0, no EMA).
+  ema_loss: np.ndarray = np.zeros(0)  # float64 [E]
+  ema_bleu: np.ndarray = np.zeros(0)  # float64 [E]
+  ema_f1: np.ndarray = np.zeros(0)  # float64 [E]
 
 
 def _number(value) -> float:
@@ -61,6 +66,10 @@ def _number(value) -> float:
   except (TypeError, ValueError):
     return math.nan
   return x if math.isfinite(x) else math.nan
+
+
+# An evaluation of the moving average of the weights: `eval_<split>_ema/` (dev_eval).
+EMA_SUFFIX = '_ema'
 
 
 def _eval_split(record: dict) -> str:
@@ -97,11 +106,12 @@ def _read_records(path: str) -> List[dict]:
 def load_curves(path: str) -> Curves:
   """Reads a metrics.jsonl into `Curves`, resolving resumed runs as the module doc says."""
   records = _read_records(path)
-  splits = [s for s in map(_eval_split, records) if s]
+  splits = [s for s in map(_eval_split, records) if s and not s.endswith(EMA_SUFFIX)]
   split = splits[-1] if splits else ''
-  prefix = f'eval_{split}/'
+  prefix, ema_prefix = f'eval_{split}/', f'eval_{split}{EMA_SUFFIX}/'
   train: Dict[int, Tuple[float, float]] = {}  # step -> (loss, wall)
   evals: Dict[int, Tuple[float, ...]] = {}  # step -> (loss, bleu, f1, wall or NaN)
+  emas: Dict[int, Tuple[float, ...]] = {}  # step -> (loss, bleu, f1) of the moving average
   prev_step, prev_elapsed, offset = None, math.nan, 0.0
   for record in records:
     step = record['step']
@@ -111,6 +121,7 @@ def load_curves(path: str) -> Curves:
         # a new process, resumed from a checkpoint below `step`: the rolled-back run goes
         train = {s: v for s, v in train.items() if s < step}
         evals = {s: v for s, v in evals.items() if s < step}
+        emas = {s: v for s, v in emas.items() if s < step}
         timed = [s for s, (_, wall) in train.items() if math.isfinite(wall)]
         offset = train[max(timed)][1] if timed else 0.0
       train[step] = (_number(record['loss']), offset + elapsed)
@@ -121,6 +132,8 @@ def load_curves(path: str) -> Curves:
       wall = math.nan if elapsed < prev_elapsed else offset + elapsed
       evals[step] = (*(_number(record.get(prefix + key)) for key in ('loss', 'bleu', 'f1')),
                      wall)
+    elif split and _eval_split(record) == split + EMA_SUFFIX:
+      emas[step] = tuple(_number(record.get(ema_prefix + key)) for key in ('loss', 'bleu', 'f1'))
   if not train and not evals:
     raise PlotError(f'{path}: no metrics to plot; train first')
 
@@ -138,8 +151,10 @@ def load_curves(path: str) -> Curves:
       xp, fp = np.concatenate([[0], xp]), np.concatenate([[0.0], fp])
     guess = np.interp(eval_steps, xp, fp, right=np.nan)
     eval_wall = np.where(np.isnan(eval_wall), guess, eval_wall)
+  ema = np.array([emas.get(int(s), (math.nan,) * 3) for s in eval_steps],
+                 dtype=np.float64).reshape(len(eval_steps), 3)
   return Curves(train_steps, train_loss, train_wall, eval_steps, eval_loss, eval_bleu,
-                eval_f1, eval_wall, split)
+                eval_f1, eval_wall, split, *ema.T)
 
 
 def _line(ax, x: np.ndarray, y: np.ndarray, **kwargs) -> None:
@@ -161,14 +176,19 @@ def _figure(curves: Curves, train_x: np.ndarray, eval_x: np.ndarray, xlabel: str
   _line(loss_ax, train_x, curves.train_loss, label='train loss', color='C0')
   _line(loss_ax, eval_x, curves.eval_loss, label=f'{split} loss', color='C1', marker='o',
         markersize=3)
+  _line(loss_ax, eval_x, curves.ema_loss, label=f'{split} loss (moving average)', color='C3',
+        marker='s', markersize=3)
   loss_ax.set(xlabel=xlabel, ylabel='loss (label-smoothed)', title='loss')
   if loss_ax.lines:
     loss_ax.legend()
   # The decoded score: BLEU, or a treebank run's F1 (it logs no BLEU).
-  name, score = (('F1', curves.eval_f1) if np.isfinite(curves.eval_f1).any()
-                 else ('BLEU', curves.eval_bleu))
+  name, score, ema = (('F1', curves.eval_f1, curves.ema_f1) if np.isfinite(curves.eval_f1).any()
+                      else ('BLEU', curves.eval_bleu, curves.ema_bleu))
   if np.isfinite(score).any():
-    _line(score_ax, eval_x, score, color='C2', marker='o', markersize=3)
+    _line(score_ax, eval_x, score, color='C2', marker='o', markersize=3, label='trained weights')
+    _line(score_ax, eval_x, ema, color='C3', marker='s', markersize=3, label='moving average')
+    if len(score_ax.lines) > 1:
+      score_ax.legend()
     score_ax.set(xlabel=xlabel, ylabel=name, title=f'{split} {name}')
   else:
     # The panel stays (greyed note) so every PNG has the same layout.

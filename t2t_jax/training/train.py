@@ -30,7 +30,7 @@ from t2t_jax.model import transformer as model, variant
 from t2t_jax.runtime import checkpoint, first_fit, meshes, parallel, resolution
 from t2t_jax.storage import layout
 from t2t_jax.storage import workdir as workdir_lib
-from t2t_jax.training import (best, dev_eval, init_from, log_window, metrics, optim,
+from t2t_jax.training import (best, dev_eval, ema, init_from, log_window, metrics, optim,
                               freezing, preemption, save_policy, steps)
 from t2t_jax.training.steps import TrainError  # noqa: F401  (where callers find it)
 
@@ -346,10 +346,20 @@ class _Run:
     self.last.update(m)
 
   def _evaluate(self) -> bool:
-    """Evaluates on dev; returns whether the run stops early (`best.BestKeeper`)."""
+    """Evaluates on dev the trained weights and, with `ema_decay` after step 0, their moving
+    average; returns whether the run stops early (`best.BestKeeper`, which ranks the weights
+    `best_weights` names)."""
     result = self.evaluator(self.step, self.state.params)
     self.last.update({f'eval_{k}': v for k, v in result.items()})
-    if self.best is None or not self.best.observe(self.step, result, self.state.params,
+    ranked, params = result, self.state.params
+    average = ema.moving_average(self.state.opt_state)
+    if average is not None and self.step > 0:  # at step 0 it is the parameters themselves
+      average = ema.as_parameters(average, self.state.params)
+      ema_result = self.evaluator(self.step, average, weights='ema')
+      self.last.update({f'eval_ema_{k}': v for k, v in ema_result.items()})
+      if self.config.best_weights == 'ema':
+        ranked, params = ema_result, average
+    if self.best is None or not self.best.observe(self.step, ranked, params,
                                                   checkpoint.config_to_json(self.config)):
       return False
     self.best.write_stop(self.step)

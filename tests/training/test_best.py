@@ -67,7 +67,7 @@ def test_patience_counts_evaluations_since_the_best(tmp_path):
   assert _observe(keeper, config, [5.0, 4.0, 4.1, 3.9, 4.0, 4.2, 3.0]) == 60
   record = keeper.write_stop(60)
   assert record == {'step': 60, 'best_step': 40, 'metric': 'loss', 'best_value': 3.9,
-                    'patience': 2}
+                    'weights': 'params', 'patience': 2}
   assert best.early_stop_record(str(tmp_path)) == record and best.stopped_before(str(tmp_path))
   assert not os.path.exists(tmp_path / 'best' / 'step_40')  # keep_best=0 keeps none
 
@@ -83,6 +83,23 @@ def test_best_keys_are_checked_by_the_resolution():
   with pytest.raises(config_lib.ConfigError, match=r"'best_metric': expected 'loss', or 'bleu' "
                      r'with eval_bleu_sentences > 0'):
     resolution.resolve(raw)
+
+  raw = default.get_config()
+  raw.update(dict(keep_best=2, best_weights='ema'))
+  with pytest.raises(config_lib.ConfigError, match=r"'best_weights': expected 'params', or "
+                     r"'ema' with ema_decay > 0 .*, got 'ema'$"):
+    resolution.resolve(raw)
+
+
+def test_the_moving_average_s_best_is_kept_and_named_so(tmp_path):
+  config = _config(keep_best=1, ema_decay=0.9, best_weights='ema')
+  keeper = best.BestKeeper(str(tmp_path), config)
+  assert _observe(keeper, config, [5.0, 4.0]) is None
+  (step, record, _), = checkpoint_choice.best_checkpoints(str(tmp_path))
+  assert (step, record['weights'], record['value']) == (20, 'ema', 4.0)
+  inference = checkpoint_choice.load_inference_params(str(tmp_path), 'best')
+  assert inference.description == ('best checkpoint step 20 (dev loss 4 of the moving average '
+                                   'of the weights)')
 
 
 def test_no_best_checkpoint_is_one_line(tmp_path):

@@ -1,6 +1,7 @@
 """`--config.ema_decay` (training/ema.py): the average against a numpy recurrence of the
 parameters the optimizer produced; off, the optimizer state is the paper's."""
 
+import json
 import os
 
 import jax
@@ -46,7 +47,8 @@ def test_a_fine_tune_of_the_decoder_with_an_average_through_main(tiny_workdir, c
   result = run_main(f'--workdir={run}', f'--config.local_corpus_dir={corpus}', *given,
                     f'--config.init_from={tiny_workdir}:10', "--config.trainable=decoder/.*",
                     '--config.ema_decay=0.9', '--config.num_train_steps=10',
-                    '--config.eval_every_steps=0')
+                    '--config.eval_every_steps=10', '--config.keep_best=1',
+                    '--config.best_weights=ema')
   assert result.returncode == 0, result.stderr[-3000:]
   source = checkpoint_choice.load_inference_params(tiny_workdir, '10').params
   tuned = checkpoint_choice.load_inference_params(run, '10').params
@@ -66,6 +68,15 @@ def test_a_fine_tune_of_the_decoder_with_an_average_through_main(tiny_workdir, c
   assert 'moving average of the weights (decay 0.9)' in info
   evaluated = run_main('--mode=eval', f'--workdir={run}', '--checkpoint=ema')
   assert evaluated.returncode == 0 and 'moving average (ema)' in evaluated.stderr
+  # Evaluated during training too, and kept as the best by best_weights='ema': the logged dev
+  # loss is --mode=eval's of the same average, and best/ holds the average itself.
+  logged = [m for m in read_metrics(run) if 'eval_dev_ema/loss' in m]
+  assert [m['step'] for m in logged] == [10]
+  with open(os.path.join(run, 'eval_dev_ema_10.json')) as f:
+    np.testing.assert_allclose(logged[0]['eval_dev_ema/loss'], json.load(f)['loss'], rtol=1e-5)
+  kept = checkpoint_choice.load_inference_params(run, 'best')
+  assert kept.description.endswith('of the moving average of the weights)')
+  jax.tree_util.tree_map(np.testing.assert_array_equal, kept.params, average.params)
   raw = run_main('--mode=eval', f'--workdir={run}', '--checkpoint=10')
   assert raw.returncode == 0, raw.stderr[-3000:]
   # Each named by what was evaluated: neither result is the other's `.1`.

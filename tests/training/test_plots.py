@@ -69,6 +69,26 @@ def test_a_rolled_back_run_beyond_the_resume_point_is_dropped(tmp_path):
   assert c.eval_steps.shape == (0,) and c.eval_split == 'dev'
 
 
+def test_the_moving_average_s_evaluations_are_curves_of_their_own(tmp_path):
+  """`ema_decay`: `eval_dev_ema/` beside `eval_dev/` at each step but 0 (dev_eval); the
+  split stays 'dev' though the EMA record is written last."""
+  records = [{'step': 0, 'eval_dev/loss': 9.0},
+             {'step': 10, 'loss': 3.0, 'elapsed_s': 10.0},
+             {'step': 10, 'eval_dev/loss': 4.0, 'eval_dev/bleu': 1.0},
+             {'step': 10, 'eval_dev_ema/loss': 5.0, 'eval_dev_ema/bleu': 0.5},
+             {'step': 20, 'loss': 2.0, 'elapsed_s': 20.0},
+             {'step': 20, 'eval_dev/loss': 3.0, 'eval_dev/bleu': 2.0},
+             {'step': 20, 'eval_dev_ema/loss': 2.5, 'eval_dev_ema/bleu': 3.0}]
+  workdir = write_metrics(tmp_path, records)
+  c = plots.load_curves(os.path.join(workdir, 'metrics.jsonl'))
+  assert c.eval_split == 'dev'
+  np.testing.assert_array_equal(c.eval_steps, [0, 10, 20])
+  np.testing.assert_array_equal(c.eval_loss, [9.0, 4.0, 3.0])
+  np.testing.assert_array_equal(c.ema_loss, [NAN, 5.0, 2.5])
+  np.testing.assert_array_equal(c.ema_bleu, [NAN, 0.5, 3.0])
+  assert len(plots.write_learning_curves(workdir)) == 2
+
+
 def test_write_learning_curves_draws_real_images(tmp_path):
   workdir = write_metrics(tmp_path / 'run', KILLED_AND_RESUMED)
   keep = os.path.join(workdir, 'plots', 'mine.txt')
