@@ -21,6 +21,7 @@ import sys
 import threading
 from typing import Any, Iterator, Optional, Tuple
 
+from absl import logging
 from etils import epath
 
 from t2t_jax.storage import lease as lease_lib
@@ -130,6 +131,42 @@ def broken_symlink(path: str) -> Optional[str]:
                 f'{os.path.join(os.path.dirname(link), target)}, point the link at a '
                 'directory or remove it')
   return None
+
+
+MISSING, EMPTY = 'missing', 'empty'
+
+
+def new_state(workdir: str) -> Optional[str]:
+  """MISSING or EMPTY when a run in `workdir` starts from nothing, else None."""
+  path = epath.Path(paths.absolute(workdir))
+  if not path.exists():
+    return MISSING
+  return EMPTY if path.is_dir() and next(iter(path.iterdir()), None) is None else None
+
+
+def clear_refused(workdir: str, was: str) -> list:
+  """Empties `workdir`, which was MISSING or EMPTY (`new_state`) before a run that was refused before
+  its first step wrote into it (prepared data, a vocabulary, the lock), and removes it if it
+  `was` MISSING: a new workdir is left as it was found, so that the corrected command starts
+  as the first would have. Returns the names removed; one that cannot be removed is left, and
+  named in a warning."""
+  removed, folder = [], epath.Path(paths.absolute(workdir))
+  for child in sorted(folder.iterdir(), key=lambda p: p.name):
+    is_dir = child.is_dir()
+    try:
+      if is_dir:
+        child.rmtree()
+      else:
+        child.unlink()
+      removed.append(child.name + ('/' if is_dir else ''))
+    except OSError as e:
+      logging.warning('could not remove %s after the refused run: %s', child, e)
+  if was == MISSING:
+    try:
+      folder.rmdir()
+    except OSError:
+      pass  # not empty after all (a file that would not go, named above)
+  return removed
 
 
 def check_writable(workdir: str, create: bool = True) -> str:

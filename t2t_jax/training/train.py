@@ -182,14 +182,32 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   variant.check_later_methods(net, config.model)  # what decode and export will call, too
   optimizer = optim.make(config)  # likewise a --config.optimizer factory
   is_chief = jax.process_index() == 0
+  new = workdir_lib.new_state(workdir) if is_chief else None
   workdir = layout.of(workdir_lib.check_writable(workdir) if is_chief else workdir)
   lock = workdir_lib.WorkdirLock(workdir).acquire() if is_chief else None
   try:
     with preemption.PreemptionHandler() as handler:
-      return _Run(config, workdir, net, optimizer).loop(handler)
+      try:
+        run = _Run(config, workdir, net, optimizer)
+      except Exception:
+        if lock is not None:
+          lock.release()
+          lock = None
+        if new:  # refused after preparing data: the new workdir is left as it was found
+          _leave_as_found(workdir, new)
+        raise
+      return run.loop(handler)
   finally:
     if lock is not None:
       lock.release()
+
+
+def _leave_as_found(workdir: str, was: str) -> None:
+  removed = workdir_lib.clear_refused(workdir, was)
+  if removed:
+    before = 'did not exist' if was == workdir_lib.MISSING else 'was empty'
+    logging.warning('%s %s before this run, which stopped before its first step: what it had '
+                    'prepared there is removed (%s)', workdir, before, ', '.join(removed))
 
 
 class _Run:

@@ -100,6 +100,31 @@ def test_a_batch_too_small_for_the_devices_fails_before_any_work(tmp_path):
   assert not (tmp_path / 'run').exists()
 
 
+@pytest.mark.parametrize('was', ['missing', 'empty', 'used'])
+def test_a_refusal_after_the_data_is_prepared_leaves_a_new_workdir_as_it_was(corpus, tmp_path,
+                                                                             was):
+  """No pair fits max_length: known only once the vocabulary is trained and the corpus
+  prepared and encoded. A missing or empty workdir is left so; a used one keeps its files
+  and what the run prepared (nothing of it was the run's to judge)."""
+  from configs import quickstart
+  from t2t_jax.data import pipeline
+  from t2t_jax.training import train
+  workdir = tmp_path / 'run'
+  if was != 'missing':
+    workdir.mkdir()
+  if was == 'used':
+    (workdir / 'notes.txt').write_text('mine')
+  config = quickstart.get_config()
+  config.update(dict(local_corpus_dir=corpus, vocab_size=400, vocab_sample_sentences=1200,
+                     max_length=2, bucket_lengths=(2, 32), tokens_per_batch=2048))
+  with pytest.raises(pipeline.PipelineError, match='are longer than 2 tokens'):
+    train.train(config, str(workdir))
+  if was == 'used':
+    assert {'notes.txt', 'vocab', 'tfds'} <= set(os.listdir(workdir))
+  else:
+    assert workdir.exists() == (was == 'empty') and not (was == 'empty' and os.listdir(workdir))
+
+
 @pytest.fixture
 def umask_002():
   """main.py runs under the user's umask 002 (group-writable), inherited by subprocesses."""
