@@ -1,21 +1,28 @@
 """The fixtures of tests/pretrained/ (a pytest plugin that tests/conftest.py registers): the
 transformers models, each made once a session, and the fine-tune command line."""
 
+import os
+
 import pytest
 
-from conftest import run_main
+from conftest import run_main, shared_once
 
 
 # The transformers models tests/pretrained/ shares (benchmarks/shared/transformers_models.py): each made once a
 # session (seconds of training), imported into a workdir no test writes into.
 def _imported(tmp_path_factory, name, family, languages=None):
-  pytest.importorskip('torch')
+  torch = pytest.importorskip('torch')
+  # One thread: the pytest-xdist workers already keep every core busy, and torch's threads
+  # contending with them made the model's training ~3x slower (63 s per worker, cold).
+  torch.set_num_threads(1)
   from benchmarks.shared import transformers_models as hf_models  # pylint: disable=import-outside-toplevel
   from t2t_jax.pretrained import import_mode  # pylint: disable=import-outside-toplevel
-  root = tmp_path_factory.mktemp(name)
-  folder = getattr(hf_models, f'{family}_dir')(str(root / 'hf'))
-  workdir = str(root / 'w')
-  import_mode.run(folder, workdir, languages)
+
+  def make(root):
+    import_mode.run(getattr(hf_models, f'{family}_dir')(os.path.join(root, 'hf')),
+                    os.path.join(root, 'w'), languages)
+  root = shared_once(tmp_path_factory, name, make)  # once a session, whatever the workers
+  folder, workdir = os.path.join(root, 'hf'), os.path.join(root, 'w')
   model, tok = hf_models.load(folder)
   if languages:
     tok.src_lang, tok.tgt_lang = languages['source_lang'], languages['target_lang']
