@@ -189,14 +189,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     # Most likely a forgotten --config.dataset=treebank: the run would train on other data.
     _fail('treebank_dir', f"'' unless dataset='treebank' (dataset is {config.dataset!r})",
           config.treebank_dir)
-  if (config.best_metric == 'bleu' and (config.keep_best or config.early_stop_patience)
-      and config.eval_every_steps and not config.eval_bleu_sentences):
-    _fail('best_metric', "'loss', or 'bleu' with eval_bleu_sentences > 0 (no dev BLEU is "
-          'decoded without it)', config.best_metric)
-  if (config.best_weights == 'ema' and (config.keep_best or config.early_stop_patience)
-      and not config.ema_decay):
-    _fail('best_weights', "'params', or 'ema' with ema_decay > 0 (no moving average of the "
-          'weights is kept without it)', config.best_weights)
+  _check_best(config)
   _check_decoding(config)
   _check_schedule_and_seeds(config)
   if config.vocab_model and config.init_from:
@@ -250,6 +243,18 @@ def paper_peak(d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
   """The peak of the paper's schedule (§5.3, eq. 3, at step = warmup_steps):
   scale * (d_model * warmup_steps)^-0.5 (6.99e-4 for the base model)."""
   return float(scale) * (float(d_model) * float(warmup_steps)) ** -0.5
+
+
+def _check_best(config: ml_collections.ConfigDict) -> None:
+  """What keep_best and early stopping rank: a dev BLEU that is decoded, weights kept."""
+  ranks = config.keep_best or config.early_stop_patience
+  if (config.best_metric == 'bleu' and ranks and config.eval_every_steps
+      and not config.eval_bleu_sentences):
+    _fail('best_metric', "'loss', or 'bleu' with eval_bleu_sentences > 0 (no dev BLEU is "
+          'decoded without it)', config.best_metric)
+  if config.best_weights == 'ema' and ranks and not config.ema_decay:
+    _fail('best_weights', "'params', or 'ema' with ema_decay > 0 (no moving average of the "
+          'weights is kept without it)', config.best_weights)
 
 
 def _check_schedule_and_seeds(config: ml_collections.ConfigDict) -> None:
