@@ -4,6 +4,8 @@ import json
 import logging
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 from etils import epath
@@ -106,3 +108,34 @@ def test_the_metrics_of_a_lost_run_are_set_aside_on_an_object_store_too(gcs_dir)
   assert metrics.set_aside_lost_run(gcs_dir) == f'{gcs_dir}/metrics.old-1.jsonl'
   assert epath.Path(gcs_dir, 'metrics.old-1.jsonl').read_text() == old
   assert not epath.Path(gcs_dir, 'metrics.jsonl').exists()
+
+
+def test_tensorboard_events_are_written_without_importing_torch(tmp_path):
+  """tensorboardX tries `import torch` at import (0.9 s of each training start where torch is
+  installed): `_tensorboard` hides it for that import, and torch imports normally after."""
+  script = (
+      'import sys\n'
+      'from t2t_jax.training import metrics\n'
+      f'writer = metrics._tensorboard({str(tmp_path)!r})\n'
+      "writer.add_scalar('loss', 2.5, 7)\n"
+      'writer.close()\n'
+      "print('torch' in sys.modules)\n"
+      'try:\n'
+      '  import torch\n'
+      "  print(type(torch.zeros(1)).__name__)\n"
+      'except ImportError:\n'
+      "  print('no torch installed')\n")
+  result = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
+                          timeout=300)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert result.stdout.split('\n')[:2] in (['False', 'Tensor'], ['False', 'no torch installed'])
+  # The event file's TFRecords (length, its crc, an Event proto, its crc), read back.
+  from tensorboardX.proto import event_pb2
+  (name,) = [n for n in os.listdir(tmp_path) if n.startswith('events.out.tfevents.')]
+  data, scalars = (tmp_path / name).read_bytes(), []
+  while data:
+    size = int.from_bytes(data[:8], 'little')
+    event = event_pb2.Event.FromString(data[12:12 + size])
+    scalars += [(event.step, v.tag, v.simple_value) for v in event.summary.value]
+    data = data[12 + size + 4:]
+  assert scalars == [(7, 'loss', 2.5)]
