@@ -13,14 +13,15 @@ import tempfile
 _OURS = ('--xla_force_host_platform_device_count=', '--xla_backend_optimization_level=')
 _USER_XLA_FLAGS = ' '.join(f for f in os.environ.get('XLA_FLAGS', '').split()
                            if not f.startswith(_OURS))
-# T2T_TEST_XLA_OPT=0: LLVM at -O0 for the tests' programs, for a faster edit-test loop. The
-# suite is mostly compiling, and -O0 halves a compile (13.9 -> 6.4 s, test_stack's slowest
-# case): the fast tier from an empty cache took 618 s instead of 813 s on 2 workers, the
-# whole suite 29.3 min instead of 34.1 (docs/install.md). It changes float rounding, not
-# what a program computes, so the records made bit for bit at XLA's default level run in a
-# child at that level (`at_default_xla_optimization`). Not the default: the one whole -O0
-# run so far lost a worker to a segfault in XLA's cache write, not seen at the default level.
-XLA_TEST_OPT = os.environ.get('T2T_TEST_XLA_OPT', 'default')
+# LLVM at -O0 for the tests' programs (T2T_TEST_XLA_OPT=default: XLA's own level). The suite
+# is mostly compiling, and -O0 halves a compile (13.9 -> 6.4 s, test_stack's slowest case):
+# from an empty cache on 2 workers the whole suite took 24.3 min instead of 31.0-33.5, the
+# fast tier 618 s instead of 813 (docs/install.md). It changes float rounding, not what a
+# program computes, so the records made bit for bit at XLA's default level run in a child at
+# that level (`at_default_xla_optimization`). The one worker crash seen at -O0 (2026-11-29,
+# in XLA's cache write) came before the mapped-regions bound below, and crashed workers were
+# seen at the default level too (tests/worker_crash.py reruns their test once).
+XLA_TEST_OPT = os.environ.get('T2T_TEST_XLA_OPT', '0')
 os.environ['XLA_FLAGS'] = (_USER_XLA_FLAGS + ' --xla_force_host_platform_device_count=8' + (
     '' if XLA_TEST_OPT == 'default' else f' --xla_backend_optimization_level={XLA_TEST_OPT}')
     ).strip()
@@ -209,7 +210,7 @@ def run_main(*args, timeout=600, env=None, input=None):
 def at_default_xla_optimization(test):
   """`test` (taking no fixtures) run in a pytest child whose programs compile at XLA's
   default optimization level, for a record made bit for bit at that level; as it is where the
-  session compiles there too (T2T_TEST_XLA_OPT unset or 'default')."""
+  session compiles there too (T2T_TEST_XLA_OPT=default)."""
   if XLA_TEST_OPT == 'default':
     return test
   import functools
