@@ -145,11 +145,11 @@ def new_state(workdir: str) -> Optional[str]:
 
 
 def clear_refused(workdir: str, was: str) -> list:
-  """Empties `workdir`, which was MISSING or EMPTY (`new_state`) before a run that was refused before
-  its first step wrote into it (prepared data, a vocabulary, the lock), and removes it if it
-  `was` MISSING: a new workdir is left as it was found, so that the corrected command starts
-  as the first would have. Returns the names removed; one that cannot be removed is left, and
-  named in a warning."""
+  """Empties `workdir`, which was MISSING or EMPTY (`new_state`) before a run that was
+  refused before its first step wrote into it (prepared data, a vocabulary, the lock), and
+  removes it if it `was` MISSING: a new workdir is left as it was found, so that the
+  corrected command starts as the first would have. Returns the names removed; one that
+  cannot be removed is left, and named in a warning."""
   removed, folder = [], epath.Path(paths.absolute(workdir))
   for child in sorted(folder.iterdir(), key=lambda p: p.name):
     is_dir = child.is_dir()

@@ -66,6 +66,7 @@ def test_a_fine_tune_of_the_decoder_with_an_average_through_main(tiny_workdir, c
   info = run_main('--mode=info', f'--workdir={run}').stdout
   assert "trainable='decoder/.*':" in info and 'frozen' in info
   assert 'moving average of the weights (decay 0.9)' in info
+  assert "  best_weights              = 'ema'" in info
   evaluated = run_main('--mode=eval', f'--workdir={run}', '--checkpoint=ema')
   assert evaluated.returncode == 0 and 'moving average (ema)' in evaluated.stderr
   # Evaluated during training too, and kept as the best by best_weights='ema': the logged dev
