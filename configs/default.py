@@ -107,7 +107,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.average_last = 5              # checkpoints averaged for eval/decode (base: 5, big: 20)
   c.average_best = 0              # --mode=average: average the N best checkpoints keep_best kept instead of the last average_last, into averaged/step_<last>_best_<N> (read with --checkpoint=averaged/step_<last>_best_<N>); 0: the last
   c.beam_size = 4                 # beam width
-  c.length_penalty_alpha = 0.6    # GNMT length penalty ((5 + |Y|) / 6)^alpha
+  c.length_penalty_alpha = 0.6    # GNMT length penalty ((5 + |Y|) / 6)^alpha (with length_penalty_rule='transformers': |Y|^alpha)
+  c.length_penalty_rule = 'gnmt'  # how beam search compares lengths: 'gnmt' (the paper's: the GNMT penalty, an exact early stop) or 'transformers' (|Y|^alpha and transformers' stop heuristic: decodes as its generate(num_beams=beam_size, length_penalty=alpha))
   c.max_decode_extra = 50         # maximum output length = input length + this
   c.decode_strategy = 'beam'      # 'beam' (the paper's), 'greedy' (the argmax each step), or 'sample' (temperature, top_k, top_p, sample_seed)
   c.nbest = 1                     # --mode=decode: N hypotheses per input (N <= beam_size; N samples with 'sample'), as input_index<TAB>rank<TAB>score<TAB>log_prob<TAB>hypothesis lines

@@ -22,6 +22,8 @@ NormPosition = Literal['post', 'pre']  # §3.1: LayerNorm(x + Sublayer(x)), or x
 RematPolicy = Literal['none', 'full', 'dots_saveable', 'dots_with_no_batch_dims_saveable']
 # `jax.nn.dot_product_attention(implementation=...)`; None (a run config's '') lets jax choose.
 AttentionImpl = Literal['xla', 'cudnn']
+# §6.1's length penalty and early stop ('gnmt'), or transformers' (`model/length_rules.py`).
+LengthRule = Literal['gnmt', 'transformers']
 DTypeName = Literal['float32', 'bfloat16']  # activations; parameters are always float32
 
 

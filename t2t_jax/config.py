@@ -39,6 +39,7 @@ CHOICES = {
     'best_metric': ('loss', 'bleu'),
     'best_weights': ('params', 'ema'),
     'decode_strategy': ('beam', 'greedy', 'sample'),
+    'length_penalty_rule': get_args(choices.LengthRule),
 }
 _POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_layers', 'max_len',
              'max_length', 'tokens_per_batch', 'warmup_steps', 'grad_accum_steps',

@@ -79,7 +79,8 @@ _ROWS: Tuple[Tuple[Tuple[str, ...], Tuple, str], ...] = (
                   "training with final_eval_split='' ends without averaging")),
      'eval and decode read the newest average; --mode=average writes one'),
     (('average_best',), ('average',), '--mode=average only'),
-    (('beam_size', 'length_penalty_alpha', 'max_decode_extra'), _SEARCHES + ('export',),
+    (('beam_size', 'length_penalty_alpha', 'length_penalty_rule', 'max_decode_extra'),
+     _SEARCHES + ('export',),
      'this mode searches for no translation'),
     (('decode_strategy', 'no_repeat_ngram_size', 'temperature', 'top_k', 'top_p',
       'sample_seed'), _SEARCHES, 'this mode searches for no translation'),
@@ -140,6 +141,8 @@ CROSS_KEY_RULES = (
     ('beam_size', ('decode_strategy',), lambda c: c.decode_strategy != 'beam', "only "
      "decode_strategy='beam' searches with a beam (nbest sets how many samples are drawn)"),
     ('length_penalty_alpha', ('decode_strategy',), lambda c: c.decode_strategy == 'greedy',
+     "decode_strategy='greedy' takes the argmax at each step, with no length penalty"),
+    ('length_penalty_rule', ('decode_strategy',), lambda c: c.decode_strategy == 'greedy',
      "decode_strategy='greedy' takes the argmax at each step, with no length penalty"),
     ('output_scores', ('nbest',), lambda c: c.nbest > 1, 'nbest > 1 writes the scores anyway'),
     ('best_metric', ('keep_best', 'early_stop_patience'), lambda c: not c.keep_best and not c.early_stop_patience,

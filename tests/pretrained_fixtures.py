@@ -53,3 +53,21 @@ def fine_tune(parent, corpus, run, steps, *extra):
                   f'--config.eval_every_steps={steps}', '--config.eval_bleu_sentences=0',
                   '--config.final_eval_split=', '--config.tokens_per_batch=1024',
                   '--config.warmup_steps=1', *extra, timeout=600)
+
+
+def n_best_against_transformers(workdir, model, tok, sources, alpha, rule, **generate):
+  """(our 4-best lists of `sources` by length `rule` in transformers' ids, transformers' own
+  (`generate(num_beams=4, length_penalty=alpha, **generate)`), our scores, theirs)."""
+  from benchmarks.shared import transformers_models as hf_models  # pylint: disable=import-outside-toplevel
+  from t2t_jax.inference.translate import Translator  # pylint: disable=import-outside-toplevel
+  order = hf_models.id_order(tok, model.config.vocab_size)
+  translator = Translator.from_workdir(workdir, beam_size=4, alpha=alpha, length_rule=rule)
+  ours = translator.translate_n_best(sources)
+  theirs = [hf_models.beam_n_best(model, tok, s, beam_size=4, alpha=alpha,
+                                  max_new_tokens=len(tok(s)['input_ids']) + 50, **generate)
+            for s in sources]
+  assert all(ended for hyps in theirs for _, ended, _ in hyps), 'the test wants ended outputs'
+  mine = [[[int(order[i]) for i in h.ids] for h in hyps] for hyps in ours]
+  return (mine, [[ids for ids, _, _ in hyps] for hyps in theirs],
+          [[h.score for h in hyps] for hyps in ours],
+          [[score for _, _, score in hyps] for hyps in theirs])

@@ -220,3 +220,31 @@ def id_order(tok, size):
   (`t2t_jax/pretrained/id_map.py`), for transformers' tokenizer `tok` of `size` ids."""
   special = [tok.pad_token_id, tok.eos_token_id, tok.unk_token_id]
   return np.array(special + [i for i in range(size) if i not in special])
+
+
+def short_dev_sources(tok, count, max_tokens=40):
+  """The first `count` bundled dev sources of at most `max_tokens` ids in `tok` (EOS
+  included), so that an output of source length + 50 stays within the tiny models' 128
+  positions."""
+  with gzip.open(os.path.join(BUNDLED, 'dev.en.gz'), 'rt', encoding='utf-8') as f:
+    lines = (line.strip() for line in f)
+    return [s for s in lines if len(tok(s)['input_ids']) <= max_tokens][:count]
+
+
+def beam_n_best(model, tok, sentence, *, beam_size, alpha, max_new_tokens, **generate):
+  """transformers' beam search of `sentence` by its own `generate` (its default
+  `early_stopping=False`, padding never an output): [(ids up to EOS, EOS-terminated?, score)],
+  best first, `beam_size` of them."""
+  import torch  # pylint: disable=import-outside-toplevel
+  batch = tok([sentence], return_tensors='pt')
+  with torch.no_grad():
+    out = model.generate(**batch, num_beams=beam_size, num_return_sequences=beam_size,
+                         do_sample=False, length_penalty=alpha, max_new_tokens=max_new_tokens,
+                         bad_words_ids=[[tok.pad_token_id]], output_scores=True,
+                         return_dict_in_generate=True, **generate)
+  hypotheses = []
+  for ids, score in zip(out.sequences.tolist(), out.sequences_scores.tolist()):
+    ids = ids[1:]  # the decoder start
+    ended = tok.eos_token_id in ids
+    hypotheses.append((ids[:ids.index(tok.eos_token_id)] if ended else ids, ended, score))
+  return hypotheses

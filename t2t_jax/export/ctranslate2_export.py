@@ -72,6 +72,17 @@ def check_quantization(quantization: Optional[str], argument: str = '--quantizat
                       f'{", ".join(quantizations())}')
 
 
+def check_length_rule(config) -> None:
+  """Refuses, in one line, a run that decodes by transformers' length rule: CTranslate2's search
+  is re-ranked by GNMT's (`ctranslate2_decoding`), which finds our 'gnmt' best exactly; its own
+  stop is not transformers' heuristic, so 'transformers' cannot be reproduced there."""
+  rule = getattr(config, 'length_penalty_rule', 'gnmt')
+  if rule != 'gnmt':
+    raise ExportError(f"--config.length_penalty_rule={rule!r}: the CTranslate2 export decodes by "
+                      "the paper's GNMT rule only (its stop is not transformers' heuristic); "
+                      "export with 'gnmt', or with --format=huggingface to decode in transformers")
+
+
 def check_paper_layers(transformer: model.Transformer) -> None:
   """Raises ExportError naming the first extension point (`parts.py`) of a model variant:
   CTranslate2 runs its own implementation of the paper's layers, not the model's code."""
@@ -340,6 +351,7 @@ def convert(source: ExportSource, output: str, quantization: Optional[str] = Non
   `build_spec`) and before it is kept, checked by translating (`self_check`). Returns
   `output`'s absolute path."""
   check_paper_layers(source.transformer)
+  check_length_rule(source.config)
   source.check_vocabulary()  # padded with dummy tokens, a smaller one would translate to them
   check_embedding_scale(source.transformer, source.params)
   separate = source.source_tokenizer_path is not None

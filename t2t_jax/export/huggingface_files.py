@@ -49,7 +49,10 @@ def _common(source: ExportSource, rows: np.ndarray) -> Dict[str, Any]:
       # Ours end a translation with EOS at its length limit: so do theirs.
       'forced_eos_token_id': theirs[1], 'bad_words_ids': [[theirs[0]]],  # padding: never
       'decoder_start_token_id': theirs[cfg.decoder_start_id], 'tie_word_embeddings': True,
-      'is_encoder_decoder': True, 'num_beams': int(source.config.beam_size)}
+      'is_encoder_decoder': True, 'num_beams': int(source.config.beam_size),
+      # The exponent; transformers' generate divides by |Y| ** it, as length_penalty_rule
+      # 'transformers' does (the paper's GNMT rule has no transformers equivalent).
+      'length_penalty': float(source.config.length_penalty_alpha)}
 
 
 def _write_marian(source: ExportSource, rows: np.ndarray, folder: str) -> None:
@@ -59,7 +62,7 @@ def _write_marian(source: ExportSource, rows: np.ndarray, folder: str) -> None:
   _dump(folder, 'config.json', config)
   _dump(folder, 'generation_config.json', {k: config[k] for k in (
       'decoder_start_token_id', 'eos_token_id', 'pad_token_id', 'forced_eos_token_id',
-      'bad_words_ids', 'num_beams')})
+      'bad_words_ids', 'num_beams', 'length_penalty')})
   pieces, vocab = source.pieces('target'), {}
   for i, piece in enumerate(pieces):
     vocab.setdefault(piece, i)
@@ -98,7 +101,7 @@ def _write_m2m100(source: ExportSource, rows: np.ndarray, folder: str) -> None:
   _dump(folder, 'config.json', config)
   _dump(folder, 'generation_config.json', {k: config[k] for k in (
       'decoder_start_token_id', 'eos_token_id', 'pad_token_id', 'bos_token_id',
-      'forced_eos_token_id', 'bad_words_ids', 'num_beams')})
+      'forced_eos_token_id', 'bad_words_ids', 'num_beams', 'length_penalty')})
   _dump(folder, 'vocab.json', {pieces[int(rows[j])]: j for j in range(size)})
   made_up = len(rows) - size - len(language_tokens.M2M100_LANGUAGE_CODES[codes])
   _dump(folder, 'tokenizer_config.json', {

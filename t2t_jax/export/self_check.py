@@ -44,12 +44,14 @@ class Settings:
   max_decode_extra: int
   batch_sentences: int
   bucket_lengths: Sequence[int]
+  length_rule: str = 'gnmt'
 
   @classmethod
   def of(cls, config: Any) -> 'Settings':
     """From a run config (configs/default.py keys), as `--mode=decode` reads them."""
     return cls(config.beam_size, config.length_penalty_alpha, config.max_decode_extra,
-               config.decode_batch_sentences, tuple(config.bucket_lengths))
+               config.decode_batch_sentences, tuple(config.bucket_lengths),
+               getattr(config, 'length_penalty_rule', 'gnmt'))
 
 
 def _dev_sentences(config: Any, tok: Any) -> List[str]:

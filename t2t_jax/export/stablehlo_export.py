@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from t2t_jax.inference import portable, translate
-from t2t_jax.model import transformer as model
+from t2t_jax.model import search, transformer as model
 from t2t_jax.model.transformer import as_model  # `model` is also export_stablehlo_model's argument
 from t2t_jax.storage import paths
 from t2t_jax.storage import workdir as workdir_lib
@@ -66,14 +66,16 @@ def _param_names(params):
 
 def export_bucket(transformer: model.ModelLike, params, *, beam_size: int, alpha: float,
                   rows: int, src_len: int, max_decode_len: int,
-                  platforms: Sequence[str] = PLATFORMS) -> jax.export.Exported:
+                  platforms: Sequence[str] = PLATFORMS,
+                  length_rule: str = 'gnmt') -> jax.export.Exported:
   """`translate.decode_batch` for `[rows, src_len]` inputs, taking the parameters as a flat
   tuple in `_param_names` order."""
   leaves, tree = jax.tree_util.tree_flatten(params)
 
   def decode(flat_params, inputs, max_lengths):
     return translate.decode_batch(transformer, beam_size, alpha, jax.tree_util.tree_unflatten(
-        tree, list(flat_params)), inputs, max_lengths, max_decode_len)
+        tree, list(flat_params)), inputs, max_lengths, max_decode_len,
+                                  length_rule=length_rule)
 
   shapes = (tuple(jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in leaves),
             jax.ShapeDtypeStruct((rows, src_len), jnp.int32),
@@ -147,7 +149,8 @@ def write_artifact(source: ExportSource, output: str,
       max_decode_len = min(src_len + config.max_decode_extra, cfg.max_len)
       exported = export_bucket(source.transformer, params, beam_size=config.beam_size,
                                alpha=config.length_penalty_alpha, rows=rows, src_len=src_len,
-                               max_decode_len=max_decode_len, platforms=platforms)
+                               max_decode_len=max_decode_len, platforms=platforms,
+                               length_rule=config.length_penalty_rule)
       name = f'decode_{src_len}x{max_decode_len}.stablehlo'
       _write(temp, output, name, lambda path: _write_bytes(path, exported.serialize()))
       buckets.append({'source_length': src_len, 'max_decode_len': max_decode_len,
@@ -165,6 +168,7 @@ def write_artifact(source: ExportSource, output: str,
         'format': portable.ARTIFACT_FORMAT, 'version': portable.ARTIFACT_VERSION,
         'jax_version': jax.__version__, 'platforms': list(platforms),
         'beam_size': config.beam_size, 'length_penalty_alpha': config.length_penalty_alpha,
+        'length_penalty_rule': config.length_penalty_rule,
         'max_decode_extra': config.max_decode_extra, 'max_len': cfg.max_len, 'rows': rows,
         'bucket_lengths': list(config.bucket_lengths), 'buckets': buckets,
         'params': list(names), 'eos_id': portable.EOS_ID, 'pad_id': portable.PAD_ID,
@@ -214,13 +218,15 @@ def export_stablehlo_model(model: model.ModelLike, params, tokenizer: Any, outpu
                            batch_sentences: int = 64,
                            bucket_lengths: Sequence[int] = (16, 32, 64, 128, 256),
                            description: str = 'parameters given to export_stablehlo_model',
-                           platforms: Sequence[str] = PLATFORMS) -> str:
+                           platforms: Sequence[str] = PLATFORMS,
+                           length_rule: str = 'gnmt') -> str:
   """Exports `model` with `params` as a StableHLO artifact (the module docstring's, the same
   files and serve.py as `export_stablehlo` writes) into the new directory `output`.
 
   The artifact translates as `Translator(model, params, tokenizer, beam_size=, alpha=,
-  max_decode_extra=, batch_sentences=, bucket_lengths=)` does: the same arguments, the same
-  defaults (§6.1: beam 4, alpha 0.6, output length up to input length + 50).
+  max_decode_extra=, batch_sentences=, bucket_lengths=, length_rule=)` does: the same
+  arguments, the same defaults (§6.1: beam 4, alpha 0.6, output length up to input length +
+  50, the GNMT length rule).
 
   Args:
     model: a `Transformer`, a variant (its extension points are exported), or a
@@ -256,7 +262,7 @@ def export_stablehlo_model(model: model.ModelLike, params, tokenizer: Any, outpu
   except TypeError as e:
     raise ExportError(f'{_CALL}: model: {e}') from None
   settings = _decoding_settings(beam_size, alpha, max_decode_extra, batch_sentences,
-                                bucket_lengths, net.cfg.max_len)
+                                bucket_lengths, net.cfg.max_len, length_rule)
   _check_params(net, params)
   target_vocab, source_vocab = _vocabularies(tokenizer, net.cfg)
   source = ExportSource(settings, params, target_vocab, description, net, source_vocab)
@@ -300,7 +306,8 @@ def _flat(tree, prefix: str = ''):
 
 
 def _decoding_settings(beam_size: int, alpha: float, max_decode_extra: int,
-                       batch_sentences: int, bucket_lengths: Sequence[int], max_len: int):
+                       batch_sentences: int, bucket_lengths: Sequence[int], max_len: int,
+                       length_rule: str = 'gnmt'):
   """The run config keys `write_artifact` reads, from `Translator`'s argument names; an
   ExportError names the first value a search cannot run with, and what it expects."""
   checks = (('beam_size', beam_size, _count(beam_size, 1) or 'an int >= 1 (1: greedy)'),
@@ -309,12 +316,14 @@ def _decoding_settings(beam_size: int, alpha: float, max_decode_extra: int,
             ('max_decode_extra', max_decode_extra,
              _count(max_decode_extra, 0) or 'an int >= 0 (output tokens beyond the input\'s)'),
             ('batch_sentences', batch_sentences, _count(batch_sentences, 1) or 'an int >= 1'),
-            ('bucket_lengths', bucket_lengths, _bucket_problem(bucket_lengths, max_len)))
+            ('bucket_lengths', bucket_lengths, _bucket_problem(bucket_lengths, max_len)),
+            ('length_rule', length_rule, length_rule in search.LENGTH_RULES
+             or f'one of {", ".join(search.LENGTH_RULES)}'))
   for name, value, ok in checks:
     if ok is not True:
       raise ExportError(f'{_CALL}: {name}={value!r} is not a valid setting: expected {ok}')
   return types.SimpleNamespace(
-      beam_size=beam_size, length_penalty_alpha=float(alpha),
+      beam_size=beam_size, length_penalty_alpha=float(alpha), length_penalty_rule=length_rule,
       max_decode_extra=max_decode_extra, decode_batch_sentences=batch_sentences,
       bucket_lengths=tuple(bucket_lengths))
 

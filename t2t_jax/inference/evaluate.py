@@ -183,6 +183,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str, split: str = 'dev'
   hypotheses, references = scores.pop('hypotheses'), scores.pop('references', None)
   result.update(scores, sentences=len(pairs), beam_size=config.beam_size,
                 length_penalty_alpha=config.length_penalty_alpha,
+                length_penalty_rule=config.length_penalty_rule,
                 examples=examples(pairs, hypotheses, references=references))
   texts = _texts(config, result, hypotheses,
                  references if references is not None else [p['target'] for p in pairs])

@@ -7,10 +7,10 @@ With scores, each hypothesis is one line
     input_index<TAB>rank<TAB>score<TAB>log_prob<TAB>hypothesis
 
 `input_index` 0-based (fairseq's S-/H- numbering), `rank` 1-based, `score` what the search ranks
-by (the log probability over the GNMT length penalty), `log_prob` the sum of the hypothesis's
-token log probabilities with EOS (`translate.Hypothesis`); N lines per input, fewer when the
-search finished fewer, and one line with an empty hypothesis and zero scores for an empty
-input line. Rank 1 is the plain decode's line.
+by (the log probability over the length penalty of `length_penalty_rule`), `log_prob` the sum
+of the hypothesis's token log probabilities with EOS (`translate.Hypothesis`); N lines per
+input, fewer when the search finished fewer, and one line with an empty hypothesis and zero
+scores for an empty input line. Rank 1 is the plain decode's line.
 """
 
 from typing import Callable, List, Optional, Sequence

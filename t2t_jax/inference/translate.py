@@ -57,7 +57,7 @@ class Hypothesis(NamedTuple):
   `ids` (up to, not including, EOS), `log_prob` = log p(ids + [EOS] | source) with padding
   excluded from the softmax as decoding does (`scoring.token_log_probs(..., exclude_pad=True)`
   summed, up to float32 rounding) and `score` = log_prob / search.length_penalty(len(ids) + 1,
-  alpha), what beam search ranks by."""
+  alpha, length_rule), what beam search ranks by."""
   text: str
   ids: List[int]
   score: float
@@ -78,6 +78,8 @@ class Translator:
     tokenizer: `encode(str) -> ids` (no EOS), `decode(ids) -> str` (data.tokenizer.Tokenizer);
       its `forced` ids (`data/language_tokens.py`) start every translation.
     beam_size, alpha: 4 and 0.6 in the paper. max_decode_extra: output length <= input + this.
+    length_rule: 'gnmt' (the paper's) or 'transformers' (`model/length_rules.py`): how the
+      search compares lengths (`--config.length_penalty_rule`).
     batch_sentences: rows of every decode batch; sharded, rounded up to a multiple of the
       local device count (the last batch of a call is padded with empty rows).
     bucket_lengths: padded source lengths; longer inputs are padded to a multiple of 32.
@@ -104,7 +106,8 @@ class Translator:
                bucket_lengths: Sequence[int] = (16, 32, 64, 128, 256),
                threads: Optional[int] = None, parallelism: str = 'auto',
                strategy: str = 'beam', no_repeat_ngram_size: int = 0, temperature: float = 1.0,
-               top_k: int = 0, top_p: float = 1.0, seed: int = 0):
+               top_k: int = 0, top_p: float = 1.0, seed: int = 0, length_rule: str = 'gnmt'):
+    search.check_length_rule('Translator', length_rule)
     self.model = model_lib.as_model(model, deterministic=True, decode=False)
     self.cfg = self.model.cfg
     _check_tokenizer(tokenizer, self.cfg.vocab_size)
@@ -123,10 +126,10 @@ class Translator:
     self.threads = threads or (portable.default_threads() if self.parallelism == 'threads'
                                else 1)
     self.settings = SearchSettings(beam_size, alpha, strategy, no_repeat_ngram_size,
-                                   temperature, top_k, top_p)
+                                   temperature, top_k, top_p, length_rule)
     self.seed = seed
     self._decode, self._decode_n_best = (
-        decoder(self.model, beam_size, alpha, self.mesh, n_best=b)
+        decoder(self.model, beam_size, alpha, self.mesh, n_best=b, length_rule=length_rule)
         for b in (False, True))
     self._search = sharded_decoder(self.model, beam_size, alpha, self.mesh, n_best=True,
                                    settings=self.settings)
@@ -378,7 +381,8 @@ def _check_tokenizer(tokenizer, vocab_size: int) -> None:
 _SEARCH_KEYS = (('strategy', 'decode_strategy', 'beam'),
                 ('no_repeat_ngram_size', 'no_repeat_ngram_size', 0),
                 ('temperature', 'temperature', 1.0), ('top_k', 'top_k', 0),
-                ('top_p', 'top_p', 1.0), ('seed', 'sample_seed', 0))
+                ('top_p', 'top_p', 1.0), ('seed', 'sample_seed', 0),
+                ('length_rule', 'length_penalty_rule', 'gnmt'))
 
 
 def from_config(config, params, tokenizer, *, model: Optional[model_lib.Transformer] = None,

@@ -24,7 +24,7 @@ def beam_decode(model: ModelLike, beam_size: int, alpha: float, params, inputs: 
                 max_lengths: jax.Array, max_decode_len: int,
                 grow_cache: bool = True, *, no_repeat_ngram_size: int = 0,
                 prefix: Optional[jax.Array] = None,
-                append_only: bool = True, best_only: bool = False
+                append_only: bool = True, best_only: bool = False, length_rule: str = 'gnmt'
                 ) -> tuple[jax.Array, jax.Array]:
   """Every beam of the search and its score.
 
@@ -45,6 +45,7 @@ def beam_decode(model: ModelLike, beam_size: int, alpha: float, params, inputs: 
       every step, the same results bit for bit, slower.
     best_only: `search.beam_search`'s: stop a sentence once its best hypothesis is certain
       (the same best sequence and score, in fewer steps; the other beams may differ).
+    length_rule: 'gnmt' (the paper's) or 'transformers' (`length_rules`), static.
 
   Returns:
     (sequences `[rows, K, L]` int32, best first, EOS-terminated then 0s; scores `[rows, K]`
@@ -67,7 +68,8 @@ def beam_decode(model: ModelLike, beam_size: int, alpha: float, params, inputs: 
       max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=EOS_ID,
       bos_id=start_id(model),
       grow_cache=grow, no_repeat_ngram_size=no_repeat_ngram_size, prefix=prefix,
-      reorder_cache=incremental.reorder_cache if append_only else None, best_only=best_only)
+      reorder_cache=incremental.reorder_cache if append_only else None, best_only=best_only,
+      length_rule=length_rule)
 
 
 def sample_decode(model: ModelLike, params, inputs: jax.Array, max_lengths: jax.Array,

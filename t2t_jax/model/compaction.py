@@ -55,13 +55,14 @@ def levels(rows: int) -> Tuple[int, ...]:
 
 def compacting_beam_decode(model: ModelLike, beam_size: int, alpha: float, params,
                            inputs: np.ndarray, max_lengths: np.ndarray, max_decode_len: int,
-                           *, best_only: bool = True, sizes: Optional[Sequence[int]] = None
-                           ) -> Tuple[np.ndarray, np.ndarray]:
+                           *, best_only: bool = True, sizes: Optional[Sequence[int]] = None,
+                           length_rule: str = 'gnmt') -> Tuple[np.ndarray, np.ndarray]:
   """`beam_decode.beam_decode(..., best_only=best_only)` (grown, append-only cache) on host
   arrays, shrinking the batch as its sentences finish.
 
   Args:
-    model, beam_size, alpha, params, max_decode_len: as `beam_decode.beam_decode`.
+    model, beam_size, alpha, params, max_decode_len, length_rule: as
+      `beam_decode.beam_decode`.
     inputs: `[rows, src_len]` int32 source ids; max_lengths: `[rows]` int32.
     best_only: `search.beam_search`'s (decode_batch's True; the n-best search's False).
     sizes: the batch sizes to shrink through, descending, the first `rows` (None: `levels`).
@@ -89,17 +90,18 @@ def compacting_beam_decode(model: ModelLike, beam_size: int, alpha: float, param
     smaller = max([n for n in sizes if n < size], default=0)
     end = min(e for e in ends if e > step)
     state, step, live = _segment(model, params, state, context, limits, np.int32(smaller),
-                                 end=end, alpha=alpha, ancestry=k > 1, best_only=best_only)
+                                 end=end, alpha=alpha, ancestry=k > 1, best_only=best_only,
+                                 length_rule=length_rule)
     step, live = (int(x) for x in jax.device_get((step, live)))
     if live == 0 or step >= length:
       break
     if live <= smaller:  # gather the live sentences into the smallest size that holds them
       done = np.asarray(state.done)
-      _record(state, alpha, origin, done, out_seqs, out_scores)
+      _record(state, alpha, length_rule, origin, done, out_seqs, out_scores)
       keep = np.argsort(done, kind='stable')[:min(n for n in sizes if n >= live)]
       state, context = _select(state, context, keep.astype(np.int32))
       origin, limits = origin[keep], limits[keep]
-  _record(state, alpha, origin, np.ones(len(origin), bool), out_seqs, out_scores)
+  _record(state, alpha, length_rule, origin, np.ones(len(origin), bool), out_seqs, out_scores)
   return out_seqs, out_scores
 
 
@@ -112,10 +114,11 @@ def _start(model: ModelLike, params, inputs: jax.Array, beam_size: int, length: 
                                as_model(model).cfg.decoder_start_id), context
 
 
-@module_jit.jit_on_module(static_argnames=('end', 'alpha', 'ancestry', 'best_only'))
+@module_jit.jit_on_module(static_argnames=('end', 'alpha', 'ancestry', 'best_only',
+                                          'length_rule'))
 def _segment(model: ModelLike, params, state, context: incremental.DecodeContext,
              max_lengths: jax.Array, smaller: jax.Array, *, end: int, alpha: float,
-             ancestry: bool, best_only: bool):
+             ancestry: bool, best_only: bool, length_rule: str):
   """`search._search`'s loop over one cache length `end`, also stopping once at most
   `smaller` sentences are live: (state, steps so far, live sentences)."""
   cache = incremental.grow_cache(state.cache, end, window=as_model(model).cfg.decoder_window)
@@ -124,7 +127,7 @@ def _segment(model: ModelLike, params, state, context: incremental.DecodeContext
       search._step, beam_decode.step_logits(model, params, context), max_lengths=max_lengths,
       alpha=alpha, eos_id=EOS_ID,
       reorder_cache=incremental.reorder_cache if ancestry else search._gather_beams,
-      best_only=best_only)
+      best_only=best_only, length_rule=length_rule)
 
   def going(s):
     live = jnp.sum(~s.done)
@@ -146,16 +149,16 @@ def _select(state, context: incremental.DecodeContext, keep: jax.Array):
                                  cross_kv=jax.tree_util.tree_map(take, context.cross_kv))
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def _results(state, alpha: float) -> Tuple[jax.Array, jax.Array]:
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _results(state, alpha: float, length_rule: str) -> Tuple[jax.Array, jax.Array]:
   """`search._result`'s sequences `[n, K, L]` and scores `[n, K]` of the state's rows."""
-  sequences, scores, _ = search._result(state, alpha)
+  sequences, scores, _ = search._result(state, alpha, length_rule)
   return sequences, scores
 
 
-def _record(state, alpha: float, origin: np.ndarray, rows: np.ndarray,
+def _record(state, alpha: float, length_rule: str, origin: np.ndarray, rows: np.ndarray,
             out_seqs: np.ndarray, out_scores: np.ndarray) -> None:
   """Writes the results of the batch rows where `rows` holds into their input rows."""
-  sequences, scores = jax.device_get(_results(state, alpha))
+  sequences, scores = jax.device_get(_results(state, alpha, length_rule))
   out_seqs[origin[rows]] = sequences[rows]
   out_scores[origin[rows]] = scores[rows]

@@ -4,7 +4,7 @@
 teacher-forced forward pass (the training path). Summed over a hypothesis (its EOS included)
 with `exclude_pad=True`, it is the plain log probability beam search ranks by
 (`search.raw_log_probs`, `Translator.translate_n_best`'s `log_prob`); divided by
-`search.length_penalty(length with EOS, alpha)`, the search's score.
+`search.length_penalty(length with EOS, alpha, length_rule)`, the search's score.
 
 Ids outside [0, vocab_size) are refused here (`check_ids`): the embedding lookup would turn
 them into NaN logits without a word.

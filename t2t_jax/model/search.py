@@ -25,6 +25,9 @@ Semantics, in the order a step applies them:
   sentence decodes the same whatever else is in its batch. The loop stops when
   every sentence is done, or after `max_decode_len` steps.
 
+`length_rule` (static): 'gnmt' above, or 'transformers', the score and the stop of Hugging
+Face transformers' beam search (`length_rules`); with it, `best_only` does not apply.
+
 Ranking EOS against the other candidates (rather than finishing every EOS
 extension) makes beam size 1 with alpha 0 exactly greedy decoding, which is
 how `greedy_search` is implemented: one code path for both.
@@ -38,11 +41,13 @@ from typing import Callable, NamedTuple, Optional, Union
 import jax
 import jax.numpy as jnp
 
-from t2t_jax.model import top_k
-from t2t_jax.model.array_checks import check_number, check_search_arguments
+from t2t_jax.model import length_rules, top_k
+from t2t_jax.model.array_checks import check_search_arguments
 from t2t_jax.model.beam_cache import (  # noqa: F401  (re-exported: search.cache_lengths)
     FIRST_CACHE_LENGTH, Cache, GrowCache, ReorderCache, _gather_beams, _tile_beams,
     cache_lengths)
+from t2t_jax.model.length_rules import (  # noqa: F401  (re-exported: search.length_penalty)
+    LENGTH_RULES, check_length_rule, length_penalty)
 from t2t_jax.model.ngram_blocking import allowed_logits  # noqa: F401  (search.allowed_logits)
 
 # Stands in for log(0): finite, so sums, divisions and comparisons never make
@@ -70,20 +75,6 @@ class _State(NamedTuple):
   cache: Cache            # leaves [B * K, ...] (sentence-major) or 0-d.
 
 
-def length_penalty(length: ArrayLike, alpha: ArrayLike) -> jax.Array:
-  """GNMT length penalty ((5 + length) / 6) ** alpha (Wu et al. 2016), float32.
-
-  Args:
-    length: int or float array of any shape: output length including EOS.
-    alpha: float; 0 gives 1 (raw log probs), the paper uses 0.6.
-  Returns:
-    float32 array shaped like `length`.
-  """
-  check_number('length_penalty', 'length', length)
-  check_number('length_penalty', 'alpha', alpha)
-  return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
-
-
 def _top_k_gather(scores: jax.Array, k: int,
                   *others: jax.Array) -> tuple[jax.Array, ...]:
   """Top `k` of `scores` [B, N] on axis 1, and `others` [B, N, ...] alike."""
@@ -99,8 +90,8 @@ def _search(
     alpha: ArrayLike, max_decode_len: int, max_lengths: Optional[jax.Array],
     eos_id: int, bos_id: int, grow_cache: Optional[GrowCache] = None,
     no_repeat_ngram_size: int = 0, prefix: Optional[jax.Array] = None,
-    reorder_cache: Optional[ReorderCache] = None, best_only: bool = False
-) -> tuple[jax.Array, jax.Array, jax.Array]:
+    reorder_cache: Optional[ReorderCache] = None, best_only: bool = False,
+    length_rule: str = 'gnmt') -> tuple[jax.Array, jax.Array, jax.Array]:
   """The beam search loop; `beam_search` documents the arguments.
 
   Returns:
@@ -117,7 +108,8 @@ def _search(
   def body(s: _State) -> _State:
     return _step(logits_fn, s, max_lengths=max_lengths, alpha=alpha, eos_id=eos_id,
                  no_repeat_ngram_size=no_repeat_ngram_size, prefix=prefix,
-                 reorder_cache=reorder_cache or _gather_beams, best_only=best_only)
+                 reorder_cache=reorder_cache or _gather_beams, best_only=best_only,
+                 length_rule=length_rule)
 
   s = _initial_state(cache, b, k, length, bos_id)
   # One while loop per cache length: steps 0..end-1 write positions below `end`.
@@ -126,7 +118,7 @@ def _search(
       s = s._replace(cache=grow_cache(s.cache, end))
     s = jax.lax.while_loop(
         lambda s, end=end: (s.step < end) & ~jnp.all(s.done), body, s)
-  return _result(s, alpha)
+  return _result(s, alpha, length_rule)
 
 
 def _initial_state(cache: Cache, b: int, k: int, length: int, bos_id: int) -> _State:
@@ -150,7 +142,8 @@ def _initial_state(cache: Cache, b: int, k: int, length: int, bos_id: int) -> _S
 def _step(logits_fn: LogitsFn, s: _State, *, max_lengths: jax.Array, alpha: ArrayLike,
           eos_id: int, no_repeat_ngram_size: int = 0,
           prefix: Optional[jax.Array] = None,
-          reorder_cache: ReorderCache = _gather_beams, best_only: bool = False) -> _State:
+          reorder_cache: ReorderCache = _gather_beams, best_only: bool = False,
+          length_rule: str = 'gnmt') -> _State:
   """One decoding step: the 2K best extensions, then the finished and the live sets."""
   b, k, length = s.live_seqs.shape
   i = s.step
@@ -162,7 +155,8 @@ def _step(logits_fn: LogitsFn, s: _State, *, max_lengths: jax.Array, alpha: Arra
 
   # Finished: EOS candidates inside the beam proper (rank < K).
   new_fin = top_ok & is_eos & (jnp.arange(2 * k) < k)
-  new_scores = jnp.where(new_fin, top_lp / length_penalty(i + 1, alpha), NEG_INF)
+  new_scores = jnp.where(new_fin, top_lp / length_penalty(i + 1, alpha, length_rule),
+                         NEG_INF)
   # Old entries come first, so ties keep the earlier (shorter) hypothesis.
   fin_scores, fin_seqs, fin_ok = _top_k_gather(
       jnp.concatenate([s.fin_scores, new_scores], axis=1), k,
@@ -178,9 +172,9 @@ def _step(logits_fn: LogitsFn, s: _State, *, max_lengths: jax.Array, alpha: Arra
     new_cache = reorder_cache(new_cache, flat_parent)
 
   n = i + 1
-  done = s.done | _finished_sentences(n, live_lp, live_ok, fin_scores, fin_ok,
-                                      max_lengths=max_lengths, alpha=alpha,
-                                      rank=0 if best_only else k - 1)
+  done = s.done | _finished_sentences(
+      n, live_lp, live_ok, fin_scores, fin_ok, max_lengths=max_lengths, alpha=alpha,
+      rank=0 if best_only and length_rule == 'gnmt' else k - 1, length_rule=length_rule)
   # Freeze done sentences. The bound already says no live hypothesis can
   # enter the finished set; freezing also rules out float rounding in it, so
   # a sentence's result never depends on how long its batch mates decode.
@@ -246,28 +240,22 @@ def _top_candidates(logits: jax.Array, s: _State, *, max_lengths: jax.Array, eos
 
 def _finished_sentences(n: jax.Array, live_lp: jax.Array, live_ok: jax.Array,
                         fin_scores: jax.Array, fin_ok: jax.Array, *, max_lengths: jax.Array,
-                        alpha: ArrayLike, rank: int) -> jax.Array:
+                        alpha: ArrayLike, rank: int, length_rule: str = 'gnmt') -> jax.Array:
   """[B] bool: sentences that stop after `n` tokens (length limit, no live hypothesis, or
-  none can still beat the finished one of `rank`: K - 1, the worst kept; 0, the best).
-
-  Early termination (T2T style). Log probs only decrease, so a live
-  hypothesis's final score is at most live_lp / (largest penalty among the
-  lengths it can still reach), which is at max_lengths for alpha >= 0. Below the best
-  finished score, no later hypothesis can displace the best one (`best_only`).
-  """
-  best_penalty = jnp.maximum(length_penalty(n + 1, alpha),
-                             length_penalty(max_lengths, alpha))
-  bound = live_lp[:, 0] / best_penalty
-  hopeless = fin_ok[:, rank] & (bound < fin_scores[:, rank])
+  none can still beat the finished one of `rank`: K - 1, the worst kept; 0, the best, by
+  `length_rules.hopeless`)."""
+  hopeless = fin_ok[:, rank] & length_rules.hopeless(
+      live_lp[:, 0], fin_scores[:, rank], n, max_lengths, alpha, length_rule)
   return (n >= max_lengths) | ~live_ok[:, 0] | hopeless
 
 
-def _result(s: _State, alpha: ArrayLike) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _result(s: _State, alpha: ArrayLike, length_rule: str = 'gnmt'
+            ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Sequences [B, K, L], scores [B, K] and the steps taken, from the final loop state."""
   # Should not trigger (forced EOS always finishes a hypothesis), but a
   # sentence without any finished hypothesis returns its live ones.
   any_fin = jnp.any(s.fin_ok, axis=1, keepdims=True)                # [B, 1]
-  live_scores = s.live_lp / length_penalty(s.step, alpha)
+  live_scores = s.live_lp / length_penalty(s.step, alpha, length_rule)
   ok = jnp.where(any_fin, s.fin_ok, s.live_ok)
   scores = jnp.where(ok, jnp.where(any_fin, s.fin_scores, live_scores), NEG_INF)
   # Empty slots may hold leftovers of impossible candidates: blank them.
@@ -282,7 +270,7 @@ def beam_search(
     max_lengths: Optional[jax.Array] = None, eos_id: int = 1, bos_id: int = 1,
     grow_cache: Optional[GrowCache] = None, no_repeat_ngram_size: int = 0,
     prefix: Optional[jax.Array] = None, reorder_cache: Optional[ReorderCache] = None,
-    best_only: bool = False
+    best_only: bool = False, length_rule: str = 'gnmt'
 ) -> tuple[jax.Array, jax.Array]:
   """Batched beam search with GNMT length penalty (paper section 6.1).
 
@@ -320,21 +308,24 @@ def beam_search(
       row parents[r]; None: gathers every leaf's rows (`incremental.reorder_cache`: cheaper).
     best_only: stop a sentence once its best is certain, not its K-th (module docstring):
       the same best hypothesis and score, 7% fewer steps; the other K - 1 may differ.
+    length_rule: 'gnmt' (the paper's) or 'transformers' (static; module docstring): the
+      length penalty and the stop of transformers' beam search, to decode as it does.
 
   Returns:
     sequences: [B, K, L] int32, best first, each ending with eos_id then 0s
       (a slot with no possible hypothesis is all 0s with score NEG_INF).
     scores: [B, K] float32, descending: log p(sequence) / length_penalty(its length with
-      EOS, alpha), what the search ranks by (NEG_INF for an empty slot).
+      EOS, alpha, length_rule), what the search ranks by (NEG_INF for an empty slot).
   """
   check_search_arguments('beam_search', logits_fn, batch_size, beam_size, max_decode_len,
                          grow_cache=grow_cache, reorder_cache=reorder_cache)
+  check_length_rule('beam_search', length_rule)
   sequences, scores, _ = _search(
       logits_fn, cache, batch_size=batch_size, beam_size=beam_size,
       alpha=alpha, max_decode_len=max_decode_len, max_lengths=max_lengths,
       eos_id=eos_id, bos_id=bos_id, grow_cache=grow_cache,
       no_repeat_ngram_size=no_repeat_ngram_size, prefix=prefix, reorder_cache=reorder_cache,
-      best_only=best_only)
+      best_only=best_only, length_rule=length_rule)
   return sequences, scores
 
 
@@ -348,20 +339,20 @@ def output_lengths(sequences: jax.Array, eos_id: int = 1) -> jax.Array:
 
 
 def raw_log_probs(sequences: jax.Array, scores: jax.Array, alpha: ArrayLike,
-                  eos_id: int = 1) -> jax.Array:
+                  eos_id: int = 1, length_rule: str = 'gnmt') -> jax.Array:
   """The plain log probabilities of `beam_search`'s hypotheses: sum over their tokens, EOS
   included, of log p(token | prefix) as `logits_fn` gave them (each floored at
   MIN_LOG_PROB).
 
   Args:
     sequences: [B, K, L] int32 and scores: [B, K] float32, as `beam_search` returns them.
-    alpha: the length penalty they were searched with.
+    alpha, length_rule: the length penalty they were searched with.
   Returns:
-    [B, K] float32: scores * length_penalty(output length with EOS, alpha), equal to the
-    search's own sums up to float32 rounding (two roundings, relative 1e-7); NEG_INF for an
+    [B, K] float32: scores * length_penalty(output length with EOS, alpha, length_rule),
+    equal to the search's own sums up to float32 rounding (two roundings, relative 1e-7); NEG_INF for an
     empty slot.
   """
-  raw = scores * length_penalty(output_lengths(sequences, eos_id), alpha)
+  raw = scores * length_penalty(output_lengths(sequences, eos_id), alpha, length_rule)
   return jnp.where(scores > NEG_INF, raw, NEG_INF)
 
 

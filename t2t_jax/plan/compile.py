@@ -310,7 +310,7 @@ class Run:
                        jax.tree_util.tree_map(lambda _: device, self.state.params))
     decode = jax.jit(lambda p, inputs, max_lengths: translate.decode_batch(
         net, config.beam_size, config.length_penalty_alpha, p, inputs, max_lengths,
-        max_decode_len))
+        max_decode_len, length_rule=config.length_penalty_rule))
     inputs = jax.ShapeDtypeStruct((rows, src_len), jnp.int32, sharding=device)
     max_lengths = jax.ShapeDtypeStruct((rows,), jnp.int32, sharding=device)
     return compile_step('decode', decode, (params, inputs, max_lengths),

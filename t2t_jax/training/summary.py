@@ -88,13 +88,19 @@ def finish(config: ml_collections.ConfigDict, workdir: str) -> Optional[Dict[str
   return result
 
 
+def _rule(result: Dict[str, Any]) -> str:
+  """', transformers' length rule' where the search was not the paper's (`length_rules`)."""
+  rule = result.get('length_penalty_rule', 'gnmt')
+  return '' if rule == 'gnmt' else f", {rule}' length rule"
+
+
 def report(result: Dict[str, Any], workdir: str, averaged_path: str) -> str:
   """The end-of-run text: score, three examples beside their references, where things are."""
   lines = [
       '',
       f'Training finished. {result["checkpoint"]} -> {result["split"]} split '
       f'({result["sentences"]} sentences, beam {result["beam_size"]}, alpha '
-      f'{result["length_penalty_alpha"]}):',
+      f'{result["length_penalty_alpha"]}{_rule(result)}):',
       f'  {evaluate.score_line(result)}, perplexity {result["perplexity"]:.2f}',
       '',
   ]

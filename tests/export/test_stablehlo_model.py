@@ -53,8 +53,8 @@ def test_the_artifact_of_a_model_in_memory_translates_as_translator(tok, tmp_pat
     manifest = json.load(f)
   assert (manifest['beam_size'], manifest['length_penalty_alpha'], manifest['rows'],
           manifest['max_decode_extra'], manifest['bucket_lengths'], manifest['max_len'],
-          manifest['checkpoint'], manifest['platforms']) == (
-              2, 0.6, 2, 50, [16, 32], 32, 'random weights', ['cpu', 'cuda', 'tpu'])
+          manifest['checkpoint'], manifest['platforms'], manifest['length_penalty_rule']) == (
+              2, 0.6, 2, 50, [16, 32], 32, 'random weights', ['cpu', 'cuda', 'tpu'], 'gnmt')
   with open(os.path.join(output, 'spm.model'), 'rb') as f, open(tok.path, 'rb') as g:
     assert f.read() == g.read()
   with open(os.path.join(output, 'serve.py')) as f, open(portable.__file__) as g:
@@ -126,6 +126,8 @@ def test_bad_requests_fail_in_one_line_and_write_nothing(tok, tmp_path):
       (dict(batch_sentences=2.0), 'batch_sentences=2.0 is not a valid setting: expected an '
        'int >= 1$'),
       (dict(alpha=float('nan')), 'alpha=nan is not a valid setting: expected a finite number'),
+      (dict(length_rule='hf'), "length_rule='hf' is not a valid setting: expected one of gnmt, "
+       'transformers$'),
       (dict(bucket_lengths=(32, 16)), r'bucket_lengths=\(32, 16\) is not a valid setting: '
        r'expected a non-empty, strictly increasing sequence of ints >= 1, e.g. \(16, 32\) for '
        "the model's max_len 32$"),

@@ -36,12 +36,12 @@ def tiny():
 
 
 @functools.lru_cache(maxsize=None)
-def _single_program(beam_size: int, alpha: float, best_only: bool):
+def _single_program(beam_size: int, alpha: float, best_only: bool, length_rule: str = 'gnmt'):
   """`beam_decode` jitted as `decode_batch` is: alpha a constant of the program."""
   cfg = model.TransformerConfig(vocab_size=12, d_model=16, d_ff=32, num_heads=2, d_k=8, d_v=8,
                                 num_layers=1, max_len=48, deterministic=True)
   return jax.jit(lambda p, i, m: beam_decode.beam_decode(
-      cfg, beam_size, alpha, p, i, m, LENGTH, best_only=best_only))
+      cfg, beam_size, alpha, p, i, m, LENGTH, best_only=best_only, length_rule=length_rule))
 
 
 def _segments(monkeypatch):
@@ -56,18 +56,18 @@ def _segments(monkeypatch):
   return seen
 
 
-@pytest.mark.parametrize('beam_size,alpha,best_only,sizes', [
-    (4, 0.6, True, None), (4, 0.6, False, None), (4, 1.2, True, (12, 5, 2, 1)),
-    (1, 0.0, True, (12, 3))])
+@pytest.mark.parametrize('beam_size,alpha,best_only,sizes,rule', [
+    (4, 0.6, True, None, 'gnmt'), (4, 0.6, False, None, 'gnmt'),
+    (4, 1.2, True, (12, 5, 2, 1), 'transformers'), (1, 0.0, True, (12, 3), 'gnmt')])
 def test_the_same_hypotheses_and_scores_as_one_program_in_fewer_rows(
-    tiny, monkeypatch, beam_size, alpha, best_only, sizes):
+    tiny, monkeypatch, beam_size, alpha, best_only, sizes, rule):
   cfg, params, inputs, max_lengths = tiny
   params = params[5 if beam_size > 1 else 0]
   seen = _segments(monkeypatch)
   sequences, scores = compaction.compacting_beam_decode(
       cfg, beam_size, alpha, params, inputs, max_lengths, LENGTH, best_only=best_only,
-      sizes=sizes)
-  want_seqs, want_scores = _single_program(beam_size, alpha, best_only)(
+      sizes=sizes, length_rule=rule)
+  want_seqs, want_scores = _single_program(beam_size, alpha, best_only, rule)(
       params, jnp.asarray(inputs), jnp.asarray(max_lengths))
   np.testing.assert_array_equal(sequences, np.asarray(want_seqs))
   np.testing.assert_allclose(scores, np.asarray(want_scores), rtol=1e-6)

@@ -71,6 +71,17 @@ def test_the_paper_model_leaves_with_its_sinusoids_reordered_and_scores_the_same
   chosen = torch.log_softmax(logits, -1).gather(2, labels[..., None])[..., 0]
   theirs = (chosen * (labels != 0)).sum(1).numpy()
   np.testing.assert_allclose(mine, theirs, atol=1e-4, rtol=0)
+  # transformers' generate searches with the run's beam and exponent (its own length rule).
+  assert (model.generation_config.num_beams, model.generation_config.length_penalty) == (4, 0.6)
+
+
+def test_a_run_decoding_by_transformers_rule_is_refused_by_the_ctranslate2_export(
+    tiny_workdir, tmp_path):
+  source = _paper_source(tiny_workdir, length_penalty_rule='transformers')
+  with pytest.raises(ExportError, match=r"^--config.length_penalty_rule='transformers': the "
+                     r"CTranslate2 export decodes by the paper's GNMT rule only"):
+    formats.export('ctranslate2', source, str(tmp_path / 'refused'))
+  assert not (tmp_path / 'refused').exists()
 
 
 @pytest.mark.parametrize('changes, why', [

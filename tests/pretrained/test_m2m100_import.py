@@ -1,10 +1,11 @@
 """`--mode=import` of an M2M100 directory (pre-LN, fairseq's positions, language tokens),
 checked against transformers' own model and tokenizer, offline."""
 
+import numpy as np
 import pytest
 
 from conftest import run_main
-from pretrained_fixtures import fine_tune
+from pretrained_fixtures import fine_tune, n_best_against_transformers
 from benchmarks.shared import transformers_models as hf_models
 
 torch = pytest.importorskip('torch')
@@ -53,6 +54,19 @@ def test_greedy_outputs_start_with_the_target_language_as_transformers(m2m, targ
     theirs = theirs[:theirs.index(tok.eos_token_id)] if tok.eos_token_id in theirs else theirs
     assert [int(order[i]) for i in ids] == theirs, sentence
     assert theirs[0] == tok.get_lang_id(target_lang)
+
+
+def test_beam_n_best_lists_with_a_forced_language_are_transformers_under_its_length_rule(m2m):
+  """As Marian's: each 4-best list is `generate(num_beams=4, forced_bos_token_id=__es__)`'s.
+  transformers scores the forced token 0 (its logits processor), ours its log probability
+  (a target prefix counts): near 0 in a model trained to put it first, within the tolerance."""
+  _, workdir, model, tok = m2m
+  sources = hf_models.short_dev_sources(tok, 13)
+  mine, theirs, my_scores, their_scores = n_best_against_transformers(
+      workdir, model, tok, sources, 0.6, 'transformers',
+      forced_bos_token_id=tok.get_lang_id('es'))
+  assert mine == theirs
+  np.testing.assert_allclose(my_scores, their_scores, rtol=5e-4)
 
 
 def test_the_language_pair_is_asked_for_and_checked(m2m, tmp_path):

@@ -6,10 +6,11 @@ import json
 import os
 import shutil
 
+import numpy as np
 import pytest
 
 from conftest import run_main
-from pretrained_fixtures import fine_tune
+from pretrained_fixtures import fine_tune, n_best_against_transformers
 from benchmarks.shared import transformers_models as hf_models
 
 torch = pytest.importorskip('torch')
@@ -57,6 +58,22 @@ def test_greedy_outputs_are_transformers_outputs(marian):
     assert [int(order[i]) for i in ids] == theirs, sentence
     outputs.add(tuple(theirs))
   assert len(outputs) >= 2
+
+
+@pytest.mark.parametrize('alpha', [1.0, 0.6])
+def test_beam_n_best_lists_are_transformers_under_its_length_rule(marian, alpha):
+  """`length_penalty_rule='transformers'`: every hypothesis of every 4-best list, in order, is
+  transformers' `generate(num_beams=4, length_penalty=alpha)`'s, and so are the scores (to
+  the 1e-4 relative of the teacher-forced log probs); the paper's GNMT rule is not."""
+  _, workdir, model, tok = marian
+  sources = hf_models.short_dev_sources(tok, 13)
+  mine, theirs, my_scores, their_scores = n_best_against_transformers(
+      workdir, model, tok, sources, alpha, 'transformers')
+  assert mine == theirs
+  np.testing.assert_allclose(my_scores, their_scores, rtol=5e-4)
+  if alpha == 1.0:  # at 1.0 the rules differ most: 6 of these 13 best outputs (measured)
+    gnmt, _, _, _ = n_best_against_transformers(workdir, model, tok, sources, alpha, 'gnmt')
+    assert sum(g[0] != t[0] for g, t in zip(gnmt, theirs)) >= 3
 
 
 def _copy(folder, tmp_path):
