@@ -43,6 +43,14 @@ def m2m(tmp_path_factory):
   return _imported(tmp_path_factory, 'm2m100', 'm2m100', hf_models.PAIR)
 
 
+@pytest.fixture(scope='session')
+def nllb(tmp_path_factory):
+  """(an NLLB directory (M2M100's model, NllbTokenizer), its imported workdir (eng_Latn ->
+  spa_Latn), transformers' model and tokenizer)."""
+  from benchmarks.shared import transformers_models as hf_models  # pylint: disable=import-outside-toplevel
+  return _imported(tmp_path_factory, 'nllb', 'nllb', hf_models.NLLB_PAIR)
+
+
 def fine_tune(parent, corpus, run, steps, *extra):
   """`main.py` training `run` from `parent` with `--config.init_from` alone (no model key
   typed) on `corpus`, `steps` steps, a checkpoint and a dev evaluation at the last: the

@@ -138,9 +138,7 @@ def m2m100_dir(folder, *, seed=0, d_model=32, layers=2, heads=4, d_ff=64, train_
   fairseq's dictionary order in `vocab.json` (`<s>` 0, `<pad>` 1, `</s>` 2, `<unk>` 3, the
   pieces), the tokenizer's language tokens after it; random weights with nonzero biases, then
   `train_steps` Adam steps EN->ES (as `marian_dir`)."""
-  import torch  # pylint: disable=import-outside-toplevel
-  from transformers import (M2M100Config, M2M100ForConditionalGeneration,  # pylint: disable=import-outside-toplevel
-                            M2M100Tokenizer)
+  from transformers import M2M100Tokenizer  # pylint: disable=import-outside-toplevel
   os.makedirs(folder, exist_ok=True)
   proto = _spm_bpe(_lines('train.en.gz', 400) + _lines('train.es.gz', 400), 300)
   spm_path = os.path.join(folder, 'sentencepiece.bpe.model')
@@ -157,6 +155,16 @@ def m2m100_dir(folder, *, seed=0, d_model=32, layers=2, heads=4, d_ff=64, train_
   tokenizer = M2M100Tokenizer(vocab_path, spm_path, src_lang='en', tgt_lang='es')
   # fairseq's dictionary: the pieces, then one token per language, then 8 made-up words.
   size = len(vocab) + len(tokenizer.lang_code_to_id) + tokenizer.num_madeup_words
+  return _m2m100_trained(folder, tokenizer, size, seed=seed, d_model=d_model, layers=layers,
+                         heads=heads, d_ff=d_ff, train_steps=train_steps)
+
+
+def _m2m100_trained(folder, tokenizer, size, *, seed, d_model, layers, heads, d_ff,
+                    train_steps):
+  """An M2M100 model of `size` ids (random weights, nonzero biases, `train_steps` Adam steps
+  with `tokenizer`), saved with the tokenizer into `folder`; returns `folder`."""
+  import torch  # pylint: disable=import-outside-toplevel
+  from transformers import M2M100Config, M2M100ForConditionalGeneration  # pylint: disable=import-outside-toplevel
   config = M2M100Config(
       vocab_size=size, d_model=d_model, encoder_layers=layers, decoder_layers=layers,
       encoder_attention_heads=heads, decoder_attention_heads=heads, encoder_ffn_dim=d_ff,
@@ -175,6 +183,26 @@ def m2m100_dir(folder, *, seed=0, d_model=32, layers=2, heads=4, d_ff=64, train_
   model.save_pretrained(folder)
   tokenizer.save_pretrained(folder)
   return folder
+
+
+NLLB_PAIR = {'source_lang': 'eng_Latn', 'target_lang': 'spa_Latn'}  # the NLLB tests' pair
+
+
+def nllb_dir(folder, *, seed=0, d_model=32, layers=2, heads=4, d_ff=64, train_steps=300):
+  """An NLLB directory under `folder`: M2M100's model (as `m2m100_dir`) under
+  `NllbTokenizer`, made by transformers from the SentencePiece BPE model alone (its
+  conversion writes `tokenizer.json`: fairseq's `<s>` 0, `<pad>` 1, `</s>` 2, `<unk>` 3, the
+  pieces, `<mask>` and the FLORES-200 codes); `train_steps` Adam steps eng_Latn -> spa_Latn."""
+  from transformers import NllbTokenizer  # pylint: disable=import-outside-toplevel
+  from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES  # pylint: disable=import-outside-toplevel
+  os.makedirs(folder, exist_ok=True)
+  with open(os.path.join(folder, 'sentencepiece.bpe.model'), 'wb') as f:
+    f.write(_spm_bpe(_lines('train.en.gz', 400) + _lines('train.es.gz', 400), 300))
+  tokenizer = NllbTokenizer.from_pretrained(folder, extra_special_tokens=FAIRSEQ_LANGUAGE_CODES,
+                                            src_lang=NLLB_PAIR['source_lang'],
+                                            tgt_lang=NLLB_PAIR['target_lang'])
+  return _m2m100_trained(folder, tokenizer, len(tokenizer), seed=seed, d_model=d_model,
+                         layers=layers, heads=heads, d_ff=d_ff, train_steps=train_steps)
 
 
 def log_probs(model, tok, sources, targets):

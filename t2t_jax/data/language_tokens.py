@@ -11,6 +11,7 @@ every sentence starts with), attention maps. A side's `fingerprint` is its model
 language is the corpus's, part of the data's fingerprint.
 """
 
+import re
 from typing import Any, List, Sequence
 
 from t2t_jax.data.vocab_pair import VocabPair, side
@@ -77,7 +78,9 @@ def token_id(tok: Any, pattern: str, lang: str, key: str) -> int:
     return pieces.index(piece)
   prefix, _, suffix = pattern.partition('{lang}')
   known = [p[len(prefix):len(p) - len(suffix)] for p in pieces
-           if p.startswith(prefix) and p.endswith(suffix) and len(p) > len(prefix + suffix)]
+           if p.startswith(prefix) and p.endswith(suffix) and len(p) > len(prefix + suffix)
+           # a bare '{lang}' (NLLB's eng_Latn) matches every piece: name the codes only
+           and (prefix or suffix or re.fullmatch(r'[a-z]{3}_[A-Z][a-z]{3}', p))]
   raise LanguageTokenError(
       f'--config.{key}={lang}: the vocabulary has no language token {piece!r}; its languages: '
       f'{", ".join(known[:20])}{", ..." if len(known) > 20 else ""}')

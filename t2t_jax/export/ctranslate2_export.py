@@ -73,9 +73,8 @@ def check_quantization(quantization: Optional[str], argument: str = '--quantizat
 
 
 def check_length_rule(config) -> None:
-  """Refuses, in one line, a run that decodes by transformers' length rule: CTranslate2's search
-  is re-ranked by GNMT's (`ctranslate2_decoding`), which finds our 'gnmt' best exactly; its own
-  stop is not transformers' heuristic, so 'transformers' cannot be reproduced there."""
+  """Refuses a run decoding by transformers' length rule in one line: CTranslate2's search,
+  re-ranked (`ctranslate2_decoding`), finds GNMT's best; its stop is not transformers'."""
   rule = getattr(config, 'length_penalty_rule', 'gnmt')
   if rule != 'gnmt':
     raise ExportError(f"--config.length_penalty_rule={rule!r}: the CTranslate2 export decodes by "

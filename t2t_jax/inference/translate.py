@@ -56,8 +56,7 @@ class Hypothesis(NamedTuple):
   """One translation of an n-best list (`Translator.translate_n_best`): `text`, its token
   `ids` (up to, not including, EOS), `log_prob` = log p(ids + [EOS] | source) with padding
   excluded from the softmax as decoding does (`scoring.token_log_probs(..., exclude_pad=True)`
-  summed, up to float32 rounding) and `score` = log_prob / search.length_penalty(len(ids) + 1,
-  alpha, length_rule), what beam search ranks by."""
+  summed) and `score` = log_prob / length_penalty(len(ids) + 1, ...), what the beam ranks by."""
   text: str
   ids: List[int]
   score: float
@@ -78,8 +77,7 @@ class Translator:
     tokenizer: `encode(str) -> ids` (no EOS), `decode(ids) -> str` (data.tokenizer.Tokenizer);
       its `forced` ids (`data/language_tokens.py`) start every translation.
     beam_size, alpha: 4 and 0.6 in the paper. max_decode_extra: output length <= input + this.
-    length_rule: 'gnmt' (the paper's) or 'transformers' (`model/length_rules.py`): how the
-      search compares lengths (`--config.length_penalty_rule`).
+    length_rule: 'gnmt' (the paper's) or 'transformers' (`model/length_rules.py`).
     batch_sentences: rows of every decode batch; sharded, rounded up to a multiple of the
       local device count (the last batch of a call is padded with empty rows).
     bucket_lengths: padded source lengths; longer inputs are padded to a multiple of 32.
@@ -125,9 +123,8 @@ class Translator:
     self.bucket_lengths = tuple(sorted(bucket_lengths))
     self.threads = threads or (portable.default_threads() if self.parallelism == 'threads'
                                else 1)
-    self.settings = SearchSettings(beam_size, alpha, strategy, no_repeat_ngram_size,
-                                   temperature, top_k, top_p, length_rule)
-    self.seed = seed
+    self.settings, self.seed = SearchSettings(beam_size, alpha, strategy, no_repeat_ngram_size,
+                                              temperature, top_k, top_p, length_rule), seed
     self._decode, self._decode_n_best = (
         decoder(self.model, beam_size, alpha, self.mesh, n_best=b, length_rule=length_rule)
         for b in (False, True))

@@ -100,6 +100,7 @@ def _search(
     `logits_fn` calls), which is < max_decode_len after early termination.
   """
   b, k, length = batch_size, beam_size, max_decode_len
+  check_length_rule('beam_search', length_rule)
   if max_lengths is None:
     max_lengths = jnp.full((b,), length, jnp.int32)
   # Forced EOS needs max_length >= 1, and nothing may outgrow the arrays.
@@ -274,8 +275,7 @@ def beam_search(
 ) -> tuple[jax.Array, jax.Array]:
   """Batched beam search with GNMT length penalty (paper section 6.1).
 
-  The whole beam comes back, best first: its first n rows are the n-best list (n <= beam
-  size; a wider list needs a wider beam, which can change the best hypothesis too), and
+  The whole beam comes back, best first (its first n rows are the n-best list, n <= K), and
   `raw_log_probs` gives each hypothesis's plain log probability beside its score.
 
   Jittable with `logits_fn` closed over; `batch_size`, `beam_size`, `max_decode_len`,
@@ -308,8 +308,7 @@ def beam_search(
       row parents[r]; None: gathers every leaf's rows (`incremental.reorder_cache`: cheaper).
     best_only: stop a sentence once its best is certain, not its K-th (module docstring):
       the same best hypothesis and score, 7% fewer steps; the other K - 1 may differ.
-    length_rule: 'gnmt' (the paper's) or 'transformers' (static; module docstring): the
-      length penalty and the stop of transformers' beam search, to decode as it does.
+    length_rule: 'gnmt' (the paper's) or 'transformers' (static; `length_rules`).
 
   Returns:
     sequences: [B, K, L] int32, best first, each ending with eos_id then 0s
@@ -319,7 +318,6 @@ def beam_search(
   """
   check_search_arguments('beam_search', logits_fn, batch_size, beam_size, max_decode_len,
                          grow_cache=grow_cache, reorder_cache=reorder_cache)
-  check_length_rule('beam_search', length_rule)
   sequences, scores, _ = _search(
       logits_fn, cache, batch_size=batch_size, beam_size=beam_size,
       alpha=alpha, max_decode_len=max_decode_len, max_lengths=max_lengths,

@@ -8,9 +8,15 @@ tokenizer is one SentencePiece model (`sentencepiece.bpe.model`) under fairseq's
 (`vocab.json`), then one token per language (`__en__`, the `language_codes` list below) and
 8 made-up words; the source starts with its language's token, the target with the target's,
 which generation forces: `language_tokens='__{lang}__'` (`data/language_tokens.py`).
+
+NLLB is the same model under another tokenizer (`NllbTokenizer`): the same SentencePiece file,
+but its ids in `tokenizer.json` (fairseq's `<s>` 0, `<pad>` 1, `</s>` 2, `<unk>` 3, the pieces
+one up from SentencePiece's, then `<mask>` and the FLORES-200 codes as added tokens), and the
+codes themselves as language tokens (`eng_Latn`): `language_tokens='{lang}'`.
 """
 
 import os
+import re
 from typing import Any, Dict, List, Tuple
 
 import numpy as np
@@ -23,6 +29,9 @@ from t2t_jax.storage import paths
 FAMILY = 'm2m_100'
 SPM_FILE = 'sentencepiece.bpe.model'
 LANGUAGE_TOKENS = '__{lang}__'
+NLLB_LANGUAGE_TOKENS = '{lang}'
+# A FLORES-200 code, NLLB's language tokens: ISO 639-3, '_', ISO 15924 (eng_Latn, zho_Hant).
+NLLB_CODE = re.compile(r'[a-z]{3}_[A-Z][a-z]{3}')
 MADEUP_WORDS = 'madeupword{:04d}'
 LANGUAGE_CODES = language_tokens.M2M100_LANGUAGE_CODES
 
@@ -33,8 +42,7 @@ def vocabulary(folder: str, hf_config: Dict[str, Any]) -> Tuple[Dict[str, int], 
   `language_codes` and `num_madeup_words`)."""
   if os.path.isfile(os.path.join(folder, 'tokenizer.json')) and not os.path.isfile(
       os.path.join(folder, 'vocab.json')):
-    raise PretrainedError(f'--input={folder}: an NLLB tokenizer (tokenizer.json without '
-                          'vocab.json) is not supported yet; M2M100Tokenizer\'s files are')
+    return _nllb_vocabulary(folder)
   vocab = dict(hf_files.read_json(folder, 'vocab.json'))
   settings = {}
   if os.path.isfile(os.path.join(folder, 'tokenizer_config.json')):
@@ -53,6 +61,36 @@ def vocabulary(folder: str, hf_config: Dict[str, Any]) -> Tuple[Dict[str, int], 
   return vocab, tokens
 
 
+def _nllb_vocabulary(folder: str) -> Tuple[Dict[str, int], List[str]]:
+  """`vocabulary` of an NLLB directory: `tokenizer.json`'s model vocabulary and added tokens,
+  the FLORES-200 codes among those the language tokens; one line for a file that is not
+  NllbTokenizer's default layout."""
+  where = os.path.join(folder, 'tokenizer.json')
+  data = hf_files.read_json(folder, 'tokenizer.json')
+  model = data.get('model') if isinstance(data, dict) else None
+  entries = model.get('vocab') if isinstance(model, dict) else None
+  if isinstance(entries, list):  # a Unigram model: [piece, score] at each id
+    entries = {entry[0]: i for i, entry in enumerate(entries)
+               if isinstance(entry, list) and entry and isinstance(entry[0], str)}
+  added = data.get('added_tokens', []) if isinstance(data, dict) else []
+  if not isinstance(entries, dict) or not isinstance(added, list) or not all(
+      isinstance(t, dict) and isinstance(t.get('content'), str) for t in added):
+    raise PretrainedError(f'{where}: expected a tokenizers file with model.vocab and '
+                          'added_tokens (NllbTokenizer\'s)')
+  vocab = dict(entries)
+  vocab.update({t['content']: t.get('id') for t in added})
+  tokens = [t['content'] for t in added if NLLB_CODE.fullmatch(t['content'])]
+  if not tokens:
+    raise PretrainedError(f'{where}: no language tokens among its added tokens (NLLB\'s '
+                          'eng_Latn, fra_Latn, ...)')
+  config_path = os.path.join(folder, 'tokenizer_config.json')
+  if os.path.isfile(config_path) and hf_files.read_json(folder, 'tokenizer_config.json').get(
+      'legacy_behaviour'):
+    raise PretrainedError(f'{config_path}: legacy_behaviour=true puts the language token after '
+                          "the source's EOS; t2t_jax imports NllbTokenizer's default (false)")
+  return vocab, tokens
+
+
 def protos(folder: str, ids: id_map.IdMap, tokens: List[str]) -> Dict[str, bytes]:
   """The one SentencePiece model of both sides, renumbered; the language tokens and made-up
   words are control pieces (added by id, never read from text)."""
@@ -68,8 +106,10 @@ def model_keys(config: Dict[str, Any], ids: id_map.IdMap, where: str) -> Dict[st
     raise PretrainedError(f'{where}: pad_token_id={config.get("pad_token_id")!r}; fairseq\'s '
                           'positions count from the padding id 1 (expected 1)')
   keys = marian.model_keys(dict(config, share_encoder_decoder_embeddings=True), ids, where)
+  nllb = not any(p.startswith('__') and p.endswith('__') and len(p) > 4 for p in ids.pieces)
   keys.update(norm_position='pre', positional='sinusoidal_fairseq', logits_bias=False,
-              share_tokenizer=True, language_tokens=LANGUAGE_TOKENS)
+              share_tokenizer=True,
+              language_tokens=NLLB_LANGUAGE_TOKENS if nllb else LANGUAGE_TOKENS)
   return keys
 
 

@@ -4,10 +4,9 @@ line naming them), and a relative corpus folder is stored absolute, so eval from
 folder scores the run's corpus, and says so when the data it scores is not the checkpoint's."""
 
 import os
-import subprocess
 
 import pytest
-from conftest import ROOT, TINY, main_command, short_corpus
+from conftest import ROOT, TINY, run_main, short_corpus
 from variant_helpers import SWIGLU_MODULE
 
 ARGS = [f'--config={os.path.join(ROOT, "configs", "quickstart.py")}' if arg.startswith(
@@ -17,8 +16,7 @@ QUICK = ['--config.beam_size=2', '--config.max_decode_extra=4']
 
 
 def _main(cwd, *args):
-  return subprocess.run(main_command(*args), cwd=cwd, capture_output=True, text=True,
-                        timeout=600)
+  return run_main(*args, cwd=cwd)
 
 
 def _ok(result):

@@ -4,21 +4,19 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 import write_faults
 from checkpoint_helpers import snapshot
-from conftest import main_command
+from conftest import main_command, run_main_argv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 
 
 def run_main(*args, timeout=300, env=None):
   env = dict(os.environ, JAX_PLATFORMS='cpu') if env is None else env
-  return subprocess.run([sys.executable, os.path.join(ROOT, 'main.py'), *args], cwd=ROOT,
-                        env=env, capture_output=True, text=True, timeout=timeout)
+  return run_main_argv(args, env=env, timeout=timeout)
 
 
 def test_info_prints_base_parameter_count():

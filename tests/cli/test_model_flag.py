@@ -5,10 +5,9 @@ be imported gets one line naming it and the workdir."""
 
 import json
 import os
-import subprocess
 
 import pytest
-from conftest import ROOT, TINY, main_command, short_corpus
+from conftest import ROOT, TINY, run_main, short_corpus
 from variant_helpers import SWIGLU_MODULE
 
 from t2t_jax import config as config_lib
@@ -26,8 +25,7 @@ REFUSAL = ('error: {workdir} was trained with --config.model=my_variants:swiglu,
 
 def _main(cwd, *args):
   """`python main.py ARGS` run from the folder `cwd`."""
-  return subprocess.run(main_command(*args), cwd=cwd, capture_output=True, text=True,
-                        timeout=600)
+  return run_main(*args, cwd=cwd)
 
 
 def _ok(result):

@@ -5,10 +5,9 @@ checkpoints' record of it (issue 60, 1), and a changed one is still refused."""
 
 import os
 import shutil
-import subprocess
 
 import pytest
-from conftest import ROOT, TINY, main_command, short_corpus
+from conftest import ROOT, TINY, run_main, short_corpus
 
 WINDOW = 'import t2t_jax\n\ndef win(cfg):\n  return t2t_jax.Transformer(cfg.replace(decoder_window=8))\n'
 ARGS = [f'--config={os.path.join(ROOT, "configs", "quickstart.py")}' if a.startswith('--config=')
@@ -16,8 +15,7 @@ ARGS = [f'--config={os.path.join(ROOT, "configs", "quickstart.py")}' if a.starts
 
 
 def _main(cwd, *args, input=None):
-  return subprocess.run(main_command(*ARGS, *args), cwd=cwd, capture_output=True, text=True,
-                        timeout=600, input=input)
+  return run_main(*ARGS, *args, cwd=cwd, input=input)
 
 
 def _ok(result):

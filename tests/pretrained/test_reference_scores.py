@@ -1,4 +1,4 @@
-"""Both imported families score as transformers' own model: the teacher-forced log
+"""The imported families (NLLB: M2M100 under its own tokenizer) score as transformers' own model: the teacher-forced log
 p(target | source) of each sentence to 1e-4, with the same token counts."""
 
 import numpy as np
@@ -10,7 +10,7 @@ pytest.importorskip('torch')
 pytest.importorskip('transformers')
 
 
-@pytest.mark.parametrize('family', ['marian', 'm2m'])
+@pytest.mark.parametrize('family', ['marian', 'm2m', 'nllb'])
 def test_log_probabilities_equal_transformers_to_1e_4(family, request):
   _, workdir, model, tok = request.getfixturevalue(family)
   inference, config, ours = hf_models.imported(workdir)
