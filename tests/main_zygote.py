@@ -7,16 +7,17 @@ used 1104 of the suite's 2740 CPU seconds, each at least 1.25 (the imports, ~1.3
 ml_dtypes 0.4). A forked child starts with them done.
 
 A child is `python main.py ARGS` in every way a test can observe: its own process, its
-`sys.argv`, environment, working directory, standard streams (files) and exit status; main.py
+`sys.argv`, environment, working directory, umask, standard streams (files) and exit status; main.py
 itself runs in it from the start (its flags are defined there, not here), and the interpreter
 exits normally, running atexit and joining threads. What it shares with the zygote is only
 what importing did, which a fresh process does identically, with one condition the client
-checks (`conftest.run_main`): the environment variables read at import time (`IMPORT_TIME`)
-must be the zygote's, else the command runs as a plain subprocess. jax's backends are never
+checks (`Client.run`): the environment variables read at import time (`IMPORT_TIME`) and the
+umask (`t2t_jax.storage.paths` reads it then) must be the zygote's, else the command runs as
+a plain subprocess. jax's backends are never
 started here (`serve` checks), so no thread of theirs is forked.
 
 Protocol (one JSON line each way, on the pipes named by argv[1:3]): the client sends
-{args, env, cwd, stdin, stdout, stderr} (the last three file paths); the zygote answers
+{args, env, cwd, umask, stdin, stdout, stderr} (the last three file paths); the zygote answers
 {"pid": N} once forked and {"status": exit code, negative for a signal} when it ends.
 """
 
@@ -67,6 +68,7 @@ def _imports() -> None:
 def _become(request: dict) -> None:
   """In the child: the command's process state, then main.py as `__main__`."""
   os.chdir(request['cwd'])
+  os.umask(request['umask'])
   os.environ.clear()
   os.environ.update(request['env'])
   for fd, path, flags in ((0, request['stdin'], os.O_RDONLY),
@@ -101,6 +103,13 @@ def serve(requests_fd: int, replies_fd: int) -> None:
     replies.flush()
 
 
+def _umask() -> int:
+  """This process's umask (reading it means setting it)."""
+  mask = os.umask(0o022)
+  os.umask(mask)
+  return mask
+
+
 class Client:
   """The test process's side: `run(args, env, input, timeout)` is `subprocess.run(main_command(
   *args), capture_output=True, text=True, ...)`'s result, or None where the command must run as
@@ -113,7 +122,7 @@ class Client:
   def _start(self) -> None:
     requests_read, self._requests = os.pipe()
     self._replies, replies_write = os.pipe()
-    self._env = dict(os.environ)
+    self._env, self._umask = dict(os.environ), _umask()
     self._process = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), str(requests_read), str(replies_write)],
         pass_fds=(requests_read, replies_write), cwd=ROOT, stdin=subprocess.DEVNULL,
@@ -147,14 +156,14 @@ class Client:
     try:
       if self._process is None or self._process.poll() is not None:
         self._start()
-      if not forkable(env, self._env):
-        return None
+      if not forkable(env, self._env) or _umask() != self._umask:
+        return None  # (t2t_jax.storage.paths reads the umask once, at import)
       with tempfile.TemporaryDirectory(prefix='t2t_main_') as folder:
         files = {name: os.path.join(folder, name) for name in ('stdin', 'stdout', 'stderr')}
         with open(files['stdin'], 'w', encoding='utf-8') as f:
           f.write(input or '')
-        os.write(self._requests, (json.dumps(dict(args=list(args), env=env, cwd=str(cwd), **files))
-                                  + '\n').encode())
+        os.write(self._requests, (json.dumps(dict(args=list(args), env=env, cwd=str(cwd),
+                                                  umask=self._umask, **files)) + '\n').encode())
         deadline = time.monotonic() + timeout
         pid = self._reply(time.monotonic() + 60)['pid']
         done = self._reply(deadline)
