@@ -51,33 +51,51 @@ def field(config: Dict[str, Any], name: str, kind: type, where: str) -> Any:
 
 def read_weights(folder: str) -> Tuple[Dict[str, np.ndarray], str, str]:
   """(name -> float32 array, the weights file's path, its sha256). safetensors needs no torch;
-  a `.bin` is read with torch where it is installed, else refused in one line."""
-  for name in WEIGHTS:
+  a `.bin` is read with torch where it is installed, else refused in one line. A sharded
+  checkpoint (`model.safetensors.index.json`, `pytorch_model.bin.index.json`, as
+  `save_pretrained` writes a large model) is read shard by shard; its path is the index's, its
+  sha256 that of the index's bytes followed by each shard's, in the index's order."""
+  for name in WEIGHTS + tuple(f'{w}.index.json' for w in WEIGHTS):
     path = os.path.join(folder, name)
     if os.path.isfile(path):
       break
   else:
-    raise PretrainedError(f'--input={folder}: no {" or ".join(WEIGHTS)} (the model\'s weights; '
-                          'a sharded checkpoint is not supported yet)')
+    raise PretrainedError(f'--input={folder}: no {" or ".join(WEIGHTS)} (the model\'s weights, '
+                          'or their .index.json when sharded)')
+  files = [path]
+  if name.endswith('.index.json'):
+    weight_map = read_json(folder, name).get('weight_map')
+    if not isinstance(weight_map, dict) or not weight_map or not all(
+        isinstance(v, str) for v in weight_map.values()):
+      raise PretrainedError(f'{path}: expected a "weight_map" from tensor names to shard files')
+    shards = list(dict.fromkeys(weight_map.values()))
+    files += [need_file(folder, shard, f'a shard {name} names') for shard in shards]
   digest = hashlib.sha256()
-  with open(path, 'rb') as f:
-    for chunk in iter(lambda: f.read(1 << 24), b''):
-      digest.update(chunk)
-  if name.endswith('.safetensors'):
+  for each in files:
+    with open(each, 'rb') as f:
+      for chunk in iter(lambda: f.read(1 << 24), b''):
+        digest.update(chunk)
+  tensors = {}
+  for each in files[1:] or files:
+    tensors.update(_read_tensors(each))
+  return ({k: np.asarray(v, np.float32) for k, v in tensors.items()}, path,
+          digest.hexdigest())
+
+
+def _read_tensors(path: str) -> Dict[str, Any]:
+  """The tensors of one weights file (`.safetensors` with numpy, `.bin` with torch)."""
+  if path.endswith('.safetensors'):
     from safetensors import SafetensorError  # pylint: disable=import-outside-toplevel
     from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
     try:
-      tensors = load_file(path)
+      return load_file(path)
     except (SafetensorError, OSError, ValueError) as e:
       raise PretrainedError(f'{path} cannot be read as safetensors ({e})') from None
-  else:
-    try:
-      import torch  # pylint: disable=import-outside-toplevel
-    except ImportError:
-      raise PretrainedError(f'{path} is a PyTorch pickle, which needs torch (not installed); '
-                            'save the model with safe_serialization=True (model.safetensors) '
-                            'or install torch') from None
-    state = torch.load(path, map_location='cpu', weights_only=True)
-    tensors = {k: v.float().numpy() for k, v in state.items()}
-  return ({k: np.asarray(v, np.float32) for k, v in tensors.items()}, path,
-          digest.hexdigest())
+  try:
+    import torch  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    raise PretrainedError(f'{path} is a PyTorch pickle, which needs torch (not installed); '
+                          'save the model with safe_serialization=True (model.safetensors) '
+                          'or install torch') from None
+  state = torch.load(path, map_location='cpu', weights_only=True)
+  return {k: v.float().numpy() for k, v in state.items()}

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 
+import jax
 import numpy as np
 import pytest
 
@@ -74,6 +75,29 @@ def test_beam_n_best_lists_are_transformers_under_its_length_rule(marian, alpha)
   if alpha == 1.0:  # at 1.0 the rules differ most: 6 of these 13 best outputs (measured)
     gnmt, _, _, _ = n_best_against_transformers(workdir, model, tok, sources, alpha, 'gnmt')
     assert sum(g[0] != t[0] for g, t in zip(gnmt, theirs)) >= 3
+
+
+def test_a_sharded_checkpoint_imports_as_its_single_file(marian, tmp_path):
+  """`save_pretrained(max_shard_size=...)` (how a large model is saved): the same parameters,
+  bit for bit; a shard the index names but the folder lacks is named in one line."""
+  folder, _, model, _ = marian
+  sharded = str(tmp_path / 'sharded')
+  shutil.copytree(folder, sharded, ignore=shutil.ignore_patterns('model.safetensors'))
+  model.save_pretrained(sharded, max_shard_size='20KB')
+  shards = sorted(n for n in os.listdir(sharded) if n.endswith('.safetensors'))
+  assert len(shards) > 2 and 'model.safetensors.index.json' in os.listdir(sharded)
+  whole, parts = import_mode.read(folder), import_mode.read(sharded)
+  assert whole['keys'] == parts['keys']
+  assert parts['record']['weights'] == os.path.join(sharded, 'model.safetensors.index.json')
+  mine = jax.tree_util.tree_leaves_with_path(whole['params'])
+  theirs = dict(jax.tree_util.tree_leaves_with_path(parts['params']))
+  assert len(mine) == len(theirs)
+  for path, leaf in mine:
+    assert np.array_equal(leaf, theirs[path]), jax.tree_util.keystr(path)
+  os.remove(os.path.join(sharded, shards[1]))
+  with pytest.raises(PretrainedError, match=rf'^--input={sharded}: no {shards[1]} \(a shard '
+                     r'model.safetensors.index.json names\)$'):
+    import_mode.read(sharded)
 
 
 def _copy(folder, tmp_path):
