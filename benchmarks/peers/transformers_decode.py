@@ -10,7 +10,10 @@ The SentencePiece models have 4000 pieces a side (trained on 8000 lines), positi
   be identical (the count that agree is reported);
 - beam 4: ours (the paper's GNMT length penalty, alpha 0.6) against `generate(num_beams=4)`
   (transformers' length_penalty 1.0: score / length); the rules differ, so the share of
-  identical outputs is reported, not required.
+  identical outputs is reported, not required;
+- beam 4 by transformers' rule: ours with `length_rule='transformers'`, alpha 1.0 (its
+  default length_penalty), against the same `generate(num_beams=4)`: the same search, so the
+  outputs must agree.
 Both sides batch `--batch` sentences sorted by length; transformers pads each batch to its
 longest sentence and runs to the longest output; torch uses every core (`--torch-threads`).
 Timing: one untimed call of each (ours compiles), then `--rounds` alternating rounds
@@ -96,9 +99,11 @@ def main():
     order = np.array(special + [i for i in range(model.config.vocab_size)
                                 if i not in special])
     sentences = _sentences(args.sentences, tok)
-    for name, beams, strategy in (('greedy', 1, 'greedy'), ('beam4', 4, 'beam')):
+    for name, beams, strategy, rule in (
+        ('greedy', 1, 'greedy', {}), ('beam4', 4, 'beam', {}),
+        ('beam4_transformers_rule', 4, 'beam', dict(length_rule='transformers', alpha=1.0))):
       ours = Translator.from_workdir(workdir, strategy=strategy, beam_size=beams,
-                                     batch_sentences=args.batch)
+                                     batch_sentences=args.batch, **rule)
       extra = ours.max_decode_extra
       outputs = {}
 
