@@ -118,6 +118,7 @@ class Client:
   def __init__(self):
     self._process = None
     self._lock = threading.Lock()
+    self._broken = False  # the zygote could not start (then every command is a subprocess)
 
   def _start(self) -> None:
     requests_read, self._requests = os.pipe()
@@ -151,7 +152,7 @@ class Client:
 
   def run(self, args, env=None, input=None, timeout=600, cwd=ROOT):
     env = dict(os.environ if env is None else env)
-    if not self._lock.acquire(blocking=False):
+    if self._broken or not self._lock.acquire(blocking=False):
       return None
     try:
       if self._process is None or self._process.poll() is not None:
@@ -162,10 +163,17 @@ class Client:
         files = {name: os.path.join(folder, name) for name in ('stdin', 'stdout', 'stderr')}
         with open(files['stdin'], 'w', encoding='utf-8') as f:
           f.write(input or '')
-        os.write(self._requests, (json.dumps(dict(args=list(args), env=env, cwd=str(cwd),
-                                                  umask=self._umask, **files)) + '\n').encode())
         deadline = time.monotonic() + timeout
-        pid = self._reply(time.monotonic() + 60)['pid']
+        try:
+          os.write(self._requests, (json.dumps(dict(args=list(args), env=env, cwd=str(cwd),
+                                                    umask=self._umask, **files)) + '\n').encode())
+          started = self._reply(time.monotonic() + 60)
+        except (RuntimeError, OSError):  # it died importing (a new jax starting a backend?)
+          started = None
+        if started is None:
+          self._broken = True
+          return None
+        pid = started['pid']
         done = self._reply(deadline)
         if done is None:  # as subprocess.run: the child killed, TimeoutExpired raised
           os.kill(pid, signal.SIGKILL)
