@@ -203,26 +203,13 @@ def main_command_with(prelude, *args):
   return [python, '-c', prelude + '\n' + run, *rest]
 
 
-# main.py children forked from a process that imported what it imports (tests/main_zygote.py):
-# 274 children took 1104 of the suite's 2740 CPU seconds, >= 1.25 s each before any work.
-# T2T_TEST_ZYGOTE=0: every child a plain `python main.py`.
-_ZYGOTE = main_zygote.Client() if os.environ.get('T2T_TEST_ZYGOTE', '1') != '0' else None
+run_main_argv = main_zygote.run  # `python main.py` with exactly these arguments
 
 
 def run_main(*args, timeout=600, env=None, input=None, cwd=ROOT):
   """`python main.py ARGS` (`main_command`: --config first) run in `cwd`, its output
-  captured as text."""
+  captured as text (forked from a zygote where it can be: tests/main_zygote.py)."""
   return run_main_argv(main_command(*args)[2:], timeout=timeout, env=env, input=input, cwd=cwd)
-
-
-def run_main_argv(argv, timeout=600, env=None, input=None, cwd=ROOT):
-  """`python main.py` with exactly the arguments `argv`, as `run_main`."""
-  if _ZYGOTE is not None:
-    result = _ZYGOTE.run(argv, env=env, input=input, timeout=timeout, cwd=cwd)
-    if result is not None:
-      return result
-  return subprocess.run([sys.executable, os.path.join(ROOT, 'main.py'), *argv], cwd=cwd,
-                        capture_output=True, text=True, timeout=timeout, env=env, input=input)
 
 
 def at_default_xla_optimization(test):

@@ -188,5 +188,21 @@ class Client:
       self._lock.release()
 
 
+# One per test process; T2T_TEST_ZYGOTE=0: every command a plain `python main.py`.
+_CLIENT = Client() if os.environ.get('T2T_TEST_ZYGOTE', '1') != '0' else None
+
+
+def run(argv, timeout=600, env=None, input=None, cwd=ROOT):
+  """`python main.py` with exactly the arguments `argv`, run in `cwd`, its output captured as
+  text (`subprocess.run`'s result): forked from this process's zygote where `Client.run` can,
+  else a plain subprocess."""
+  if _CLIENT is not None:
+    result = _CLIENT.run(argv, env=env, input=input, timeout=timeout, cwd=cwd)
+    if result is not None:
+      return result
+  return subprocess.run([sys.executable, MAIN, *argv], cwd=cwd, capture_output=True, text=True,
+                        timeout=timeout, env=env, input=input)
+
+
 if __name__ == '__main__':
   serve(int(sys.argv[1]), int(sys.argv[2]))
