@@ -3,14 +3,17 @@
 import atexit
 import ctypes
 import fcntl
+from importlib import metadata
 import os
+import re
 import shutil
 import sys
 import tempfile
 
 # XLA_FLAGS as the user set them: the flags added below come out again, since pytest-xdist's
 # workers and the tests' children inherit them from this process.
-_OURS = ('--xla_force_host_platform_device_count=', '--xla_backend_optimization_level=')
+_OURS = ('--xla_force_host_platform_device_count=', '--xla_backend_optimization_level=',
+         '--xla_cpu_use_fusion_emitters=')
 _USER_XLA_FLAGS = ' '.join(f for f in os.environ.get('XLA_FLAGS', '').split()
                            if not f.startswith(_OURS))
 # LLVM at -O0 for the tests' programs (T2T_TEST_XLA_OPT=default: XLA's own level). The suite
@@ -20,11 +23,16 @@ _USER_XLA_FLAGS = ' '.join(f for f in os.environ.get('XLA_FLAGS', '').split()
 # program computes, so the records made bit for bit at XLA's default level run in a child at
 # that level (`at_default_xla_optimization`). The one worker crash seen at -O0 (2026-11-29,
 # in XLA's cache write) came before the mapped-regions bound below, and crashed workers were
-# seen at the default level too (tests/worker_crash.py reruns their test once).
+# seen at the default level too (tests/worker_crash.py reruns their test once). With it, XLA's
+# older LLVM IR fusion emitters instead of the MLIR ones where jaxlib still has them (before
+# 0.11, whose XLA aborts on the flag): another third off the compiles (tests/model/test_stack,
+# test_compaction and test_beam_decode from an empty cache: 47.1 s -> 31.9 s on the 2-core
+# EPYC, 2026-12-06), again rounding only.
 XLA_TEST_OPT = os.environ.get('T2T_TEST_XLA_OPT', '0')
+_OLD_EMITTERS = tuple(int(x) for x in re.findall(r'\d+', metadata.version('jaxlib'))[:2]) < (0, 11)
 os.environ['XLA_FLAGS'] = (_USER_XLA_FLAGS + ' --xla_force_host_platform_device_count=8' + (
-    '' if XLA_TEST_OPT == 'default' else f' --xla_backend_optimization_level={XLA_TEST_OPT}')
-    ).strip()
+    '' if XLA_TEST_OPT == 'default' else f' --xla_backend_optimization_level={XLA_TEST_OPT}'
+    + (' --xla_cpu_use_fusion_emitters=false' if _OLD_EMITTERS else ''))).strip()
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 # One persistent XLA compilation cache for the tests, in this process, in pytest-xdist's
