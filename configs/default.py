@@ -52,11 +52,14 @@ def get_config() -> ml_collections.ConfigDict:
   c.target_lang = 'de'            # target language code
   c.data_dir = ''                 # TFDS data dir (prepared datasets); '' means TFDS's default
   c.local_corpus_dir = ''         # for dataset='local': folder with {train,dev,test}.{src,tgt} or {split}.tsv
+  c.corpora = ''                  # for dataset='local', instead of local_corpus_dir: a training mixture 'DIR[:WEIGHT[:TAG]],...', each entry [SRC-TGT=]DIR, WEIGHT a share or xK (K times its size), TAG a token before its sources (t2t_jax/corpora_spec.py); the first entry of the run's pair gives dev and test
   c.treebank_dir = ''             # for dataset='treebank': folder with {train,dev,test}.trees or the WSJ sections 02-23 (*.mrg)
   c.train_split = 'train'         # split used for training
   c.eval_split = 'dev'            # split used for periodic evaluation ('dev' maps to the dataset's validation split)
   c.vocab_sample_sentences = 1_000_000  # sentences per language sampled to train the SentencePiece model
+  c.byte_fallback = False         # SentencePiece's byte fallback: a character the vocabulary's sample never saw becomes its UTF-8 bytes (256 pieces of vocab_size), not unk (⁇), so every text round-trips
   c.vocab_model = ''              # a SentencePiece .model to use as it is instead of training one (copied into the workdir byte for byte; ids pad 0, eos 1, unk 2, no bos); vocab_size follows it
+  c.vocab_from = ''               # a run's workdir whose vocabulary this run takes as it is (vocab_model=W/vocab/spm.model, with W/vocab/source_spm.model as source_vocab_model where W has one): a back-translation or a fine-tune on other data keeps W's ids without naming its files
   c.source_vocab_model = ''       # share_vocab=False with vocab_model (both, or neither): the source side's SentencePiece .model, taken as vocab_model is (vocab/source_spm.model); source_vocab_size follows it
   c.max_length = 256              # drop training pairs whose source or target exceeds this many tokens (counted)
   c.tokens_per_batch = 25000      # padded target slots (rows x bucket length) per step over all devices, as many source; real tokens are fewer (padding efficiency is logged) (§5.1)

@@ -13,7 +13,7 @@ import ml_collections
 from absl import logging
 
 from t2t_jax.configs import default as default_config
-from t2t_jax import choices
+from t2t_jax import choices, corpora_spec
 from t2t_jax.choices import ConfigError  # noqa: F401  (config.ConfigError, as always)
 from t2t_jax.choices import compile_pattern, parse_mesh
 
@@ -190,6 +190,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     # Most likely a forgotten --config.dataset=treebank: the run would train on other data.
     _fail('treebank_dir', f"'' unless dataset='treebank' (dataset is {config.dataset!r})",
           config.treebank_dir)
+  corpora_spec.check(config)
   _check_best(config)
   _check_decoding(config)
   _check_schedule_and_seeds(config)
@@ -292,7 +293,8 @@ MODEL_KEYS = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_kv_heads', 'd_k
 
 
 # The keys that name a local folder or file a run reads; `absolute_paths` resolves them.
-PATH_KEYS = ('local_corpus_dir', 'treebank_dir', 'data_dir', 'vocab_model', 'source_vocab_model')
+PATH_KEYS = ('local_corpus_dir', 'treebank_dir', 'data_dir', 'vocab_model', 'source_vocab_model',
+             'vocab_from')
 # The keys that may name a factory 'path/to/file.py:factory'; its file is made absolute.
 FACTORY_KEYS = ('model', 'optimizer')
 
@@ -327,6 +329,8 @@ def absolute_value(key: str, value: Any) -> Any:
   """`value` of `key` as `absolute_paths` stores it (other keys' values as given)."""
   if key in PATH_KEYS and isinstance(value, str):
     return absolute_path(value)
+  if key == 'corpora' and isinstance(value, str):
+    return corpora_spec.absolute(value, absolute_path)
   if key == 'init_from' and isinstance(value, str) and value:
     where, which = init_from_parts(value)
     return absolute_path(where) + (f':{which}' if which else '')
@@ -341,6 +345,9 @@ def absolute_paths(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
   for key in PATH_KEYS + FACTORY_KEYS + ('init_from',):
     if key in config:
       config[key] = absolute_value(key, config[key])
+  if config.get('corpora'):  # every entry's pair written out: a run's record of its mixture
+    config.corpora = corpora_spec.absolute(config.corpora, absolute_path, config.source_lang,
+                                           config.target_lang)
   return config
 
 

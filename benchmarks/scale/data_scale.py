@@ -99,29 +99,51 @@ def stage_iterate(corpus: str, workdir: str, batches: int) -> Dict[str, Any]:
   source = corpora.load_split(config, 'train', corpora.default_data_dir(config, workdir))
   tok = tokenizer.load_or_train(config, workdir, lambda: [])
   out: Dict[str, Any] = {}
-  for packed in (False, True):
+  for mixed, packed, threads in ((False, False, 1), (False, False, 2), (False, True, 1),
+                                 (False, True, 2), (True, False, 2), (True, True, 2)):
     config.pack_examples = packed
-    for threads in (1, 2):
-      with harness.timed() as plan:
-        it = pipeline.make_train_iterator(config, source, tok, rows_multiple=8,
-                                          cache_dir=os.path.join(workdir, 'data_cache'),
-                                          num_threads=threads, row_ids=first_fit.row_ids)
-        first = next(it)  # the epoch's plan is made here
-      real = padded = 0
-      with harness.timed() as sw:
-        for _ in range(batches):
-          batch = next(it)
-          real += int(np.count_nonzero(batch['targets']))
-          padded += batch['targets'].size
-      it.close()
-      del first
-      name = f'{"packed" if packed else "bucketed"}_{threads}t'
-      out[name] = {'real_target_tokens_per_s': real / sw.seconds,
-                   'padded_target_tokens_per_s': padded / sw.seconds,
-                   'cpu_cores_busy': sw.cpu_seconds / sw.seconds, 'batches': batches,
-                   'plan_s': plan.seconds}
+    with harness.timed() as plan:
+      it = pipeline.make_train_iterator(config, _ThreeWay(source) if mixed else source, tok,
+                                        rows_multiple=8,
+                                        cache_dir=os.path.join(workdir, 'data_cache'),
+                                        num_threads=threads, row_ids=first_fit.row_ids)
+      first = next(it)  # the epoch's plan is made here
+    real = padded = 0
+    with harness.timed() as sw:
+      for _ in range(batches):
+        batch = next(it)
+        real += int(np.count_nonzero(batch['targets']))
+        padded += batch['targets'].size
+    it.close()
+    del first
+    name = f'{"mixture_" if mixed else ""}{"packed" if packed else "bucketed"}_{threads}t'
+    out[name] = {'real_target_tokens_per_s': real / sw.seconds,
+                 'padded_target_tokens_per_s': padded / sw.seconds,
+                 'cpu_cores_busy': sw.cpu_seconds / sw.seconds, 'batches': batches,
+                 'plan_s': plan.seconds}
   out.update(harness.peak_rss())
   return out
+
+
+class _ThreeWay:
+  """`source` read as the mixture `a:2,b:1,c:1` of its thirds (`mixture.MixedSource`'s
+  interface, no tags), under its own name: the token store of `source` is reused."""
+
+  def __init__(self, source: Any):
+    from t2t_jax import corpora_spec  # pylint: disable=import-outside-toplevel
+    n = len(source)
+    self._source, self.name = source, source.name
+    self.entries = corpora_spec.parse('a:2,b:1,c:1', 'en', 'es')
+    self.boundaries = np.array([0, n // 3, 2 * n // 3, n], np.int64)
+
+  def __len__(self) -> int:
+    return len(self._source)
+
+  def __getitem__(self, index: int) -> Any:
+    return self._source[index]
+
+  def __getitems__(self, indices: Any) -> Any:
+    return self._source.__getitems__(indices)
 
 
 def _child(stage: str, args: argparse.Namespace, corpus: str, workdir: str) -> Dict[str, Any]:

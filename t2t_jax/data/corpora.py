@@ -37,7 +37,7 @@ from etils import epath
 import tensorflow_datasets as tfds
 
 from t2t_jax.storage import layout, paths, textio
-from t2t_jax.data import prepared, tasks, textfiles, wmt
+from t2t_jax.data import mixture, prepared, tasks, textfiles, wmt
 from t2t_jax.data.tfds_prepare import download_and_prepare
 from t2t_jax.data.textfiles import (LOCAL_SPLITS, DataError, MissingDataError, SplitFiles,
                                     check_split, discover_splits, iter_pairs)
@@ -258,7 +258,11 @@ class ParallelTextSource:
 
 
 def local_corpus_location(config: Any) -> tuple[str, str, str]:
-  """(corpus_dir, source_lang, target_lang) of `config.dataset == 'local'`."""
+  """(corpus_dir, source_lang, target_lang) of `config.dataset == 'local'`: of a mixture
+  (`config.corpora`), its primary entry's, whose dev and test splits are the run's."""
+  if config.get('corpora'):
+    entry = mixture.primary(config)
+    return entry.folder, entry.source_lang, entry.target_lang
   src, tgt = config.source_lang, config.target_lang
   if config.local_corpus_dir:
     return config.local_corpus_dir, src, tgt
@@ -361,6 +365,9 @@ def load_split(config: Any, split: str, data_dir: Optional[str], *, process_inde
   if task is not None:
     return task.load_split(config, split, data_dir, process_index=process_index,
                            timeout_s=timeout_s, poll_s=poll_s, per_host=per_host)
+  if config.get('corpora'):  # each entry read as a local corpus of its own, by this function
+    return mixture.load_split(config, split, data_dir, load_split, process_index=process_index,
+                              timeout_s=timeout_s, poll_s=poll_s, per_host=per_host)
   corpus_dir, src, tgt = local_corpus_location(config)
   builder = local_corpus_builder(corpus_dir, src, tgt, data_dir, process_index=process_index,
                                  timeout_s=timeout_s, poll_s=poll_s, per_host=per_host)

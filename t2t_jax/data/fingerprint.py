@@ -9,13 +9,17 @@ fingerprint records what the data was:
   {split: {file name: sha256}}}`;
 * a treebank: the same with `corpus_dir` the treebank folder and its tree files;
 * WMT from TFDS: `{'dataset', 'source_lang', 'target_lang', 'train_split', 'tfds_name',
-  'tfds_config', 'tfds_version'}`.
+  'tfds_config', 'tfds_version'}`;
+* a mixture (`config.corpora`): the primary entry's (its dev and test are the run's) with
+  `'corpora'`: every entry's own, with its `name` and `entry` (pair, weight and tag).
 
 `compare` refuses a changed training split (or another dataset or TFDS version) and only notes
 changed dev/test files, whose change makes metrics before and after incomparable but leaves the
 checkpoint valid.
 """
 
+import hashlib
+import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -40,6 +44,8 @@ def compute(config: Any, data_dir: Optional[str]) -> Dict[str, Any]:
     builder = wmt.wmt_builder(config.dataset, data_dir)  # the one corpora.py prepares
     return dict(common, tfds_name=builder.name, tfds_version=str(builder.version),
                 tfds_config=builder.builder_config.name if builder.builder_config else '')
+  if config.get('corpora'):
+    return _of_mixture(config, data_dir, common)
   task = tasks.get(config.dataset)  # a treebank: t2t_jax/parsing/task.py
   if task is not None:
     folder, _, combined, files = task.locate(config)
@@ -49,6 +55,37 @@ def compute(config: Any, data_dir: Optional[str]) -> Dict[str, Any]:
   splits = textfiles.discover_splits(corpus_dir, src, tgt)
   combined, files = corpora.file_digests(corpus_dir, splits, src, tgt)
   return dict(common, corpus_dir=corpus_dir, sha256=combined, files=files)
+
+
+def _of_mixture(config: Any, data_dir: Optional[str], common: Dict[str, Any]) -> Dict[str, Any]:
+  from t2t_jax.data import mixture  # pylint: disable=import-outside-toplevel
+  parts = []
+  for entry in mixture.entries(config):
+    part = mixture.named(entry, lambda e=entry: compute(mixture.entry_config(config, e), data_dir))
+    parts.append(dict(part, name=entry.name, entry=entry.key))
+  primary = mixture.primary(config)
+  main = parts[mixture.entries(config).index(primary)]
+  combined = hashlib.sha256(json.dumps([[p['entry'], p['sha256']] for p in parts]).encode())
+  return dict(common, corpus_dir=main['corpus_dir'], sha256=combined.hexdigest(),
+              files=main['files'], corpora=parts, primary=primary.key)
+
+
+def _compare_mixtures(saved: Dict[str, Any], current: Dict[str, Any]
+                      ) -> Tuple[Optional[str], List[str]]:
+  """`compare` of two fingerprints of which one at least is a mixture's: the same entries
+  (pairs, weights, tags) in the same order, each compared as a corpus of its own."""
+  then, now = saved.get('corpora') or [saved], current.get('corpora') or [current]
+  entries = lambda parts: ', '.join(  # noqa: E731
+      f'{p.get("corpus_dir")} ({p["entry"]})' if p.get('entry') else str(p.get('corpus_dir'))
+      for p in parts)
+  if [p.get('entry') for p in then] != [p.get('entry') for p in now]:
+    return f'the mixture was {entries(then)}; it is {entries(now)}', []
+  refusals, notes = [], []
+  for before, after in zip(then, now):
+    refusal, more = compare(before, after)
+    refusals += [f'{after["name"]}: {refusal}'] if refusal else []
+    notes += [f'{after["name"]}: {note}' for note in more]
+  return ('; '.join(refusals) or None), notes
 
 
 def _file_changes(saved: Dict[str, Any], current: Dict[str, Any], split: str) -> List[str]:
@@ -82,6 +119,8 @@ def compare(saved: Dict[str, Any], current: Dict[str, Any]) -> Tuple[Optional[st
   """
   if saved.get('dataset') != current.get('dataset'):
     return (f'dataset {saved.get("dataset")!r} then, {current.get("dataset")!r} now'), []
+  if saved.get('corpora') or current.get('corpora'):
+    return _compare_mixtures(saved, current)
   if 'files' not in current:  # WMT
     changed = [f'{k} {saved.get(k)!r} then, {current.get(k)!r} now' for k in _WMT_KEYS
                if saved.get(k) != current.get(k)]
@@ -109,6 +148,8 @@ def scored_difference(saved: Dict[str, Any], current: Dict[str, Any],
   e.g. a relative path read from another current folder, is named with the checkpoint's)."""
   if saved.get('dataset') != current.get('dataset'):
     return f'dataset {saved.get("dataset")!r} then, {current.get("dataset")!r} now'
+  if current.get('primary') and saved.get('corpora'):  # the entry of the pair scored now
+    saved = next((p for p in saved['corpora'] if p.get('entry') == current['primary']), saved)
   if 'files' not in current:  # WMT
     changed = [f'{k} {saved.get(k)!r} then, {current.get(k)!r} now' for k in _WMT_KEYS
                if saved.get(k) != current.get(k)]

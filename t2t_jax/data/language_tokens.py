@@ -14,6 +14,7 @@ language is the corpus's, part of the data's fingerprint.
 import re
 from typing import Any, List, Sequence
 
+from t2t_jax.data import mixture
 from t2t_jax.data.vocab_pair import VocabPair, side
 
 
@@ -86,9 +87,45 @@ def token_id(tok: Any, pattern: str, lang: str, key: str) -> int:
       f'{", ".join(known[:20])}{", ..." if len(known) > 20 else ""}')
 
 
+class TargetTokens(VocabPair):
+  """A vocabulary whose source text starts with the token of the language to translate into
+  (`mixture.target_token`, '<2es>': Johnson et al. 2017), a model of a mixture into several
+  target languages; targets are plain.
+
+  Attributes:
+    plain: the wrapped vocabulary: a `mixture.MixedSource` puts each pair's token in its text.
+  """
+
+  def __init__(self, tok: Any, target_lang: str, languages: Sequence[str]):
+    if target_lang not in languages:
+      raise LanguageTokenError(f'--config.target_lang={target_lang}: the model translates into '
+                               f'{", ".join(languages)} (its --config.corpora)')
+    source = side(tok, 'source')
+    token = mixture.target_token(target_lang)
+    ids = list(source.encode(token))
+    if source.pieces(ids) != ['\u2581' + token]:
+      raise LanguageTokenError(f'--config.target_lang={target_lang}: the vocabulary '
+                               f'{source.path} has no piece {token!r}')
+    super().__init__(Tagged(source, ids[0]), side(tok, 'target'))
+    self.plain = tok
+
+
+def plain(tok: Any) -> Any:
+  """The vocabulary `tok` wraps when its sources get a target-language token by `wrap`
+  (`TargetTokens`), else `tok`: what encodes a mixture's training text, which has them."""
+  return getattr(tok, 'plain', tok)
+
+
 def wrap(tok: Any, config: Any) -> Any:
-  """`tok` with the language tokens `config.language_tokens` names, or `tok` itself ('')."""
+  """`tok` with the language tokens `config.language_tokens` names, or the target-language
+  tokens of a mixture into several languages (`TargetTokens`), or `tok` itself."""
   pattern = getattr(config, 'language_tokens', '')
+  if mixture.many_targets(config):
+    if pattern:
+      raise LanguageTokenError(f'--config.language_tokens={pattern!r} with --config.corpora into '
+                               'several target languages: a model has one scheme of language '
+                               'tokens; drop one')
+    return TargetTokens(tok, config.target_lang, mixture.target_languages(config))
   if not pattern:
     return tok
   return LanguageTokens(tok, token_id(side(tok, 'source'), pattern, config.source_lang,

@@ -118,23 +118,26 @@ class PackedPlan:
 
   def __init__(self, src_len: np.ndarray, tgt_len: np.ndarray, used: np.ndarray, length: int,
                global_rows: int, process_index: int, process_count: int, seed: int,
-               open_rows: int = OPEN_ROWS, row_ids: Optional[RowIds] = None):
+               open_rows: int = OPEN_ROWS, row_ids: Optional[RowIds] = None,
+               epoch_pairs: Optional[Callable[[int], np.ndarray]] = None):
+    """`epoch_pairs(epoch)`: the pairs an epoch holds (`mixture.Sampler.pairs`); None: `used`."""
     self._src_len, self._tgt_len = np.asarray(src_len), np.asarray(tgt_len)
     self._used = np.asarray(used, np.int64)
+    self._epoch_pairs = epoch_pairs or (lambda epoch: self._used)
     self._length, self._global_rows, self._open_rows = int(length), int(global_rows), open_rows
     self._process = (process_index, process_count)
     self._seed, self._row_ids = seed, row_ids
     self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     self._counts: dict[int, int] = {}
     self._lock = threading.Lock()  # grain reads batches from several threads
-    self.bucket_pairs = (len(self._used),)
+    self.bucket_pairs = (len(self._epoch_pairs(0)),)
 
   def _epoch(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
     """(members, row starts) of the epoch; caller holds the lock."""
     if epoch not in self._cache:
       if len(self._cache) >= 2:  # prefetching may straddle one epoch boundary
         del self._cache[min(self._cache)]
-      order = np.random.default_rng([self._seed, epoch]).permutation(self._used)
+      order = np.random.default_rng([self._seed, epoch]).permutation(self._epoch_pairs(epoch))
       plan = pack(self._src_len, self._tgt_len, order, self._length, self._open_rows,
                   self._row_ids)
       self._cache[epoch] = plan

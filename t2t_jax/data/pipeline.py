@@ -47,7 +47,7 @@ from absl import logging
 import grain
 import numpy as np
 
-from t2t_jax.data import bucketing, gather, packing, token_store
+from t2t_jax.data import bucketing, gather, mixture, packing, token_store
 
 
 class PipelineError(ValueError):
@@ -141,22 +141,29 @@ def shapes_summary(info: PipelineInfo) -> str:
 
 
 # State keys that define the data order; a state from another setting is refused.
-_DATA_KEYS = ('num_pairs', 'num_used', 'shuffle_seed', 'bucket_lengths', 'pack_examples')
+_DATA_KEYS = ('num_pairs', 'num_used', 'shuffle_seed', 'bucket_lengths', 'pack_examples',
+              'mixture')
 # Keys that change with the topology; a mismatch resumes at the same fraction of the epoch.
 _TOPOLOGY_KEYS = ('process_count', 'bucket_rows', 'batches_per_epoch')
+
+
+_CORPUS_PAIRS = '_corpus_pairs'
 
 
 class TrainIterator(grain.DatasetIterator):
   """Endless (or `num_epochs`) iterator of training batches with exact get/set_state.
 
   Attribute `info` (PipelineInfo). State: {'epoch', 'batch_in_epoch', ...} (JSON-able).
+  A mixture's (`sampler`, `mixture.Sampler`) counts the pairs it hands out per entry:
+  `take_shares`.
   """
 
   def __init__(self, plan: Any, reader: gather.Reader, info: PipelineInfo, shuffle_seed: int,
                process_index: int, num_epochs: Optional[int],
-               read_options: grain.ReadOptions):
+               read_options: grain.ReadOptions, sampler: Optional[mixture.Sampler] = None):
     super().__init__()
-    self.info = info
+    self.info, self._sampler = info, sampler
+    self._shares = mixture.ShareCounter([e.name for e in sampler.entries]) if sampler else None
     self._plan, self._reader, self._num_epochs = plan, reader, num_epochs
     self._read_options = read_options
     self._fixed = {'num_pairs': info.num_pairs, 'num_used': info.num_used,
@@ -165,6 +172,8 @@ class TrainIterator(grain.DatasetIterator):
                    'process_count': info.process_count, 'process_index': process_index,
                    'bucket_rows': list(info.bucket_rows),
                    'batches_per_epoch': info.batches_per_epoch}
+    if sampler is not None:  # another mixture is another data order; its shares for `info`
+      self._fixed.update(mixture=sampler.state(), mixture_shares=sampler.shares)
     # The inner iterator's k-th batch is batch k after `_origin` (epoch, batch in epoch);
     # `_taken` batches of it were handed out.
     self._origin, self._taken = (0, 0), 0
@@ -179,7 +188,11 @@ class TrainIterator(grain.DatasetIterator):
     return epoch, index
 
   def _batch(self, k: int) -> dict[str, np.ndarray]:
-    return self._reader(*self._plan.local_batch(*self._locate(k)))
+    bucket, rows = self._plan.local_batch(*self._locate(k))
+    batch = self._reader(bucket, rows)
+    if self._sampler is not None:  # taken out again as the batch is handed out
+      batch[_CORPUS_PAIRS] = self._sampler.corpus_pairs(rows)
+    return batch
 
   def _start(self) -> Any:
     epoch, index = self._origin
@@ -191,7 +204,14 @@ class TrainIterator(grain.DatasetIterator):
   def __next__(self) -> dict[str, np.ndarray]:
     batch = next(self._inner)
     self._taken += 1
+    if self._shares is not None:
+      self._shares.add(batch.pop(_CORPUS_PAIRS))
     return batch
+
+  def take_shares(self) -> dict[str, float]:
+    """A mixture's realised shares since the last call: {'data/share/<entry name>': the
+    fraction of this process's pairs handed out that came from it}; {} for one corpus."""
+    return self._shares.take() if self._shares is not None else {}
 
   def get_state(self) -> dict[str, Any]:
     epoch, index = self._locate(self._taken)
@@ -254,19 +274,27 @@ def _bucketing(config: Any, source: Any, tokenizer: Any, rows_multiple: int,
 
 
 def _make(config, source, tokenizer, rows_multiple, process_index, process_count, cache_dir,
-          seed: Optional[int], row_ids: Optional[packing.RowIds] = None) -> tuple[Any, gather.Reader, PipelineInfo]:
+          seed: Optional[int], row_ids: Optional[packing.RowIds] = None
+          ) -> tuple[Any, gather.Reader, PipelineInfo, Optional[mixture.Sampler]]:
   bucket_of, lengths, rows, dropped, real, (src_len, tgt_len), store = _bucketing(
       config, source, tokenizer, rows_multiple, process_index, process_count, cache_dir,
       eval_mode=seed is None)
+  sampler = None  # a training mixture (`mixture.MixedSource`) draws each epoch's pairs
+  if seed is not None and getattr(source, 'entries', None):
+    sampler = mixture.Sampler(source.boundaries, np.flatnonzero(bucket_of >= 0),
+                              source.entries, seed)
+    logging.info('Mixture: %s of each epoch\'s %d pairs', ', '.join(
+        f'{n} {share:.1%}' for n, share in sampler.shares.items()), sampler.counts.sum())
+  epoch_pairs = sampler.pairs if sampler else None
   packed = bool(config.pack_examples) and seed is not None  # eval is never packed
   if packed:  # one shape: the largest bucket used, with its rows
     lengths, rows = lengths[-1:], rows[-1:]
     plan = packing.PackedPlan(src_len, tgt_len, np.flatnonzero(bucket_of >= 0), lengths[0],
                               rows[0] * process_count, process_index, process_count, seed,
-                              row_ids=row_ids)
+                              row_ids=row_ids, epoch_pairs=epoch_pairs)
   else:
-    plan = bucketing.BucketPlan(bucket_of, [r * process_count for r in rows], process_index, process_count,
-                 seed)
+    plan = bucketing.BucketPlan(bucket_of, [r * process_count for r in rows], process_index,
+                                process_count, seed, epoch_pairs)
   info = PipelineInfo(len(source), len(source) - dropped, dropped, lengths, rows,
                       plan.bucket_pairs, plan.num_batches, process_count, real,
                       plan.padded_tokens(lengths), plan.rows_per_epoch(0) if packed else 0)
@@ -279,7 +307,7 @@ def _make(config, source, tokenizer, rows_multiple, process_index, process_count
                     info.num_pairs, config.max_length if seed is not None else config.max_len)
   logging.info('%s pipeline (%s): %s', 'Eval' if seed is None else 'Train', name,
                shapes_summary(info))
-  return plan, gather.Reader(store, lengths, packed), info
+  return plan, gather.Reader(store, lengths, packed), info, sampler
 
 
 def make_train_iterator(config: Any, source: Any, tokenizer: Any, *, rows_multiple: int = 1,
@@ -307,12 +335,13 @@ def make_train_iterator(config: Any, source: Any, tokenizer: Any, *, rows_multip
     with `config.pack_examples` `inputs_segmentation`, `targets_segmentation`,
     `inputs_position`, `targets_position` (all [R, L] int32, see `packing`).
   """
-  plan, reader, info = _make(config, source, tokenizer, rows_multiple, process_index,
-                             process_count, cache_dir, seed=int(config.shuffle_seed),
-                             row_ids=row_ids)
+  plan, reader, info, sampler = _make(config, source, tokenizer, rows_multiple, process_index,
+                                      process_count, cache_dir, seed=int(config.shuffle_seed),
+                                      row_ids=row_ids)
   return TrainIterator(plan, reader, info, int(config.shuffle_seed), process_index,
                        num_epochs, grain.ReadOptions(num_threads=num_threads,
-                                                     prefetch_buffer_size=prefetch_buffer_size))
+                                                     prefetch_buffer_size=prefetch_buffer_size),
+                       sampler)
 
 
 class EvalBatches(list):
@@ -330,7 +359,7 @@ def make_eval_batches(config: Any, source: Any, tokenizer: Any, *, rows_multiple
   than config.max_len (the model's largest position) are dropped, counted and logged.
   Every process gets the same number of batches with the same shapes.
   """
-  plan, reader, info = _make(config, source, tokenizer, rows_multiple, process_index,
+  plan, reader, info, _ = _make(config, source, tokenizer, rows_multiple, process_index,
                              process_count, None, seed=None)
   batches = EvalBatches(reader(*plan.local_batch(0, k)) for k in range(plan.num_batches))
   batches.info = info

@@ -13,8 +13,8 @@ existing model is reused when its record matches the run (or it has none), made 
 warning when it does not and no checkpoint depends on it yet, and refused when one does.
 
 Normalisation is 'identity' and character coverage 1.0, so `decode(encode(s)) == s` for any
-text whose characters were in the sample (up to whitespace: SentencePiece strips leading and
-trailing space and collapses runs of spaces).
+text whose characters were in the sample, and with `byte_fallback` for any text (up to
+whitespace: SentencePiece strips leading and trailing space and collapses runs of spaces).
 """
 
 import hashlib
@@ -173,8 +173,11 @@ def sample_sentences(source: Any, num_per_language: int, seed: int = 0) -> Itera
 
 def train(sentences: Iterable[str], vocab_size: int, model_path: str,
           user_defined_symbols: Sequence[str] = (),
-          before_model: Optional[Callable[[bytes], None]] = None) -> Tokenizer:
+          before_model: Optional[Callable[[bytes], None]] = None,
+          byte_fallback: bool = False) -> Tokenizer:
   """Trains a BPE model on `sentences` and writes `model_path` (+ `.vocab`) atomically.
+  `byte_fallback`: 256 pieces `<0x00>`..`<0xFF>` of `vocab_size` spell the UTF-8 bytes of a
+  character without a piece (SentencePiece's byte fallback; see the module doc).
 
   `user_defined_symbols` become pieces of their own that BPE never splits or merges, cut out
   of the text wherever they occur (parsing's tree tokens, `parsing/linearize.py`); they count
@@ -198,7 +201,8 @@ def train(sentences: Iterable[str], vocab_size: int, model_path: str,
           sentence_iterator=nonempty(), model_prefix=os.path.join(tmp, prefix),
           model_type='bpe', vocab_size=vocab_size,
           pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
-          user_defined_symbols=list(user_defined_symbols), character_coverage=1.0, normalization_rule_name='identity',
+          user_defined_symbols=list(user_defined_symbols), character_coverage=1.0,
+          normalization_rule_name='identity', byte_fallback=bool(byte_fallback),
           input_sentence_size=0, shuffle_input_sentence=False,
           num_threads=os.cpu_count() or 1, minloglevel=1)
     except RuntimeError as e:
@@ -316,7 +320,8 @@ def _train_recorded(config: Any, workdir: str, want: dict,
   symbols = symbols_fn() if symbols_fn is not None else ()
   return _checked(train(bounded(), config.vocab_size, vocab_path(workdir), symbols,
                         before_model=lambda model: vocab_record.write(
-                            workdir, want, vocab_record.sha256(model))), config.vocab_size)
+                            workdir, want, vocab_record.sha256(model)),
+                        byte_fallback=config.get('byte_fallback', False)), config.vocab_size)
 
 
 def _stale(workdir: str, want: dict, trained: bool,
@@ -392,9 +397,3 @@ def _appeared(path: str) -> bool:
 def vocab_path(workdir: str) -> str:
   """`<workdir>/vocab/spm.model`."""
   return layout.of(workdir).vocab
-
-
-def maybe_load(workdir: str) -> Optional[Tokenizer]:
-  """The workdir's vocabulary if it exists (for eval/decode), else None."""
-  path = vocab_path(workdir)
-  return Tokenizer(path) if epath.Path(path).is_file() else None

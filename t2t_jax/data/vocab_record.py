@@ -90,6 +90,8 @@ def wanted(config: Any, data_fingerprint: Optional[Dict[str, Any]],
                                    f'cannot be read ({type(e).__name__}: {e})') from None
     return {'given': source, 'given_sha256': digest}
   record = dict({k: int(config[k]) for k in SETTINGS}, data=data_fingerprint)
+  if config.get('byte_fallback'):  # only when on: the records made before it stay equal
+    record['byte_fallback'] = True
   if trained_on(config):  # a shared vocabulary's record stays as it always was
     record['trained_on'] = trained_on(config)
   return record

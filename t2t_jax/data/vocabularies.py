@@ -11,7 +11,7 @@ in a workdir without checkpoints is not reused as one side's, nor one side's as 
 """
 
 import itertools
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import ml_collections
 
@@ -47,13 +47,15 @@ def sentences(train_source: Any, config: Any, which: Optional[str] = None
 
 def load_or_train(config: ml_collections.ConfigDict, workdir: str, train_source: Any,
                   process_index: int = 0, process_count: int = 1, *,
-                  symbols_fn: Optional[Callable] = None, trained: bool = False,
+                  symbols_fn: Optional[Callable] = None, source_symbols: Sequence[str] = (),
+                  trained: bool = False,
                   data_fingerprint: Optional[dict] = None,
                   checkpoint_vocabulary: Optional[dict] = None) -> Any:
   """The vocabularies of a training run: its `tokenizer.Tokenizer` (`config.share_vocab`),
   else a `VocabPair` of the source and target side's, each `tokenizer.load_or_train`'s.
 
-  `train_source`: random access to the training pairs (`tokenizer.sample_sentences`); the
+  `train_source`: random access to the training pairs (`tokenizer.sample_sentences`);
+  `source_symbols`: the source side's user-defined symbols (a mixture's tags); the
   other arguments as `tokenizer.load_or_train`'s (`symbols_fn`: the target side's only;
   `checkpoint_vocabulary`: `vocab_record.of_tokenizer` of both sides, each side given its
   own, `vocab_record.side_item`).
@@ -66,15 +68,19 @@ def load_or_train(config: ml_collections.ConfigDict, workdir: str, train_source:
         'a run that has them, e.g. an imported model, or --config.vocab_model and '
         '--config.source_vocab_model): two models trained apart would not share one id space')
   if one_model(config):
+    both = symbols_fn
+    if source_symbols:
+      both = lambda: list(source_symbols) + list(symbols_fn() if symbols_fn else [])  # noqa: E731
     return language_tokens.wrap(tokenizer.load_or_train(
         config, workdir, sentences(train_source, config), process_index, process_count,
-        symbols_fn=symbols_fn, checkpoint_vocabulary=checkpoint_vocabulary, **common), config)
+        symbols_fn=both, checkpoint_vocabulary=checkpoint_vocabulary, **common), config)
   target = tokenizer.load_or_train(config, workdir, sentences(train_source, config, 'target'),
                                    process_index, process_count, symbols_fn=symbols_fn,
                                    checkpoint_vocabulary=checkpoint_vocabulary, **common)
   source = tokenizer.load_or_train(
       side_config(config, 'source'), layout.of(workdir).source_side,
       sentences(train_source, config, 'source'), process_index, process_count,
+      symbols_fn=(lambda: list(source_symbols)) if source_symbols else None,
       checkpoint_vocabulary=vocab_record.side_item(checkpoint_vocabulary, 'source'), **common)
   return language_tokens.wrap(VocabPair(source, target), config)
 

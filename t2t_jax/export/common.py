@@ -17,7 +17,7 @@ from typing import Any, Iterator, List, Optional
 
 from etils import epath
 
-from t2t_jax.data import tasks
+from t2t_jax.data import mixture, tasks
 from t2t_jax.model import transformer as model_lib, variant
 from t2t_jax.runtime import interruptible
 from t2t_jax.storage import layout, leftovers, outputs, paths
@@ -39,6 +39,10 @@ def check_translation(config: Any, run: str) -> None:
   if tasks.get(config.dataset) is not None:
     raise ExportError(f'export supports translation runs; {run} is a parsing run (dataset='
                       f'{config.dataset}): use --mode=decode, which outputs trees')
+  if mixture.many_targets(config):  # its sources start with '<2xx>', which no export adds
+    raise ExportError(f'{run} translates into {", ".join(mixture.target_languages(config))} '
+                      '(a mixture of several target languages), whose sources start with the '
+                      "target language's token; the exports do not add it: use --mode=decode")
 
 
 def check_vocabulary(path: str, pieces: int, vocab_size: int, prefix: str = '',

@@ -4,6 +4,7 @@ run shares: its parameters and config (`load`)."""
 import contextlib
 import dataclasses
 import json
+import os
 import sys
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -12,7 +13,8 @@ from absl import logging
 from etils import epath
 
 from t2t_jax import config as config_lib
-from t2t_jax.data import corpora, fingerprint, tasks, vocab_pair, vocab_record, vocabularies
+from t2t_jax.data import (corpora, fingerprint, mixture, tasks, vocab_pair, vocab_record,
+                          vocabularies)
 from t2t_jax.inference import (averaging, best_average, checkpoint_choice, evaluate,
                                translate)
 from t2t_jax.inference import nbest_output, streaming
@@ -132,7 +134,8 @@ def info_config(workdir: Optional[str], overrides: Overrides) -> Tuple[Any, str]
   overrides applied (model keys refused, as every mode that reads a run), its `model`
   variant checked."""
   if not workdir:  # resolved, as main.py resolved it (which warned already)
-    return resolution.resolve(overrides.config, overrides.keys, saved=True), ''
+    config = resolution.resolve(overrides.config, overrides.keys, saved=True)
+    return config, mixture.describe(config)
   try:
     saved, setup = checkpoint_choice.latest_training_setup(workdir)
     source = f'the latest training checkpoint in {layout.of(workdir).checkpoints}'
@@ -152,7 +155,19 @@ def info_config(workdir: Optional[str], overrides: Overrides) -> Tuple[Any, str]
              f'sha256 {start["params_sha256"][:12]}...)\n' if start else '')
   vocabularies_line = vocab_record.describe(vocabulary)  # each side's sha256 and size
   return config, (f'{workdir}: the model recorded in {source}\n{started}{imported or ""}'
-                  + (vocabularies_line + '\n' if vocabularies_line else ''))
+                  + (vocabularies_line + '\n' if vocabularies_line else '')
+                  + mixture.describe(config, _data_state(workdir).get('mixture_shares')))
+
+
+def _data_state(workdir: str) -> Dict[str, Any]:
+  """The data iterator's state saved with the newest training checkpoint ({} if none reads)."""
+  try:
+    return checkpoint_lib.read_json_item(os.path.join(
+        layout.of(workdir).checkpoints, str(checkpoint_choice.training_steps(workdir)[-1]),
+        'data')) or {}
+  except (IndexError, OSError, ValueError):
+    return {}
+
 
 
 def info(workdir: Optional[str], overrides: Overrides) -> str:

@@ -32,6 +32,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import ml_collections
 from absl import logging
+from etils import epath
 
 from t2t_jax import config as config_lib
 from t2t_jax import key_table
@@ -39,6 +40,7 @@ from t2t_jax.choices import ConfigError
 from t2t_jax.configs import default as default_config
 from t2t_jax.model import variant
 from t2t_jax.model.transformer_config import TransformerConfig
+from t2t_jax.storage import layout
 
 # Derived keys (0 in a config: follow) and the keys they follow.
 DERIVED = {
@@ -114,6 +116,32 @@ def _vocab_size_of_model(config: ml_collections.ConfigDict, explicit: set,
     raise ConfigError(f'{given} has {pieces} pieces, but the command line gives '
                       f'--config.{size_key}={config[size_key]}; drop one of the two')
   config[size_key] = pieces
+
+
+def _take_vocab_from(config: ml_collections.ConfigDict) -> None:
+  """`vocab_from=W` is `vocab_model=W/vocab/spm.model` (with `share_vocab=False`, also
+  `source_vocab_model=W/vocab/source_spm.model`): another run's vocabulary, taken as it is. A
+  `vocab_model` or `init_from` beside it is refused unless it is what W gives (a recorded
+  config has both; once W has moved or gone, the recorded copy in the workdir serves)."""
+  if not config.get('vocab_from'):
+    return
+  if config.init_from:
+    raise ConfigError(f'--config.vocab_from={config.vocab_from} with --config.init_from, which '
+                      "takes its source run's vocabulary: drop vocab_from")
+  run = layout.of(config.vocab_from)
+  if not epath.Path(run.vocab).is_file():
+    if config.vocab_model:  # a recorded run's: its workdir holds the vocabulary
+      return
+    raise ConfigError(f'--config.vocab_from={config.vocab_from}: {run.vocab} cannot be read (no '
+                      'such file): expected the workdir of a run with a vocabulary')
+  given = {'vocab_model': run.vocab}
+  if not config.share_vocab:
+    given['source_vocab_model'] = run.source_vocab
+  for key, path in given.items():
+    if config[key] and config[key] != path:
+      raise ConfigError(f'--config.vocab_from={config.vocab_from} gives {key}={path}; '
+                        f'--config.{key}={config[key]} says otherwise: drop one')
+  config.update(given)
 
 
 def _check_vocabularies(config: ml_collections.ConfigDict) -> None:
@@ -210,6 +238,7 @@ def resolve(config: ml_collections.ConfigDict, explicit: Iterable[str] = (), *,
   """
   config_lib.check_config_dict('resolve', config)
   config = config_lib.absolute_paths(config_lib.validate(config))
+  _take_vocab_from(config)
   _check_vocabularies(config)
   explicit = set(explicit)
   _drop_no_effect(config, explicit, quiet=saved)

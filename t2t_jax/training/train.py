@@ -23,8 +23,8 @@ from absl import logging
 
 from t2t_jax import config as config_lib
 from t2t_jax.configs import default as default_config
-from t2t_jax.data import (corpora, fingerprint, pipeline, split_check, tasks, tokenizer,
-                          vocab_record, vocabularies)
+from t2t_jax.data import (corpora, fingerprint, language_tokens, mixture, pipeline,
+                          split_check, tasks, tokenizer, vocab_pair, vocab_record, vocabularies)
 from t2t_jax.inference import checkpoint_choice
 from t2t_jax.model import transformer as model, variant
 from t2t_jax.runtime import checkpoint, first_fit, meshes, parallel, resolution
@@ -49,17 +49,17 @@ class Data:
                                       per_host=per_host)
     # One shared vocabulary, or a `VocabPair` of the two sides' (`share_vocab=False`).
     self.tokenizer = vocabularies.load_or_train(
-        config, workdir, train_source, pi, pc,
-        symbols_fn=vocabulary_symbols(config, train_source), trained=trained,
-        data_fingerprint=data_fingerprint, checkpoint_vocabulary=checkpoint_vocabulary)
-    rows = jax.local_device_count()
-    self.train = pipeline.make_train_iterator(
-        config, train_source, self.tokenizer, rows_multiple=rows, process_index=pi,
-        process_count=pc, cache_dir=layout.of(workdir).data_cache,
-        row_ids=first_fit.row_ids)
-    self.eval_batches = None
-    self.bleu_pairs = []
+        config, workdir, train_source, pi, pc, symbols_fn=vocabulary_symbols(config, train_source),
+        trained=trained, source_symbols=mixture.source_symbols(config), data_fingerprint=data_fingerprint,
+        checkpoint_vocabulary=checkpoint_vocabulary)
+    mixture.check_tags(config, vocab_pair.side(self.tokenizer, 'source'))
+    rows, plain = jax.local_device_count(), language_tokens.plain(self.tokenizer)
+    self.train = pipeline.make_train_iterator(  # a mixture's text has its language tokens
+        config, train_source, plain, rows_multiple=rows, process_index=pi,
+        process_count=pc, cache_dir=layout.of(workdir).data_cache, row_ids=first_fit.row_ids)
+    self.eval_batches, self.bleu_pairs, self.other_pairs = None, [], []
     if with_eval:
+      self.other_pairs = dev_eval.other_pairs(config, data_dir, plain, rows, pi, pc, per_host)
       dev_source = corpora.load_split(config, config.eval_split, data_dir, process_index=pi,
                                       per_host=per_host)
       self.eval_batches = pipeline.make_eval_batches(
@@ -357,6 +357,7 @@ class _Run:
   def _log(self) -> None:
     self.watch.flush()
     m = self.window.close(self.step, self.steps.padded_tokens)
+    m.update(self.data.train.take_shares())  # a mixture's: data/share/<entry name>
     self.steps.padded_tokens = 0
     if self.is_chief:
       logging.info(log_window.format_line(self.step, self.config.num_train_steps, m))

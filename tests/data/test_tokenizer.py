@@ -344,3 +344,22 @@ def test_user_defined_symbols_are_one_piece_each_and_leave_words_alone(tmp_path)
   # No symbol is cut out of a word: a word never starts with a bracket.
   assert not set(tok.pieces(tok.encode(source))) & set(symbols)
   assert tok.decode(tok.encode(source)) == source
+
+
+def test_byte_fallback_spells_unseen_characters_so_every_text_round_trips(tmp_path, pairs):
+  text = 'Jesús wept 😀 over Ḱ, 東京 and Ж.'  # characters the Bible's sample never saw
+  sample = lambda: tokenizer.sample_sentences(pairs[:500], 1000)  # noqa: E731
+  plain = tokenizer.load_or_train(_config(vocab_size=400), str(tmp_path / 'plain'), sample)
+  assert plain.decode(plain.encode(text)) == 'Jesús wept  ⁇  over  ⁇ ,  ⁇  and  ⁇ .'
+  c = _config(vocab_size=400)
+  c.byte_fallback = True
+  tok = tokenizer.load_or_train(c, str(tmp_path / 'bytes'), sample)
+  ids = tok.encode(text)
+  assert tok.decode(ids) == text and tokenizer.UNK_ID not in ids
+  # The emoji is its four UTF-8 bytes, one piece each; a seen word keeps its pieces.
+  assert [p for p in tok.pieces(ids) if p.startswith('<0x')][:4] == [
+      '<0xF0>', '<0x9F>', '<0x98>', '<0x80>']
+  assert tok.pieces(tok.encode('wept')) == plain.pieces(plain.encode('wept'))
+  assert sum(p.startswith('<0x') for p in tok.pieces(range(400))) == 256
+  # The record says so: the same workdir without byte fallback is another vocabulary.
+  assert vocab_record.read(str(tmp_path / 'bytes'))[0]['byte_fallback'] is True

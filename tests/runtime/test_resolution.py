@@ -258,3 +258,27 @@ def test_a_recorded_vocab_model_that_has_gone_is_provenance(tmp_path):
   assert resolution.resolve(recorded, ['vocab_model'], recorded=True).vocab_size == 400
   with pytest.raises(config_lib.ConfigError, match=r'gone\.model cannot be read \(no such file\)'):
     resolution.resolve(recorded, ['vocab_model'])  # a new run: the file is needed
+
+
+def test_vocab_from_takes_another_runs_vocabulary_files_as_vocab_model(tmp_path):
+  run = tmp_path / 'W'
+  os.makedirs(run / 'vocab')
+  os.replace(_spm(tmp_path, 40), run / 'vocab' / 'spm.model')
+  os.replace(_spm(tmp_path, 45), run / 'vocab' / 'source_spm.model')
+  resolved = resolution.resolve(_config(vocab_from=str(run)))
+  assert resolved.vocab_model == str(run / 'vocab' / 'spm.model') and resolved.vocab_size == 40
+  assert resolved.source_vocab_model == ''  # one shared vocabulary: W's target model
+  separate = resolution.resolve(_config(vocab_from=str(run), share_vocab=False,
+                                        share_embeddings=False))
+  assert (separate.source_vocab_model, separate.source_vocab_size) == (
+      str(run / 'vocab' / 'source_spm.model'), 45)
+  assert resolution.resolve(resolved).vocab_model == resolved.vocab_model  # its record again
+  for values, says in (
+      (dict(init_from=str(run)), r'with --config.init_from, which takes its source run'),
+      (dict(vocab_model='/other.model'), r'gives vocab_model=.*; --config.vocab_model=/other'),
+  ):
+    with pytest.raises(config_lib.ConfigError, match=says):
+      resolution.resolve(_config(vocab_from=str(run), **values))
+  with pytest.raises(config_lib.ConfigError,
+                     match=rf'^--config.vocab_from={tmp_path}: .*spm.model cannot be read'):
+    resolution.resolve(_config(vocab_from=str(tmp_path)))
