@@ -270,9 +270,9 @@ def check_tags(config: Any, source_side: Any) -> None:
 
 
 def describe(config: Any, shares: Optional[Dict[str, float]] = None) -> str:
-  """`--mode=info`'s lines of a mixture, each ending in a newline ('' for none): each entry's name, pair, weight, tag and
-  folder, with `shares` (a training iterator's state `mixture_shares`: each entry's fraction of
-  an epoch's pairs) when a run has them."""
+  """`--mode=info`'s lines of a mixture, each ending in a newline ('' for none): each entry's
+  name, pair, weight, tag and folder, with `shares` (a training iterator's state
+  `mixture_shares`: each entry's fraction of an epoch's pairs) when a run has them."""
   mixture = entries(config)
   if not mixture:
     return ''

@@ -191,7 +191,8 @@ def test_a_mixture_resumes_exactly_and_refuses_other_weights(mixed):
   for want in expected:
     got = next(again)
     assert all(np.array_equal(want[k], got[k]) for k in want)
-  other = mixture.MixedSource(source._sources, _entries('a:2:<bt>,b:1'))  # pylint: disable=protected-access
+  sources = source._sources  # pylint: disable=protected-access
+  other = mixture.MixedSource(sources, _entries('a:2:<bt>,b:1'))
   with pytest.raises(pipeline.PipelineError, match='mixture'):
     pipeline.make_train_iterator(_config(), other, tok).set_state(state)
 
