@@ -123,6 +123,7 @@ _EXPORTS = {
     't2t_jax.inference.averaging': ('average_checkpoints',),
     't2t_jax.inference.checkpoint_choice': ('load_inference_params',),
     't2t_jax.inference.translate': ('Hypothesis', 'Translator'),
+    't2t_jax.library': ('batches', 'evaluate', 'load_config', 'score', 'train', 'translate'),
     't2t_jax.inference.portable': ('ExportedTranslator',),
     't2t_jax.runtime.checkpoint': ('Checkpointer',),
     't2t_jax.runtime.meshes': ('LOGICAL_AXIS_RULES', 'MeshError', 'param_shardings'),

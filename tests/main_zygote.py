@@ -56,7 +56,8 @@ def _imports() -> None:
   from ml_collections import config_flags  # noqa: F401
   import t2t_jax.cli, t2t_jax.config, t2t_jax.errors, t2t_jax.key_table  # noqa: F401,E401
   import t2t_jax.export.formats, t2t_jax.inference.checkpoint_choice  # noqa: F401,E401
-  import t2t_jax.inference.modes, t2t_jax.inspect.attention_mode  # noqa: F401,E401
+  import t2t_jax.inference.modes, t2t_jax.inference.score_mode  # noqa: F401,E401
+  import t2t_jax.inspect.attention_mode, t2t_jax.configs.quickstart  # noqa: F401,E401
   import t2t_jax.model.info, t2t_jax.plan.mode, t2t_jax.runtime.interruptible  # noqa: F401,E401
   import t2t_jax.runtime.resolution, t2t_jax.storage.workdir  # noqa: F401,E401
   import t2t_jax.training.mesh_info, t2t_jax.training.optim  # noqa: F401,E401

@@ -34,6 +34,8 @@ UNWRITABLE = 'output cannot be written'
 CLASSES = (TYPE, RANK, EMPTY, RANGE, MISSING, NOT_MODEL, EXISTS, UNWRITABLE)
 
 VOCAB = 24
+_QUICKSTART = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs',
+                           'quickstart.py')
 CFG = model.TransformerConfig(vocab_size=VOCAB, d_model=16, d_ff=32, num_heads=2, d_k=8, d_v=8,
                               num_layers=1, max_len=32, deterministic=True)
 
@@ -306,6 +308,29 @@ def _rows():
                                                        beam_size=0), ValueError, ('beam_size',)),
       Row('Translator', NOT_MODEL, lambda c: t.Translator(c.cfg, {'x': 1}, c.tokenizer),
           ValueError, ('params',)),
+      # the library loop (t2t_jax/library.py)
+      Row('load_config', MISSING, lambda c: t.load_config(c.missing), t.ConfigError,
+          ('absent',)),
+      Row('load_config', RANGE, lambda c: t.load_config(_QUICKSTART, d_modle=64), t.ConfigError,
+          ('d_modle',)),
+      Row('load_config', TYPE, lambda c: t.load_config(_QUICKSTART, d_model='big'),
+          t.ConfigError, ('d_model', 'big')),
+      Row('train', TYPE, lambda c: t.train({'d_model': 64}, c.missing), TypeError, ('config',)),
+      Row('batches', TYPE, lambda c: t.batches({'d_model': 64}, c.missing), TypeError,
+          ('config',)),
+      Row('evaluate', MISSING, lambda c: t.evaluate(c.missing), _checkpoint_error(), ('absent',),
+          workdir=True),
+      Row('evaluate', RANGE, lambda c: t.evaluate(c.empty, split='valid'), t.ConfigError,
+          ('split', 'valid')),
+      Row('translate', MISSING, lambda c: t.translate(c.missing, ['a']), _checkpoint_error(),
+          ('absent',), workdir=True),
+      Row('translate', TYPE, lambda c: t.translate(c.empty, 'a cat'), t.ConfigError,
+          ('sentences',)),
+      Row('translate', RANGE, lambda c: t.translate(c.empty, ['a'], beam_sise=2), t.ConfigError,
+          ('beam_sise',)),
+      Row('score', MISSING, lambda c: t.score(c.missing, ['a'], ['b']), _checkpoint_error(),
+          ('absent',), workdir=True),
+      Row('score', TYPE, lambda c: t.score(c.empty, ['a'], [3]), t.ConfigError, ('targets',)),
       Row('ExportedTranslator', MISSING, lambda c: t.ExportedTranslator(c.missing),
           FileNotFoundError, ('absent',)),
       Row('ExportedTranslator', NOT_MODEL, lambda c: t.ExportedTranslator(c.file), ValueError,

@@ -13,12 +13,10 @@ from absl import logging
 from etils import epath
 
 from t2t_jax import config as config_lib
-from t2t_jax.data import (corpora, fingerprint, mixture, tasks, vocab_pair, vocab_record,
-                          vocabularies)
+from t2t_jax.data import corpora, fingerprint, mixture, tasks, vocab_record, vocabularies
 from t2t_jax.inference import (averaging, best_average, checkpoint_choice, evaluate,
                                translate)
 from t2t_jax.inference import nbest_output, streaming
-from t2t_jax.inference import score as score_lib
 from t2t_jax.model import info as model_info, variant
 from t2t_jax.runtime import checkpoint as checkpoint_lib
 from t2t_jax.runtime import interruptible, multihost, resolution
@@ -207,23 +205,25 @@ def evaluate_split(workdir: str, overrides: Overrides, checkpoint: Optional[str]
 def decode(workdir: str, overrides: Overrides, checkpoint: Optional[str],
            input_path: Optional[str], output: Optional[str]) -> None:
   """Translates (a treebank: parses) every line of `input_path` (stdin) into `output`
-  (stdout), which must not exist: it is claimed before the checkpoint loads (`_claimed`)."""
+  (stdout), which must not exist: it is claimed before the checkpoint loads (`claimed`)."""
   if output and epath.Path(output).exists():  # local or gs://...
-    raise _taken(output)
+    raise taken(output)
   if output:
     outputs.check_writable(output)  # a folder that is a file, read-only or full: one line now
   if streaming.is_stream(input_path):  # '-' or a pipe: lines decoded as they arrive
-    with _claimed(output):
+    with claimed(output):
       _decode_stream(workdir, overrides, checkpoint, input_path, output)
     return
   lines = textio.read_input(input_path)
   multihost.barrier('decode_output_checked')  # every process checked before the writer claims
-  with _claimed(output):
+  with claimed(output):
     _decode_lines(workdir, overrides, checkpoint, lines, output)
 
 
-def _decode_lines(workdir: str, overrides: Overrides, checkpoint: Optional[str],
-                  lines: Sequence[str], output: Optional[str]) -> None:
+def decoded_lines(workdir: str, overrides: Overrides, checkpoint: Optional[str],
+                  lines: Sequence[str]) -> List[str]:
+  """The output line of each of `lines`, as `--mode=decode` writes it (a treebank: its tree);
+  on several processes each returns them all."""
   config, inference = load(workdir, checkpoint, overrides)
   tok = vocabularies.load(workdir, config)  # encodes with the source's, decodes the target's
   translator = translate.from_config(config, inference.params, tok)
@@ -242,6 +242,12 @@ def _decode_lines(workdir: str, overrides: Overrides, checkpoint: Optional[str],
         lines, progress=translate.print_progress)
   else:
     outputs = multihost.translate_all(translator, lines, progress=translate.print_progress)
+  return outputs
+
+
+def _decode_lines(workdir: str, overrides: Overrides, checkpoint: Optional[str],
+                  lines: Sequence[str], output: Optional[str]) -> None:
+  outputs = decoded_lines(workdir, overrides, checkpoint, lines)
   if not multihost.is_writer():
     return
   interruptible.raise_if_signalled()  # a stop request swallowed meanwhile: nothing written
@@ -252,43 +258,6 @@ def _decode_lines(workdir: str, overrides: Overrides, checkpoint: Optional[str],
     else:
       sys.stdout.write(''.join(line + '\n' for line in outputs))
       sys.stdout.flush()
-
-
-def score(workdir: str, overrides: Overrides, checkpoint: Optional[str],
-          input_path: Optional[str], targets_path: Optional[str], output: Optional[str]) -> None:
-  """`--mode=score`: the log probability of each line of `targets_path` given the same line of
-  `input_path` (`score.py`), one line each into `output` (stdout), claimed as decode's."""
-  if not input_path or not targets_path:
-    raise score_lib.ScoreInputError('--mode=score needs --input=SOURCES and --targets=TARGETS '
-                                    '(aligned, one sentence per line)')
-  if output and epath.Path(output).exists():
-    raise _taken(output)
-  if output:
-    outputs.check_writable(output)
-  if input_path == targets_path == '-':
-    raise score_lib.ScoreInputError('--input=- and --targets=-: standard input holds one of '
-                                    'the two; give the other as a file')
-  sources, targets = textio.read_input(input_path), textio.read_input(targets_path)
-  multihost.barrier('score_output_checked')
-  with _claimed(output):
-    config, inference = load(workdir, checkpoint, overrides)
-    tok = vocabularies.load(workdir, config)
-    net = variant.from_config(config)
-    pairs = score_lib.encode_pairs(sources, targets, vocab_pair.side(tok, 'source').encode,
-                                   vocab_pair.side(tok, 'target').encode, net.cfg.max_len,
-                                   (f'--input={input_path}', f'--targets={targets_path}'))
-    results = score_lib.score_pairs(net, inference.params, pairs,
-                                    rows=config.decode_batch_sentences)
-    if not multihost.is_writer():
-      return
-    interruptible.raise_if_signalled()
-    lines = [score_lib.format_line(*r) for r in results]
-    with workdir_lib.writing(output or '<stdout>'):
-      if output:
-        textio.write_lines_atomic(output, lines, overwrite=True)
-      else:
-        sys.stdout.write(''.join(line + '\n' for line in lines))
-        sys.stdout.flush()
 
 
 def _decode_stream(workdir: str, overrides: Overrides, checkpoint: Optional[str],
@@ -365,12 +334,12 @@ def _prefix_count(config: ml_collections.ConfigDict, prefixes: Sequence[str], co
 
 
 @contextlib.contextmanager
-def _claimed(output: Optional[str]) -> Iterator[None]:
+def claimed(output: Optional[str]) -> Iterator[None]:
   """Holds `output` for one decode: the writer creates it empty now, atomically refusing an
   existing file (another decode's claim included), so a second decode into the same file
   stops before any work rather than after all of it. If the body fails or is interrupted,
   the placeholder is removed again (only while still empty: never a file with content) so
-  that the same command can be rerun; a killed decode leaves it (`_taken` says so)."""
+  that the same command can be rerun; a killed decode leaves it (`taken` says so)."""
   if not output or not multihost.is_writer():
     yield
     return
@@ -378,7 +347,7 @@ def _claimed(output: Optional[str]) -> Iterator[None]:
     with workdir_lib.writing(output):
       textio.write_bytes_atomic(output, b'')
   except FileExistsError:
-    raise _taken(output) from None
+    raise taken(output) from None
   try:
     yield
   except BaseException:
@@ -388,7 +357,7 @@ def _claimed(output: Optional[str]) -> Iterator[None]:
     raise
 
 
-def _taken(output: str) -> FileExistsError:
+def taken(output: str) -> FileExistsError:
   """The refusal of an existing `output`; an empty one is likely another decode's claim."""
   try:
     empty = epath.Path(output).stat().length == 0

@@ -43,10 +43,11 @@ def _existing_result(workdir: str, split: str, step: int,
 
 
 def train_and_finish(config: ml_collections.ConfigDict, workdir: str,
-                     resolved: bool = False) -> None:
+                     resolved: bool = False) -> Optional[Dict[str, Any]]:
   """`--mode=train`: trains (`train.train`), then, unless a stop request ended the run early,
-  averages, evaluates and prints the report (`finish`). `resolved`: `config` is the canonical
-  form already (main.py's `resolution.resolve`), handed down as it is."""
+  averages, evaluates and prints the report (`finish`), whose result it returns (None: stopped
+  early, or no final evaluation). `resolved`: `config` is the canonical form already (main.py's
+  `resolution.resolve`), handed down as it is."""
   workdir = layout.of(workdir)  # absolute once, for every module below
   if not resolved:  # canonical, paths absolute: what the run records
     config = train.resolve_run(config, workdir)
@@ -55,11 +56,12 @@ def train_and_finish(config: ml_collections.ConfigDict, workdir: str,
     # line that says what is kept (cli.exit_interrupted), not a silent exit status 143.
     interruptible.raise_on_signals()
     try:
-      finish(config, workdir)
+      return finish(config, workdir)
     except KeyboardInterrupt as e:
       e.kept = ('training is finished and its checkpoints are kept; the final evaluation was '
                 'not done: the same command runs it')
       raise
+  return None
 
 
 def finish(config: ml_collections.ConfigDict, workdir: str) -> Optional[Dict[str, Any]]:

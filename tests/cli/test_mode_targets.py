@@ -20,9 +20,9 @@ from t2t_jax.storage import layout
 
 
 def _main_tables():
-  """main.py's MODES and the keys of its MODE_FUNCTIONS, read from its source: importing
-  main.py would parse this process's command line."""
-  with open(os.path.join(ROOT, 'main.py'), encoding='utf-8') as f:
+  """The command line's MODES and the keys of its MODE_FUNCTIONS (t2t_jax/dispatch.py, which
+  main.py runs), read from its source: importing it would parse this process's command line."""
+  with open(os.path.join(ROOT, 't2t_jax', 'dispatch.py'), encoding='utf-8') as f:
     tree = ast.parse(f.read())
   tables = {}
   for node in tree.body:

@@ -65,9 +65,9 @@ def test_a_second_decode_into_the_same_output_stops_before_loading(stubbed, tmp_
 def test_the_claim_itself_is_exclusive(tmp_path):
   # Two decodes past their up-front check at the same time: the claim decides.
   out = str(tmp_path / 'out.txt')
-  with modes._claimed(out):
+  with modes.claimed(out):
     with pytest.raises(FileExistsError, match='^' + out + ' already exists'):
-      with modes._claimed(out):
+      with modes.claimed(out):
         pass
     assert open(out).read() == ''
 
@@ -75,10 +75,10 @@ def test_the_claim_itself_is_exclusive(tmp_path):
 def test_a_claim_on_gcs_is_exclusive_and_released_on_failure(gcs_dir):
   out = f'{gcs_dir}/out.txt'
   with pytest.raises(RuntimeError):
-    with modes._claimed(out):
+    with modes.claimed(out):
       assert epath.Path(out).read_bytes() == b''
       with pytest.raises(FileExistsError, match='^' + out + ' already exists'):
-        with modes._claimed(out):
+        with modes.claimed(out):
           pass
       raise RuntimeError
   assert not epath.Path(out).exists()
@@ -103,7 +103,7 @@ def test_a_failed_decode_removes_its_claim_and_can_be_rerun(stubbed, tmp_path):
 def test_a_failed_decode_never_removes_a_file_with_content(tmp_path):
   out = tmp_path / 'out.txt'
   with pytest.raises(RuntimeError):
-    with modes._claimed(str(out)):
+    with modes.claimed(str(out)):
       out.write_text('someone else\n')  # the claim was removed and the path reused
       raise RuntimeError
   assert out.read_text() == 'someone else\n'
