@@ -83,3 +83,15 @@ def parse_mesh(spec: str, device_count: Optional[int] = None,
                       f'{known} devices; this run has {device_count} (one axis of -1 takes the devices left, '
                       "e.g. 'data:-1,tensor:2')")
   return out
+
+
+def parse_profile_steps(value: str) -> Optional[tuple]:
+  """`profile_steps` 'START:END' -> (START, END), the first and last train step traced,
+  1 <= START <= END; '' -> None. ConfigError naming the key otherwise."""
+  if not value:
+    return None
+  match = re.fullmatch(r'\s*(\d+)\s*:\s*(\d+)\s*', value)
+  if not match or not 1 <= int(match.group(1)) <= int(match.group(2)):
+    raise ConfigError(f"config key 'profile_steps': expected 'START:END' with 1 <= START <= END "
+                      f"(the steps traced, e.g. '10:12'), got {value!r}")
+  return int(match.group(1)), int(match.group(2))

@@ -15,7 +15,7 @@ from absl import logging
 from t2t_jax.configs import default as default_config
 from t2t_jax import choices, corpora_spec
 from t2t_jax.choices import ConfigError  # noqa: F401  (config.ConfigError, as always)
-from t2t_jax.choices import compile_pattern, parse_mesh
+from t2t_jax.choices import compile_pattern, parse_mesh, parse_profile_steps
 
 # The splits every dataset has: train, dev (WMT's 'validation') and test. Defined here, at the
 # bottom of the package, so that the config imports nothing from t2t_jax.data.
@@ -201,6 +201,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if config.trainable:
     compile_pattern(config.trainable)
   parse_mesh(config.mesh)  # the syntax; the device count when the mesh is built
+  parse_profile_steps(config.profile_steps)
   _check_buckets(tuple(config.bucket_lengths), config.max_length)
   # One row of the largest bucket a run uses (the first >= max_length, as
   # `pipeline.bucket_rows` picks) must fit the batch, or the pipeline refuses it after the

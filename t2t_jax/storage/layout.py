@@ -106,6 +106,9 @@ METRICS_SET_ASIDE = Entry(
 TENSORBOARD = Entry(
     'tensorboard', WRITTEN, 'train (a new event file per run)', '',
     'nothing here reads it; a new run writes a new event file beside damaged ones')
+PROFILE = Entry(
+    'profile', WRITTEN, 'train with profile_steps (`runtime/profiling.py`)', '',
+    'nothing here reads it (TensorBoard and Perfetto do); a new trace goes beside damaged ones')
 PLOTS = Entry(
     'plots', DERIVED, 'plot; train at its end', '',
     'made again from metrics.jsonl by --mode=plot and at the end of training')
@@ -145,7 +148,7 @@ RUN_LEASE = Entry(
 ENTRIES: Tuple[Entry, ...] = (
     VOCAB, VOCAB_RECORD, VOCAB_LISTING, SOURCE_VOCAB, SOURCE_VOCAB_RECORD, SOURCE_VOCAB_LISTING,
     CHECKPOINTS, UNREADABLE, AVERAGED, BEST, EARLY_STOP,
-    METRICS, METRICS_SET_ASIDE, TENSORBOARD, PLOTS, EVAL_RESULT, EVAL_TEXTS, TOKEN_STORE,
+    METRICS, METRICS_SET_ASIDE, TENSORBOARD, PROFILE, PLOTS, EVAL_RESULT, EVAL_TEXTS, TOKEN_STORE,
     PREPARED, DOWNLOADS, STORE_LOCK, RUN_LOCK, RUN_LEASE)
 
 
@@ -231,6 +234,10 @@ class Workdir(os.PathLike):
   @property
   def tensorboard(self) -> str:
     return self.join(TENSORBOARD.name)
+
+  @property
+  def profile(self) -> str:
+    return self.join(PROFILE.name)
 
   @property
   def plots(self) -> str:

@@ -5,7 +5,7 @@ training loop (`train._Run`)."""
 import jax
 from absl import logging
 
-from t2t_jax.runtime import parallel
+from t2t_jax.runtime import parallel, profiling
 
 
 class TrainError(RuntimeError):
@@ -15,8 +15,10 @@ class TrainError(RuntimeError):
 class Steps:
   """The jitted update, with or without gradient accumulation."""
 
-  def __init__(self, net, optimizer, mesh, config):
+  def __init__(self, net, optimizer, mesh, config, profile_dir=None):
+    """`profile_dir`: where `config.profile_steps` traces go (`runtime/profiling.py`)."""
     self.accum, self.mesh = config.grad_accum_steps, mesh
+    self.profiler = profiling.StepProfiler(config.get('profile_steps', ''), profile_dir)
     kwargs = dict(label_smoothing=config.label_smoothing, seed=config.seed,
                   debug_nonfinite_steps=tuple(config.debug_nonfinite_steps),
                   shard_optimizer_state=config.shard_optimizer_state,
@@ -33,8 +35,15 @@ class Steps:
     self.shapes = set()
     self.padded_tokens = 0  # target slots (rows x length, all processes) since the last read
 
-  def __call__(self, state, iterator):
-    """One update from `accum` batches of `iterator`; returns (state, metric sums)."""
+  def __call__(self, state, iterator, number=0):
+    """One update from `accum` batches of `iterator`; returns (state, metric sums). `number`:
+    the step it makes (1-based), for `profile_steps`."""
+    with self.profiler.step(number) as done:
+      result = self._update(state, iterator)
+      done(result)
+    return result
+
+  def _update(self, state, iterator):
     if self.accum == 1:
       batch = next(iterator)
       self._note_shape(batch)

@@ -256,7 +256,7 @@ class _Run:
                                             workdir, self.start_time)
                       if self.data.eval_batches is not None else None)
     self.best = best.for_run(workdir, config, self.checkpointer) if self.evaluator else None
-    self.steps = steps.Steps(net, optimizer, self.mesh, config)
+    self.steps = steps.Steps(net, optimizer, self.mesh, config, layout.of(workdir).profile)
     self.watch = steps.NonfiniteWatch(config.max_consecutive_nonfinite)
     self.window = log_window.LogWindow(config.num_train_steps, schedule, self.start_time)
     self.last: Dict[str, float] = {}
@@ -323,7 +323,7 @@ class _Run:
       if self.evaluator is not None and self.step == 0:
         self._evaluate()
       while self.step < total:
-        self.state, step_sums = self.steps(self.state, self.data.train)
+        self.state, step_sums = self.steps(self.state, self.data.train, self.step + 1)
         self.step += 1
         self.window.add(step_sums)
         self.watch.push(self.step, step_sums['nonfinite'])

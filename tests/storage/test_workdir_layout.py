@@ -13,6 +13,8 @@ import logging
 import os
 import shutil
 
+import jax
+import jax.numpy as jnp
 import pytest
 
 from t2t_jax import config as config_lib
@@ -22,7 +24,7 @@ from t2t_jax.inference import averaging, checkpoint_choice, compare, evaluate
 from t2t_jax.storage import layout
 from t2t_jax.storage import lease as lease_lib
 from t2t_jax.storage import workdir as workdir_lib
-from t2t_jax.runtime import checkpoint
+from t2t_jax.runtime import checkpoint, profiling
 from t2t_jax.training import best, metrics, plots, summary
 
 # orbax's failed read of damaged files can leave a callback for a closed asyncio loop.
@@ -44,7 +46,7 @@ EXPECTED = {
     layout.EARLY_STOP: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
     layout.METRICS: {'missing': STOP, 'truncated': WARN, 'garbled': STOP},
     layout.METRICS_SET_ASIDE: WORKS,
-    layout.TENSORBOARD: WORKS, layout.PLOTS: WORKS,
+    layout.TENSORBOARD: WORKS, layout.PROFILE: WORKS, layout.PLOTS: WORKS,
     layout.EVAL_RESULT: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
     layout.EVAL_TEXTS: STOP,  # the comparison of two evaluations has nothing else to read
     layout.TOKEN_STORE: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
@@ -87,6 +89,7 @@ def trained(tiny_workdir, tmp_path_factory):
     writer.write(step, {'loss': 5.0 - step / 100})
   writer.close()
   plots.write_learning_curves(wd)
+  _profile(wd)
   shutil.copy(wd.metrics, wd.metrics_set_aside(1))
   shutil.copytree(os.path.join(wd.checkpoints, '5'), os.path.join(wd.unreadable, '5-1'))
   lease_lib.Lease(wd.lease, settle_s=0.0).acquire().release()
@@ -175,6 +178,8 @@ def _exercise(wd, entry, config):
     plots.load_curves(wd.metrics)
   elif entry is layout.TENSORBOARD:
     metrics.MetricsWriter(wd).close()
+  elif entry is layout.PROFILE:  # nothing reads it: a new trace goes beside the damaged one
+    _profile(wd)
   elif entry is layout.PLOTS:
     plots.write_learning_curves(wd)
   elif entry is layout.EVAL_RESULT:
@@ -195,6 +200,14 @@ def _exercise(wd, entry, config):
     lease_lib.Lease(wd.lease, settle_s=0.0, stale_s=1e-3, heartbeat_s=1e-4).acquire().release()
   else:
     raise AssertionError(f'no reader exercised for {entry.name}: add one')
+
+
+def _profile(wd):
+  """A trace of two steps of a tiny program into `wd.profile`, as a run with profile_steps."""
+  profiler = profiling.StepProfiler('1:2', wd.profile)
+  for number in (1, 2):
+    with profiler.step(number) as done:
+      done(jax.jit(lambda x: x * 2)(jnp.ones(4)))
 
 
 def _changes(wd, entry, path):
