@@ -179,8 +179,9 @@ class Client:
         if done is None:  # as subprocess.run: the child killed, TimeoutExpired raised
           os.kill(pid, signal.SIGKILL)
           self._reply(time.monotonic() + 60)
+        # A child killed before it opened its streams (a loaded machine) wrote nothing.
         out, err = (open(files[n], encoding='utf-8', errors='replace').read()
-                    for n in ('stdout', 'stderr'))
+                    if os.path.exists(files[n]) else '' for n in ('stdout', 'stderr'))
         command = [sys.executable, MAIN, *args]
         if done is None:
           raise subprocess.TimeoutExpired(command, timeout, output=out, stderr=err)
