@@ -24,7 +24,9 @@ order every epoch; partially filled buckets are flushed at the epoch's end with 
 padding rows, so every kept pair appears exactly once per epoch and the number of batches
 per epoch is the same for every epoch. The iterator's state is therefore just (epoch,
 batch in epoch), JSON-serialisable, and restoring it reproduces the continuation exactly,
-including the pairs that would sit half-way in a bucket buffer.
+including the pairs that would sit half-way in a bucket buffer. A mixture (`--config.corpora`,
+`mixture.py`) with weights draws each epoch's pairs anew from (shuffle_seed, epoch): its
+epochs differ in size, and the state stays (epoch, batch in epoch).
 
 Batches: dicts of numpy int32 arrays `inputs` [R_L, L] and `targets` [R_L, L], padded with
 0; `targets` end with EOS (the trainer derives the decoder input by shifting right with
