@@ -39,14 +39,14 @@ BUNDLED = os.path.join(ROOT, 't2t_jax', 'data', 'bible_en_es')
 ARMS = ('base', 'reverse', 'bt_beam', 'bt_beam_tag', 'bt_sample')
 
 
-def _record(out, **row):
+def record(out, **row):
   row.update(time=harness.timestamp(), machine=harness.machine().get('cpu_model'))
   with open(out, 'a', encoding='utf-8') as f:
     f.write(json.dumps(row, sort_keys=True) + '\n')
   print(json.dumps(row, sort_keys=True), flush=True)
 
 
-def _main(*args):
+def main_py(*args):
   with harness.timed() as clock:
     result = subprocess.run([sys.executable, os.path.join(ROOT, 'main.py'), *args], cwd=ROOT,
                             capture_output=True, text=True)
@@ -55,7 +55,7 @@ def _main(*args):
   return result, clock.seconds
 
 
-def _lines(split, lang):
+def bundled_lines(split, lang):
   with gzip.open(os.path.join(BUNDLED, f'{split}.{lang}.gz'), 'rt', encoding='utf-8') as f:
     return f.read().splitlines()
 
@@ -68,14 +68,14 @@ def split_corpus(root, mono_lines=0):
     return parallel, mono
   os.makedirs(parallel, exist_ok=True)
   for lang in ('en', 'es'):
-    lines = _lines('train', lang)
+    lines = bundled_lines('train', lang)
     with open(os.path.join(parallel, f'train.{lang}'), 'w', encoding='utf-8') as f:
       f.write(''.join(line + '\n' for line in lines[0::2]))
     for split in ('dev', 'test'):
       with open(os.path.join(parallel, f'{split}.{lang}'), 'w', encoding='utf-8') as f:
-        f.write(''.join(line + '\n' for line in _lines(split, lang)))
+        f.write(''.join(line + '\n' for line in bundled_lines(split, lang)))
   with open(mono + '.partial', 'w', encoding='utf-8') as f:
-    f.write(''.join(line + '\n' for line in _lines('train', 'es')[1::2][:mono_lines or None]))
+    f.write(''.join(line + '\n' for line in bundled_lines('train', 'es')[1::2][:mono_lines or None]))
   os.replace(mono + '.partial', mono)
   return parallel, mono
 
@@ -87,7 +87,7 @@ def back_translate(root, mono, name, *flags):
   if os.path.exists(os.path.join(folder, 'train.en')):
     return folder, 0.0
   os.makedirs(folder, exist_ok=True)
-  _, seconds = _main('--mode=decode', f'--workdir={os.path.join(root, "reverse")}',
+  _, seconds = main_py('--mode=decode', f'--workdir={os.path.join(root, "reverse")}',
                      f'--input={mono}', f'--output={os.path.join(folder, "train.en.partial")}',
                      *flags)
   with open(mono, encoding='utf-8') as src, \
@@ -97,10 +97,12 @@ def back_translate(root, mono, name, *flags):
   return folder, seconds
 
 
-def _train(root, arm, steps, *flags):
+def train_arm(root, arm, steps, *flags):
+  """`main.py` training `root/arm` (`steps`: 0 is the config's): (its final test eval JSON, that
+  result, dev BLEU curve, seconds)."""
   workdir = os.path.join(root, arm)
   extra = [f'--config.num_train_steps={steps}'] if steps else []
-  _, seconds = _main(f'--workdir={workdir}', *extra, *flags)
+  _, seconds = main_py(f'--workdir={workdir}', *extra, *flags)
   final = sorted((f for f in os.listdir(workdir) if f.startswith('eval_test_') and
                   f.endswith('.json')), key=lambda f: int(f[len('eval_test_'):-5]))[-1]
   with open(os.path.join(workdir, final), encoding='utf-8') as f:
@@ -110,9 +112,11 @@ def _train(root, arm, steps, *flags):
   return os.path.join(workdir, final), result, dev, seconds
 
 
-def _against_base(root, final):
+def p_against(baseline_dir, final):
+  """sacreBLEU's paired bootstrap p-values (BLEU, chrF) of the eval JSON `final` against the
+  test evaluation in `baseline_dir` (None: it has none yet)."""
   from t2t_jax.inference import compare  # pylint: disable=import-outside-toplevel
-  base = [os.path.join(root, 'base', f) for f in os.listdir(os.path.join(root, 'base'))
+  base = [os.path.join(baseline_dir, f) for f in os.listdir(baseline_dir)
           if f.startswith('eval_test_') and f.endswith('.json')]
   if not base:
     return None
@@ -146,14 +150,14 @@ def main():
                 if kind == 'bt_sample' else [])
       folder, seconds = back_translate(args.root, mono, kind, *decode)
       if seconds:
-        _record(args.out, name='back_translation', arm=f'decode_{kind}', seconds=seconds)
+        record(args.out, name='back_translation', arm=f'decode_{kind}', seconds=seconds)
       tag = ':x1:<bt>' if arm == 'bt_beam_tag' else ''
       flags[arm] = [f'--config.corpora={parallel},{folder}{tag}']
-    final, result, dev, seconds = _train(args.root, arm, args.steps, *flags[arm], *args.extra)
-    _record(args.out, name='back_translation', arm=arm, flags=flags[arm],
+    final, result, dev, seconds = train_arm(args.root, arm, args.steps, *flags[arm], *args.extra)
+    record(args.out, name='back_translation', arm=arm, flags=flags[arm],
             test_bleu=result.get('bleu'), test_chrf=result.get('chrf'), dev_bleu=dev,
             seconds=seconds, p_vs_base=None if arm in ('base', 'reverse') else
-            _against_base(args.root, final))
+            p_against(os.path.join(args.root, 'base'), final))
 
 
 if __name__ == '__main__':
