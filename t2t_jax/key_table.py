@@ -65,7 +65,8 @@ _ROWS: Tuple[Tuple[Tuple[str, ...], Tuple, str], ...] = (
      'training only: how it optimises (--checkpoint=ema reads what ema_decay kept)'),
     (('mesh',), ('train', 'eval'), 'decoding spreads its batches over the local devices '
      '(decode_parallelism), not over a mesh'),
-    (('checkpoint_every_steps', 'checkpoint_every_minutes', 'keep_checkpoints', 'profile_steps',
+    (('profile_steps',), ('train', 'decode'), 'it traces train steps or decode batches'),
+    (('checkpoint_every_steps', 'checkpoint_every_minutes', 'keep_checkpoints',
       'best_metric', 'best_weights', 'early_stop_patience', 'log_every_steps', 'eval_every_steps',
       'eval_batches', 'eval_bleu_sentences', 'final_eval_split'), ('train',),
      'training only: what it saves, logs and evaluates'),

@@ -19,7 +19,7 @@ from t2t_jax.inference import (averaging, best_average, checkpoint_choice, evalu
 from t2t_jax.inference import nbest_output, streaming
 from t2t_jax.model import info as model_info, variant
 from t2t_jax.runtime import checkpoint as checkpoint_lib
-from t2t_jax.runtime import interruptible, multihost, resolution
+from t2t_jax.runtime import interruptible, multihost, profiling, resolution
 from t2t_jax.storage import layout, outputs, paths, textio
 from t2t_jax.storage import workdir as workdir_lib
 
@@ -210,6 +210,11 @@ def decode(workdir: str, overrides: Overrides, checkpoint: Optional[str],
     raise taken(output)
   if output:
     outputs.check_writable(output)  # a folder that is a file, read-only or full: one line now
+  if 'profile_steps' in overrides.keys and overrides.config.profile_steps and (
+      not output or streaming.is_stream(input_path)):
+    raise config_lib.ConfigError('--config.profile_steps with --mode=decode traces the batches '
+                                 'of a file into OUTPUT.profile/: give --input=FILE and '
+                                 '--output=OUTPUT')
   if streaming.is_stream(input_path):  # '-' or a pipe: lines decoded as they arrive
     with claimed(output):
       _decode_stream(workdir, overrides, checkpoint, input_path, output)
@@ -221,10 +226,14 @@ def decode(workdir: str, overrides: Overrides, checkpoint: Optional[str],
 
 
 def decoded_lines(workdir: str, overrides: Overrides, checkpoint: Optional[str],
-                  lines: Sequence[str]) -> List[str]:
+                  lines: Sequence[str], profile_dir: Optional[str] = None) -> List[str]:
   """The output line of each of `lines`, as `--mode=decode` writes it (a treebank: its tree);
-  on several processes each returns them all."""
+  on several processes each returns them all. `profile_dir`: where a typed `profile_steps`
+  traces the decode's batches (not a run's recorded one: that was its training's)."""
   config, inference = load(workdir, checkpoint, overrides)
+  progress = profiling.StepProfiler(overrides.config.get('profile_steps', '') if 'profile_steps'
+                                    in overrides.keys else '', profile_dir,
+                                    'decode').batches(translate.print_progress)
   tok = vocabularies.load(workdir, config)  # encodes with the source's, decodes the target's
   translator = translate.from_config(config, inference.params, tok)
   task = tasks.get(config.dataset)  # a treebank: sentences in, one-line bracketed trees out
@@ -235,19 +244,18 @@ def decoded_lines(workdir: str, overrides: Overrides, checkpoint: Optional[str],
                                  'drop nbest, output_scores, target_prefix_file, '
                                  'decode_strategy and no_repeat_ngram_size')
   if task is not None:
-    outputs = task.decode_lines(translator, lines, progress=translate.print_progress)
-  elif extended:
-    outputs = multihost.translate_all(
+    return task.decode_lines(translator, lines, progress=progress)
+  if extended:
+    return multihost.translate_all(
         nbest_output.LineTranslator(translator, config.nbest, config.output_scores, prefixes),
-        lines, progress=translate.print_progress)
-  else:
-    outputs = multihost.translate_all(translator, lines, progress=translate.print_progress)
-  return outputs
+        lines, progress=progress)
+  return multihost.translate_all(translator, lines, progress=progress)
 
 
 def _decode_lines(workdir: str, overrides: Overrides, checkpoint: Optional[str],
                   lines: Sequence[str], output: Optional[str]) -> None:
-  outputs = decoded_lines(workdir, overrides, checkpoint, lines)
+  outputs = decoded_lines(workdir, overrides, checkpoint, lines,
+                          profile_dir=f'{output}.profile' if output else None)
   if not multihost.is_writer():
     return
   interruptible.raise_if_signalled()  # a stop request swallowed meanwhile: nothing written

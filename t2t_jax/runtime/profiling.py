@@ -1,7 +1,8 @@
 """`--config.profile_steps=START:END`: a `jax.profiler` trace of train steps START..END (1-based,
 both included) into `<workdir>/profile/`, each step an annotated `StepTraceAnnotation('train',
 step_num=N)`, so TensorBoard's profile plugin shows them as steps and Perfetto
-(`*.trace.json.gz`, ui.perfetto.dev) as named slices.
+(`*.trace.json.gz`, ui.perfetto.dev) as named slices. `--mode=decode --output=OUT` traces its
+batches START..END into `OUT.profile/` (`batches`: counted as they finish, not annotated).
 
 The trace starts as step START is dispatched and stops once step END's result exists (the
 trace then holds all of its device work); a run that ends before END stops it at exit. Each
@@ -47,7 +48,30 @@ class StepProfiler:
     if last:  # after the step's annotation has closed, so the trace holds it
       self.stop()
 
+  def batches(self, progress: Optional[Callable[[int, int, float], None]]
+              ) -> Optional[Callable[[int, int, float], None]]:
+    """A `Translator` progress callback (`progress(done, total, elapsed)`, called once a batch
+    is done) that also traces batches START..END, then calls `progress`; `progress` itself
+    when nothing is to be traced."""
+    if self.span is None:
+      return progress
+    if self.span[0] == 1:
+      self._start()
+    finished = [0]
+
+    def each(done: int, total: int, elapsed: float) -> None:
+      finished[0] += 1
+      if finished[0] == self.span[0] - 1:
+        self._start()
+      if finished[0] >= self.span[1] or done >= total:
+        self.stop()
+      if progress is not None:
+        progress(done, total, elapsed)
+    return each
+
   def _start(self) -> None:
+    if self.active:
+      return
     paths.makedirs(self.folder)
     jax.profiler.start_trace(self.folder, create_perfetto_trace=True)
     self.active = True

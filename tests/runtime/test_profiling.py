@@ -59,3 +59,21 @@ def test_main_traces_the_asked_train_steps(corpus, tmp_path):
                     '--config.profile_steps=3:4')
   assert result.returncode == 0, result.stderr[-3000:]
   assert sorted(_steps_in(run / 'profile')) == [3, 4]
+
+
+@pytest.mark.slow
+def test_decode_traces_its_batches_beside_its_output(tiny_workdir, tmp_path):
+  source = tmp_path / 'in.en'
+  source.write_text(''.join(f'line {i} of the input\n' for i in range(12)), encoding='utf-8')
+  out = tmp_path / 'out.es'
+  result = run_main('--mode=decode', f'--workdir={tiny_workdir}', f'--input={source}',
+                    f'--output={out}', '--config.profile_steps=1:1',
+                    '--config.decode_batch_sentences=4')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert len(out.read_text().splitlines()) == 12
+  assert glob.glob(str(tmp_path / 'out.es.profile' / '**' / '*.trace.json.gz'), recursive=True)
+  refused = run_main('--mode=decode', f'--workdir={tiny_workdir}', '--config.profile_steps=1:1',
+                     input='a line\n')
+  assert refused.returncode == 1 and refused.stderr.strip().splitlines()[-1] == (
+      'error: --config.profile_steps with --mode=decode traces the batches of a file into '
+      'OUTPUT.profile/: give --input=FILE and --output=OUTPUT')
