@@ -50,6 +50,7 @@ if not _XLA_CACHE:
   os.environ['T2T_TEST_XLA_CACHE'] = _XLA_CACHE
 os.environ['JAX_COMPILATION_CACHE_DIR'] = _XLA_CACHE
 os.environ['T2T_COMPILATION_CACHE_DIR'] = _XLA_CACHE
+os.environ['T2T_CPU_PEAK_CACHE'] = os.path.join(_XLA_CACHE, 'cpu_peak.json')  # not the user's
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
 os.environ['JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES'] = '0'
 # No JAX_COMPILATION_CACHE_MAX_SIZE: JAX's least-recently-used eviction takes a file lock and

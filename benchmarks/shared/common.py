@@ -28,12 +28,9 @@ SIZES: Dict[str, Dict[str, Any]] = {
                 dropout_rate=0.3),
 }
 
-# Dense bf16 peak of the accelerators we know (FLOP/s); MFU is reported against these.
-KNOWN_PEAKS = {
-    'H100': 989e12,   # H100 SXM, bf16 dense tensor core
-    'H200': 989e12,   # same compute die as H100 SXM
-    'A100': 312e12,
-}
+# Dense bf16 peak of the accelerators we know (FLOP/s); MFU is reported against these (the
+# table is training's too: t2t_jax/runtime/peaks.py).
+from t2t_jax.runtime.peaks import KNOWN_PEAKS, known_peak  # noqa: E402,F401
 
 
 def forward_flops(size: Dict[str, Any], batch: int, src_len: int, tgt_len: int) -> Dict[str, int]:
@@ -56,14 +53,6 @@ def forward_flops(size: Dict[str, Any], batch: int, src_len: int, tgt_len: int) 
 def train_flops(size, batch, src_len, tgt_len) -> int:
   """Model FLOPs of one training step: 3 x the forward matmul FLOPs (backward = 2 x forward)."""
   return 3 * forward_flops(size, batch, src_len, tgt_len)['total']
-
-
-def known_peak(device_kind: str) -> Optional[float]:
-  """The KNOWN_PEAKS entry whose key is in `device_kind` (case-insensitive), else None."""
-  for key, value in KNOWN_PEAKS.items():
-    if key.lower() in device_kind.lower():
-      return value
-  return None
 
 
 def add_common_args(parser):

@@ -5,6 +5,7 @@ training loop (`train._Run`)."""
 import jax
 from absl import logging
 
+from t2t_jax.model import flop_count
 from t2t_jax.runtime import parallel, profiling
 
 
@@ -34,6 +35,8 @@ class Steps:
     self.one_at_a_time = parallel.programs_one_at_a_time(mesh)
     self.shapes = set()
     self.padded_tokens = 0  # target slots (rows x length, all processes) since the last read
+    self.model_flops = 0  # matmul FLOPs of the updates since the last read (`flop_count`)
+    self._cfg = getattr(net, 'cfg', None)
 
   def __call__(self, state, iterator, number=0):
     """One update from `accum` batches of `iterator`; returns (state, metric sums). `number`:
@@ -63,6 +66,9 @@ class Steps:
   def _note_shape(self, batch):
     shape = batch['targets'].shape
     self.padded_tokens += shape[0] * shape[1] * jax.process_count()
+    if self._cfg is not None:  # all processes' rows; padding computed too
+      self.model_flops += flop_count.train_flops(
+          self._cfg, shape[0] * jax.process_count(), batch['inputs'].shape[1], shape[1])
     if shape not in self.shapes:
       self.shapes.add(shape)
       logging.info('compiling the train step for local batch shape %s (%d shapes so far)',

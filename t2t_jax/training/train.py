@@ -356,9 +356,9 @@ class _Run:
 
   def _log(self) -> None:
     self.watch.flush()
-    m = self.window.close(self.step, self.steps.padded_tokens)
+    m = self.window.close(self.step, self.steps.padded_tokens, self.steps.model_flops)
     m.update(self.data.train.take_shares())  # a mixture's: data/share/<entry name>
-    self.steps.padded_tokens = 0
+    self.steps.padded_tokens = self.steps.model_flops = 0
     if self.is_chief:
       logging.info(log_window.format_line(self.step, self.config.num_train_steps, m))
     self.writer.write(self.step, m)

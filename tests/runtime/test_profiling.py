@@ -9,7 +9,7 @@ import os
 import jax
 import jax.numpy as jnp
 import pytest
-from conftest import TINY, run_main
+from conftest import TINY, read_metrics, run_main
 
 from t2t_jax import choices
 from t2t_jax.choices import ConfigError
@@ -59,6 +59,10 @@ def test_main_traces_the_asked_train_steps(corpus, tmp_path):
                     '--config.profile_steps=3:4')
   assert result.returncode == 0, result.stderr[-3000:]
   assert sorted(_steps_in(run / 'profile')) == [3, 4]
+  # The log's model FLOP rate and MFU (against this CPU's measured matmul rate).
+  logged = [m for m in read_metrics(run) if 'loss' in m][-1]
+  assert logged['model_tflops_per_s'] > 0 and 0 < logged['mfu'] < 1
+  assert 'MFU ' in result.stderr
 
 
 @pytest.mark.slow
