@@ -93,8 +93,10 @@ def trained(tiny_workdir, tmp_path_factory):
   shutil.copy(wd.metrics, wd.metrics_set_aside(1))
   shutil.copytree(os.path.join(wd.checkpoints, '5'), os.path.join(wd.unreadable, '5-1'))
   lease_lib.Lease(wd.lease, settle_s=0.0).acquire().release()
-  lease_lib.Lease(wd.lease + '.kept', settle_s=0.0).acquire()  # a record to damage
+  kept = lease_lib.Lease(wd.lease + '.kept', settle_s=0.0).acquire()  # a record to damage
   os.replace(wd.lease + '.kept', wd.lease)
+  # Its heartbeat stopped (the record, moved, stays): else it warns into a later test's log.
+  kept.release()
   with prepared.host_lock(wd.data_cache):
     pass
   with workdir_lib.WorkdirLock(root):
