@@ -26,33 +26,16 @@ import argparse
 import gzip
 import json
 import os
-import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-from benchmarks.shared import harness  # noqa: E402
+from benchmarks.studies.training_workflows import main_py, record  # noqa: E402,F401
 
 BUNDLED = os.path.join(ROOT, 't2t_jax', 'data', 'bible_en_es')
 ARMS = ('base', 'reverse', 'bt_beam', 'bt_beam_tag', 'bt_sample')
-
-
-def record(out, **row):
-  row.update(time=harness.timestamp(), machine=harness.machine().get('cpu_model'))
-  with open(out, 'a', encoding='utf-8') as f:
-    f.write(json.dumps(row, sort_keys=True) + '\n')
-  print(json.dumps(row, sort_keys=True), flush=True)
-
-
-def main_py(*args):
-  with harness.timed() as clock:
-    result = subprocess.run([sys.executable, os.path.join(ROOT, 'main.py'), *args], cwd=ROOT,
-                            capture_output=True, text=True)
-  if result.returncode:
-    raise SystemExit(f'main.py {" ".join(args)} failed:\n{result.stderr[-3000:]}')
-  return result, clock.seconds
 
 
 def bundled_lines(split, lang):

@@ -39,14 +39,16 @@ TUNE = ['--config.lr_schedule=linear', '--config.learning_rate=5e-4', '--config.
         '--config.final_eval_split=', '--config.log_every_steps=50']
 
 
-def _record(out, **row):
+def record(out, **row):
+  """`row` with the time, appended to `out` (JSON lines) and printed."""
   row['time'] = harness.timestamp()
   with open(out, 'a', encoding='utf-8') as f:
     f.write(json.dumps(row, sort_keys=True) + '\n')
   print(json.dumps(row, sort_keys=True), flush=True)
 
 
-def _main(*args):
+def main_py(*args):
+  """`python main.py ARGS` from the checkout: (the completed process, seconds); exits on failure."""
   with harness.timed() as clock:
     result = subprocess.run([sys.executable, os.path.join(ROOT, 'main.py'), *args], cwd=ROOT,
                             capture_output=True, text=True)
@@ -57,7 +59,7 @@ def _main(*args):
 
 def _eval(workdir, split, checkpoint=None):
   args = ['--mode=eval', f'--workdir={workdir}', f'--split={split}']
-  result, _ = _main(*args, *([f'--checkpoint={checkpoint}'] if checkpoint else []))
+  result, _ = main_py(*args, *([f'--checkpoint={checkpoint}'] if checkpoint else []))
   return json.loads(result.stdout[result.stdout.index('{'):])
 
 
@@ -98,21 +100,21 @@ def _dev_bleus(workdir):
 
 def part_ema(args):
   workdir = os.path.join(args.root, 'ema')
-  _, seconds = _main(f'--workdir={workdir}', '--config.ema_decay=0.999')
+  _, seconds = main_py(f'--workdir={workdir}', '--config.ema_decay=0.999')
   row = {'part': 'ema', 'train_s': round(seconds, 1), 'dev_bleu_curve': _dev_bleus(workdir)}
   for name, checkpoint in (('ema', 'ema'), ('last', '5200'), ('averaged_last_3', None)):
     result = _eval(workdir, 'test', checkpoint)
     row[f'test_bleu_{name}'] = round(result['bleu'], 2)
     row[f'test_loss_{name}'] = round(result['loss'], 4)
-  _record(args.out, **row)
+  record(args.out, **row)
 
 
 def part_source(args):
   source, _, counts = _split_corpus(args.corpus, args.root)
   workdir = os.path.join(args.root, 'source')
-  _, seconds = _main(f'--workdir={workdir}', f'--config.local_corpus_dir={source}',
+  _, seconds = main_py(f'--workdir={workdir}', f'--config.local_corpus_dir={source}',
                      '--config.final_eval_split=')
-  _record(args.out, part='source', train_s=round(seconds, 1), lines=counts,
+  record(args.out, part='source', train_s=round(seconds, 1), lines=counts,
           dev_bleu_curve=_dev_bleus(workdir))
 
 
@@ -126,12 +128,12 @@ def part_fine_tune(args):
           'scratch': [f'--config.vocab_model={vocab}']}
   for name, extra in runs.items():
     workdir = os.path.join(args.root, name)
-    _, seconds = _main(f'--workdir={workdir}', f'--config.local_corpus_dir={half}', *TUNE, *extra)
+    _, seconds = main_py(f'--workdir={workdir}', f'--config.local_corpus_dir={half}', *TUNE, *extra)
     row = {'part': name, 'train_s': round(seconds, 1), 'lines': counts,
            'dev_bleu_curve': _dev_bleus(workdir)}
     if name == 'decoder_only':
       row['encoder_and_embedding_bitwise_equal_to_source'] = _frozen_equal(source, workdir)
-    _record(args.out, **row)
+    record(args.out, **row)
 
 
 def _frozen_equal(source, workdir):
@@ -156,12 +158,12 @@ def part_overfit(args):
       '--config.best_metric=loss', '--config.early_stop_patience=3',
       '--config.checkpoint_every_steps=500', '--config.final_eval_split=',
       '--config.log_every_steps=100']
-  result, seconds = _main(*command)
+  result, seconds = main_py(*command)
   rows = [json.loads(line) for line in open(os.path.join(workdir, 'metrics.jsonl'))]
   losses = {m['step']: round(m['eval_dev/loss'], 4) for m in rows if 'eval_dev/loss' in m}
   stop = json.load(open(os.path.join(workdir, 'best', 'early_stop.json')))
-  again, _ = _main(*command)  # the same command again: it does not train further
-  _record(args.out, part='overfit', train_s=round(seconds, 1), lines=counts, dev_loss=losses,
+  again, _ = main_py(*command)  # the same command again: it does not train further
+  record(args.out, part='overfit', train_s=round(seconds, 1), lines=counts, dev_loss=losses,
           early_stop=stop, best=sorted(os.listdir(os.path.join(workdir, 'best'))),
           rerun_says=[l for l in again.stderr.splitlines() if 'early' in l.lower()][-1:])
 

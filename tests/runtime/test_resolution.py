@@ -279,6 +279,9 @@ def test_vocab_from_takes_another_runs_vocabulary_files_as_vocab_model(tmp_path)
   ):
     with pytest.raises(config_lib.ConfigError, match=says):
       resolution.resolve(_config(vocab_from=str(run), **values))
+  # W moved away: the recorded config resolves from its own record (the workdir holds a copy).
+  os.rename(run, tmp_path / 'W2')
+  assert resolution.resolve(resolved, recorded=True).vocab_model == resolved.vocab_model
   with pytest.raises(config_lib.ConfigError,
                      match=rf'^--config.vocab_from={tmp_path}: .*spm.model cannot be read'):
     resolution.resolve(_config(vocab_from=str(tmp_path)))
