@@ -100,6 +100,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.best_weights = 'params'       # which weights' dev evaluation best_metric ranks (keep_best keeps those weights) and early_stop_patience watches: 'params' (the trained weights) or 'ema' (the moving average of ema_decay; with ema_decay > 0 both are evaluated at every dev evaluation)
   c.early_stop_patience = 0       # stop after this many periodic evaluations in a row without improving best_metric, then average, evaluate and report as a finished run (0: off)
   c.log_every_steps = 100         # console/metrics line every N steps
+  c.writers = 'jsonl,tensorboard'  # where every metric goes (process 0 only), a comma list of jsonl (required), tensorboard, wandb, mlflow, or package.module:factory, a writer of one's own (docs/tracking.md)
+  c.wandb_project = ''            # writers with wandb: the W&B project ('': t2t_jax); the run's id is kept in <workdir>/tracking.json, so a resume continues it; its local files go in <workdir>/wandb (WANDB_MODE=offline: only there)
+  c.wandb_entity = ''             # writers with wandb: the W&B entity (team or user; '': your default)
+  c.mlflow_tracking_uri = ''      # writers with mlflow: MLflow's tracking URI ('': a file store in <workdir>/mlruns); the run's id is kept in <workdir>/tracking.json
   c.profile_steps = ''            # 'START:END': a jax.profiler trace of those train steps into <workdir>/profile/, each step named (decode --output=OUT: of its batches, into OUT.profile/); TensorBoard's profile plugin, Perfetto (docs/performance.md, "Profiling a run")
   c.eval_every_steps = 1000       # teacher-forced dev loss every N steps (0: off)
   c.eval_batches = 0              # dev batches per periodic eval (0: the whole split)

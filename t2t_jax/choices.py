@@ -95,3 +95,35 @@ def parse_profile_steps(value: str) -> Optional[tuple]:
     raise ConfigError(f"config key 'profile_steps': expected 'START:END' with 1 <= START <= END "
                       f"(the steps traced, e.g. '10:12'), got {value!r}")
   return int(match.group(1)), int(match.group(2))
+
+
+# `writers`: where the training metrics go (`training/metrics.py`, `training/trackers.py`).
+WRITERS = ('jsonl', 'tensorboard', 'wandb', 'mlflow')
+_CUSTOM_WRITER = re.compile(r'[A-Za-z_][\w.]*:[A-Za-z_]\w*')
+
+
+def parse_writers(value: str) -> tuple:
+  """`writers` 'jsonl,tensorboard,...' -> the entries in order: names of `WRITERS`, or
+  'package.module:factory' (a writer of one's own). jsonl must be one: metrics.jsonl is the
+  run's own record (plots, keep-best's history and the final report read it). ConfigError
+  naming the key otherwise."""
+  entries = tuple(part.strip() for part in value.split(','))
+  where = "config key 'writers'"
+  for entry in entries:
+    if entry not in WRITERS and not _CUSTOM_WRITER.fullmatch(entry):
+      raise ConfigError(f'{where}: {entry!r} in {value!r}; expected a comma list of '
+                        f"{', '.join(WRITERS)} or 'package.module:factory'")
+    if entries.count(entry) > 1:
+      raise ConfigError(f'{where}: {entry!r} given twice in {value!r}')
+  if 'jsonl' not in entries:
+    raise ConfigError(f"{where}: {value!r} lacks 'jsonl': metrics.jsonl is the run's own "
+                      "record (plots and the final report read it); e.g. 'jsonl,wandb'")
+  return entries
+
+
+def check_run_syntax(config) -> None:
+  """The syntax of the run keys written as small languages: `mesh` (its device count is
+  checked when the mesh is built), `profile_steps`, `writers`."""
+  parse_mesh(config.mesh)
+  parse_profile_steps(config.profile_steps)
+  parse_writers(config.writers)

@@ -15,7 +15,7 @@ from absl import logging
 from t2t_jax.configs import default as default_config
 from t2t_jax import choices, corpora_spec
 from t2t_jax.choices import ConfigError  # noqa: F401  (config.ConfigError, as always)
-from t2t_jax.choices import compile_pattern, parse_mesh, parse_profile_steps
+from t2t_jax.choices import compile_pattern, parse_mesh  # noqa: F401  (config.parse_mesh)
 
 # The splits every dataset has: train, dev (WMT's 'validation') and test. Defined here, at the
 # bottom of the package, so that the config imports nothing from t2t_jax.data.
@@ -168,9 +168,9 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   reference = default_config.get_config()
   for key in config.keys():
     _check_type(key, config[key], reference[key])
-  for key, choices in CHOICES.items():
-    if config[key] not in choices:
-      _fail(key, 'one of ' + ', '.join(repr(c) for c in choices), config[key])
+  for key, allowed in CHOICES.items():
+    if config[key] not in allowed:
+      _fail(key, 'one of ' + ', '.join(repr(c) for c in allowed), config[key])
   for key in _POSITIVE:
     if not config[key] > 0:
       _fail(key, 'a value > 0', config[key])
@@ -200,8 +200,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   _check_optimizer(config.optimizer)
   if config.trainable:
     compile_pattern(config.trainable)
-  parse_mesh(config.mesh)  # the syntax; the device count when the mesh is built
-  parse_profile_steps(config.profile_steps)
+  choices.check_run_syntax(config)  # mesh, profile_steps, writers
   _check_buckets(tuple(config.bucket_lengths), config.max_length)
   # One row of the largest bucket a run uses (the first >= max_length, as
   # `pipeline.bucket_rows` picks) must fit the batch, or the pipeline refuses it after the

@@ -24,6 +24,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 import ml_collections
 from absl import logging
 
+from t2t_jax import choices
 from t2t_jax import config as config_lib
 from t2t_jax.configs import default as default_config
 
@@ -66,6 +67,8 @@ _ROWS: Tuple[Tuple[Tuple[str, ...], Tuple, str], ...] = (
     (('mesh',), ('train', 'eval'), 'decoding spreads its batches over the local devices '
      '(decode_parallelism), not over a mesh'),
     (('profile_steps',), ('train', 'decode'), 'it traces train steps or decode batches'),
+    (('writers', 'wandb_project', 'wandb_entity', 'mlflow_tracking_uri'), ('train',),
+     'training only: where its metrics go'),
     (('checkpoint_every_steps', 'checkpoint_every_minutes', 'keep_checkpoints',
       'best_metric', 'best_weights', 'early_stop_patience', 'log_every_steps', 'eval_every_steps',
       'eval_batches', 'eval_bleu_sentences', 'final_eval_split'), ('train',),
@@ -107,6 +110,12 @@ CROSS_KEY_RULES = (
      "tensor2tensor's settings, not Adam's"),
     ('adam_eps', ('optimizer',), lambda c: c.optimizer == 'adafactor', "optimizer='adafactor' uses "
      "tensor2tensor's settings, not Adam's"),
+    ('wandb_project', ('writers',), lambda c: 'wandb' not in choices.parse_writers(c.writers), "only writers with "
+     "'wandb' write to W&B"),
+    ('wandb_entity', ('writers',), lambda c: 'wandb' not in choices.parse_writers(c.writers), "only writers with "
+     "'wandb' write to W&B"),
+    ('mlflow_tracking_uri', ('writers',), lambda c: 'mlflow' not in choices.parse_writers(c.writers), "only writers "
+     "with 'mlflow' write to MLflow"),
     ('local_corpus_dir', ('dataset',), lambda c: c.dataset != 'local', "only dataset='local' reads it"),
     ('eval_batches', ('eval_every_steps',), lambda c: not c.eval_every_steps, 'eval_every_steps=0 turns the '
      'periodic evaluation off'),

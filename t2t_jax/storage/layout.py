@@ -106,6 +106,12 @@ METRICS_SET_ASIDE = Entry(
 TENSORBOARD = Entry(
     'tensorboard', WRITTEN, 'train (a new event file per run)', '',
     'nothing here reads it; a new run writes a new event file beside damaged ones')
+TRACKING = Entry(
+    'tracking', DERIVED, 'train with writers wandb or mlflow (runs.json: the W&B and MLflow '
+    'run ids; wandb/: W&B\'s local files; mlruns/: MLflow\'s default file store)',
+    'train (a resume continues the runs of runs.json); wandb sync and mlflow ui',
+    'runs.json unreadable, or its MLflow run gone from the store: one warning line, then new '
+    'runs (the earlier ones stay where they are)')
 PROFILE = Entry(
     'profile', WRITTEN, 'train with profile_steps (`runtime/profiling.py`)', '',
     'nothing here reads it (TensorBoard and Perfetto do); a new trace goes beside damaged ones')
@@ -148,8 +154,8 @@ RUN_LEASE = Entry(
 ENTRIES: Tuple[Entry, ...] = (
     VOCAB, VOCAB_RECORD, VOCAB_LISTING, SOURCE_VOCAB, SOURCE_VOCAB_RECORD, SOURCE_VOCAB_LISTING,
     CHECKPOINTS, UNREADABLE, AVERAGED, BEST, EARLY_STOP,
-    METRICS, METRICS_SET_ASIDE, TENSORBOARD, PROFILE, PLOTS, EVAL_RESULT, EVAL_TEXTS, TOKEN_STORE,
-    PREPARED, DOWNLOADS, STORE_LOCK, RUN_LOCK, RUN_LEASE)
+    METRICS, METRICS_SET_ASIDE, TENSORBOARD, TRACKING, PROFILE, PLOTS, EVAL_RESULT, EVAL_TEXTS,
+    TOKEN_STORE, PREPARED, DOWNLOADS, STORE_LOCK, RUN_LOCK, RUN_LEASE)
 
 
 class Workdir(os.PathLike):
@@ -234,6 +240,15 @@ class Workdir(os.PathLike):
   @property
   def tensorboard(self) -> str:
     return self.join(TENSORBOARD.name)
+
+  @property
+  def tracking(self) -> str:
+    return self.join(TRACKING.name)
+
+  @property
+  def tracking_runs(self) -> str:
+    """`tracking/runs.json`: the W&B and MLflow run ids a resume continues."""
+    return self.join(TRACKING.name, 'runs.json')
 
   @property
   def profile(self) -> str:

@@ -55,5 +55,6 @@ def format_line(step: int, total: int, m: Dict[str, float]) -> str:
           f'acc {m["accuracy"]:.3f} lr {m["learning_rate"]:.3e} '
           f'{m["tokens_per_s"]:,.0f} tok/s ETA {int(eta // 3600)}h{int(eta % 3600 // 60):02d}m'
           f'{int(eta % 60):02d}s{gnorm}' + (f' MFU {m["mfu"]:.1%}' if 'mfu' in m else '')
+          + (f' goodput {m["goodput"]:.0%}' if 'goodput' in m else '')
           + ''.join(f' {k} {m[k]:.4f}' for k in sorted(m)
                                                   if k.startswith('aux_')))

@@ -1,4 +1,5 @@
-"""Metrics sinks: `<workdir>/metrics.jsonl` and TensorBoard event files (via tensorboardX).
+"""Metrics sinks: `<workdir>/metrics.jsonl`, TensorBoard event files (via tensorboardX), and
+the tracking services of `--config.writers` (`trackers`: W&B, MLflow, one's own).
 
 Only one process writes (process 0 in multi-host runs); the others get a writer that drops
 everything, so callers need no `if process_index == 0`.
@@ -15,14 +16,16 @@ import io
 import json
 import math
 import sys
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 from absl import logging
 from etils import epath
 
+from t2t_jax import choices
 from t2t_jax.storage import layout, paths
 from t2t_jax.storage import workdir as workdir_lib
 from t2t_jax.storage.workdir import WorkdirError
+from t2t_jax.training import trackers
 
 
 class _WholeObjectWriter:
@@ -144,21 +147,34 @@ def set_aside_lost_run(workdir: str) -> Optional[str]:
 
 
 class MetricsWriter:
-  """Appends one JSON object per call to metrics.jsonl and scalars to TensorBoard."""
+  """Every metric of a run to each writer of `config.writers`: one JSON object per call to
+  metrics.jsonl, scalars to TensorBoard, and to W&B, MLflow or one's own (`trackers`).
 
-  def __init__(self, workdir: str, enabled: bool = True):
+  `config`: the resolved run config (None: jsonl and tensorboard, nothing else), whose keys
+  are each tracking run's parameters; `resuming`: the run goes on from a checkpoint (a
+  tracking run id that does not read is then warned about).
+  """
+
+  def __init__(self, workdir: str, enabled: bool = True, config=None, resuming: bool = False):
     self.enabled = enabled
     self._tb = None
     self._jsonl = None
     self._failed = False
+    self._others: List = []
     if not enabled:
       return
+    entries = choices.parse_writers(config.writers) if config is not None else choices.WRITERS
     self._jsonl = paths.AppendFile(layout.of(workdir).metrics, _is_record)
     if self._jsonl.torn is not None:  # a killed run's partial record: new ones start clean
       logging.warning('%s: dropped a torn last line (a run killed while writing it): %s',
                       self._jsonl.path, self._jsonl.torn[:200])
-    with self._writing(layout.of(workdir).tensorboard):  # writes its first event now
-      self._tb = _tensorboard(layout.of(workdir).tensorboard)
+    if 'tensorboard' in entries:
+      with self._writing(layout.of(workdir).tensorboard):  # writes its first event now
+        self._tb = _tensorboard(layout.of(workdir).tensorboard)
+    if config is not None:
+      with self._writing(layout.of(workdir).tracking):
+        self._others = trackers.open_writers(workdir, config, resuming)
+      self._to_others('write_hparams', {k: config[k] for k in config.keys()})
 
   @contextlib.contextmanager
   def _writing(self, path: str):
@@ -170,22 +186,40 @@ class MetricsWriter:
       self._failed = True
       raise
 
+  def _to_others(self, method: str, *args) -> None:
+    """`method(*args)` of each tracking writer; one that fails is warned about once and
+    dropped: the run goes on, and metrics.jsonl has every metric."""
+    for writer in list(self._others):
+      call = getattr(writer, method, None)
+      try:
+        if call is not None:
+          call(*args)
+      except Exception as e:  # noqa: BLE001  a service's failure must not stop training
+        self._others.remove(writer)
+        logging.warning('metrics writer %s failed (%s: %s) and is dropped for the rest of the '
+                        'run; metrics.jsonl keeps every metric', type(writer).__name__,
+                        type(e).__name__, str(e).split('\n')[0][:300])
+
   def write(self, step: int, scalars: Dict[str, float], prefix: Optional[str] = None) -> None:
     if not self.enabled:
       return
-    record = {'step': int(step)}
+    record, named = {'step': int(step)}, {}
     for key, value in scalars.items():
       name = f'{prefix}/{key}' if prefix else key
-      value = float(value)
+      named[name] = value = float(value)
       record[name] = value if math.isfinite(value) else str(value)
       if self._tb is not None:
         self._tb.add_scalar(name, value, int(step))
     with self._writing(self._jsonl.path):
       self._jsonl.write(json.dumps(record) + '\n')
+    self._to_others('write_scalars', int(step), named)
 
   def close(self) -> None:
-    """Closes both sinks. A write failure closing them is raised as one line, unless one was
-    reported already (the run stops for it anyway: what was not written fails again)."""
+    """Closes every sink. A write failure closing the workdir's own is raised as one line,
+    unless one was reported already (the run stops for it anyway: what was not written fails
+    again)."""
+    self._to_others('flush')
+    self._to_others('close')
     reported = self._failed or workdir_lib.write_failures_reported()
     for sink in (self._jsonl, self._tb):
       try:

@@ -31,7 +31,8 @@ from t2t_jax.runtime import checkpoint, first_fit, meshes, parallel, resolution
 from t2t_jax.storage import layout
 from t2t_jax.storage import workdir as workdir_lib
 from t2t_jax.training import (best, dev_eval, ema, init_from, log_window, metrics, optim,
-                              freezing, preemption, save_policy, steps)
+                              freezing, goodput, preemption, resume_checks, save_policy, steps,
+                              trackers)
 from t2t_jax.training.steps import TrainError  # noqa: F401  (where callers find it)
 
 
@@ -181,6 +182,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   net = variant.from_config(config)  # a --config.model that cannot be used: before any work
   variant.check_later_methods(net, config.model)  # what decode and export will call, too
   optimizer = optim.make(config)  # likewise a --config.optimizer factory
+  trackers.check_available(config)  # the writers' packages and factories
   is_chief = jax.process_index() == 0
   new = workdir_lib.new_state(workdir) if is_chief else None
   workdir = layout.of(workdir_lib.check_writable(workdir) if is_chief else workdir)
@@ -220,6 +222,7 @@ class _Run:
     self.config, self.workdir = config, workdir
     self.is_chief = jax.process_index() == 0
     self.start_time = time.monotonic()
+    self.goodput = goodput.Goodput(self.start_time)
     # Before anything is written or prepared: a mesh the model cannot be split over.
     self.mesh = meshes.make(config.mesh)
     net = variant.from_config(config) if net is None else net
@@ -251,7 +254,8 @@ class _Run:
     self.step = int(jax.device_get(self.state.step))
     if self.step == 0 and self.is_chief:  # metrics of a run whose checkpoints are gone
       metrics.set_aside_lost_run(workdir)
-    self.writer = metrics.MetricsWriter(workdir, enabled=self.is_chief)
+    self.writer = metrics.MetricsWriter(workdir, enabled=self.is_chief, config=config,
+                                        resuming=self.step > 0)
     self.evaluator = (dev_eval.DevEvaluator(config, net, self.mesh, self.data, self.writer,
                                             workdir, self.start_time)
                       if self.data.eval_batches is not None else None)
@@ -268,10 +272,10 @@ class _Run:
     freezing.check_matches(state.params, self.config.trainable)
     if self.checkpointer.latest_step() is None:
       return init_from.start(self.config, state, create, self.checkpointer)
-    self._check_parameters(state.params)
+    resume_checks.check_parameters(self.checkpointer, state.params, self.config.model)
     state, data_state, start = self.checkpointer.restore_latest_good(
         checkpoint.abstract_like(state))
-    self._check_vocabulary(start)
+    resume_checks.check_vocabulary(self.checkpointer, start, self.data.tokenizer)
     # A fine-tune's start, carried on by every later checkpoint.
     self.checkpointer.init_record = self.checkpointer.saved_fingerprint(start,
                                                                         checkpoint.INIT_ITEM)
@@ -285,45 +289,18 @@ class _Run:
     logging.info('resumed from step %d of %s', start, self.checkpointer.directory)
     return state
 
-  def _check_parameters(self, params) -> None:
-    """Refuses, in one line, a latest checkpoint whose parameter paths or shapes are not the
-    model's (its factory's source changed since): not a read failure blamed on its files.
-    A checkpoint whose parameters cannot be listed is left to `restore_latest_good`."""
-    step = self.checkpointer.latest_step()
-    try:
-      saved = self.checkpointer.saved_param_shapes(step)
-    except Exception:  # noqa: BLE001  damaged files: restore_latest_good skips or says so
-      return
-    mismatch = variant.tree_mismatch(params, saved)
-    if mismatch:
-      raise checkpoint.CheckpointError(
-          f'checkpoint step {step} of {self.checkpointer.directory} does not hold the '
-          f'parameters of the model this config builds ({mismatch}); was '
-          f'--config.model={self.config.model or "(the paper)"} edited since? Restore its '
-          'source, or train in another --workdir; nothing was changed.')
-
-  def _check_vocabulary(self, step: int) -> None:
-    """Refuses a vocabulary other than the one checkpoint `step` was trained with (replaced
-    by another of the same size that still parses); checkpoints from before the vocabulary
-    was saved with them pass."""
-    saved = self.checkpointer.saved_fingerprint(step, checkpoint.VOCAB_ITEM)
-    mismatch = vocab_record.mismatched_file(saved, self.data.tokenizer)  # either side's
-    if mismatch:
-      raise checkpoint.CheckpointError(
-          f'{mismatch[0]} is not the vocabulary checkpoint step {step} of '
-          f'{self.checkpointer.directory} was trained with ({mismatch[1]}): it was replaced; '
-          'restore the original file from a copy, or train in a new --workdir')
-
   def loop(self, handler: preemption.PreemptionHandler) -> Dict[str, float]:
     """Steps until the end or a stop request; returns the last metrics."""
     total, delay = self.config.num_train_steps, _test_step_delay()
     if best.stopped_before(self.workdir):
       total = self.step  # it stopped early: no more steps (best.stopped_before says why)
     try:
+      self.goodput.first_step()
       if self.evaluator is not None and self.step == 0:
         self._evaluate()
+      batches = self.goodput.timed(self.data.train)  # input wait
       while self.step < total:
-        self.state, step_sums = self.steps(self.state, self.data.train, self.step + 1)
+        self.state, step_sums = self.steps(self.state, batches, self.step + 1)
         self.step += 1
         self.window.add(step_sums)
         self.watch.push(self.step, step_sums['nonfinite'])
@@ -346,8 +323,11 @@ class _Run:
       self.watch.flush()
     finally:
       try:
-        self.checkpointer.close()  # waits for the last save: a failed one raises here
+        with self.goodput.phase('checkpoint'):
+          self.checkpointer.close()  # waits for the last save: a failed one raises here
+        self._report_goodput()
       finally:
+        self.goodput.close()
         self.writer.close()
         self.data.train.close()
     logging.info('training done at step %d; compiled %d train-step shapes', self.step,
@@ -358,13 +338,26 @@ class _Run:
     self.watch.flush()
     m = self.window.close(self.step, self.steps.padded_tokens, self.steps.model_flops)
     m.update(self.data.train.take_shares())  # a mixture's: data/share/<entry name>
+    m.update(self.goodput.split())
     self.steps.padded_tokens = self.steps.model_flops = 0
     if self.is_chief:
       logging.info(log_window.format_line(self.step, self.config.num_train_steps, m))
     self.writer.write(self.step, m)
     self.last.update(m)
 
+  def _report_goodput(self) -> None:
+    """The whole run's split of wall time (`goodput`), last checkpoint included: one line
+    and one more record at the last step."""
+    split = self.goodput.split()
+    if self.is_chief:
+      logging.info(goodput.format_split(split, time.monotonic() - self.start_time))
+    self.writer.write(self.step, split)
+
   def _evaluate(self) -> bool:
+    with self.goodput.phase('eval'):
+      return self._evaluate_dev()
+
+  def _evaluate_dev(self) -> bool:
     """Evaluates on dev the trained weights and, with `ema_decay` after step 0, their moving
     average; returns whether the run stops early (`best.BestKeeper`, which ranks the weights
     `best_weights` names)."""
@@ -386,11 +379,13 @@ class _Run:
 
   def _save(self) -> None:
     self.watch.flush()  # never checkpoint past a run of failures that should stop training
-    self.checkpointer.save(self.step, self.state, self.data.train.get_state(), self.config)
+    with self.goodput.phase('checkpoint'):
+      self.checkpointer.save(self.step, self.state, self.data.train.get_state(), self.config)
     self.policy.saved()
 
   def _stop(self, handler: preemption.PreemptionHandler) -> None:
-    self.checkpointer.wait()
+    with self.goodput.phase('checkpoint'):
+      self.checkpointer.wait()
     cause = handler.signal_name or 'a preemption notice (SIGTERM to one of the processes)'
     since = (f' in {time.monotonic() - handler.received_at:.1f} s'
              if handler.received_at is not None else '')

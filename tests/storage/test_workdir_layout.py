@@ -47,6 +47,7 @@ EXPECTED = {
     layout.METRICS: {'missing': STOP, 'truncated': WARN, 'garbled': STOP},
     layout.METRICS_SET_ASIDE: WORKS,
     layout.TENSORBOARD: WORKS, layout.PROFILE: WORKS, layout.PLOTS: WORKS,
+    layout.TRACKING: WARN,  # runs.json's ids lost: new runs (MLflow's, here)
     layout.EVAL_RESULT: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
     layout.EVAL_TEXTS: STOP,  # the comparison of two evaluations has nothing else to read
     layout.TOKEN_STORE: {'missing': WORKS, 'truncated': WARN, 'garbled': WARN},
@@ -88,6 +89,7 @@ def trained(tiny_workdir, tmp_path_factory):
   for step in range(20, 220, 10):
     writer.write(step, {'loss': 5.0 - step / 100})
   writer.close()
+  metrics.MetricsWriter(wd, config=_tracked(config)).close()  # an MLflow run, its id recorded
   plots.write_learning_curves(wd)
   _profile(wd)
   shutil.copy(wd.metrics, wd.metrics_set_aside(1))
@@ -103,6 +105,12 @@ def trained(tiny_workdir, tmp_path_factory):
     pass
   _source_side(wd)
   return root
+
+
+def _tracked(config):
+  """`config` writing to MLflow too (its file store in the workdir's tracking/)."""
+  pytest.importorskip('mlflow')
+  return config_lib.from_json(dict(config.to_dict(), writers='jsonl,mlflow'))
 
 
 def _source_side(wd):
@@ -180,6 +188,8 @@ def _exercise(wd, entry, config):
     plots.load_curves(wd.metrics)
   elif entry is layout.TENSORBOARD:
     metrics.MetricsWriter(wd).close()
+  elif entry is layout.TRACKING:  # a resume continues the recorded runs
+    metrics.MetricsWriter(wd, config=_tracked(config), resuming=True).close()
   elif entry is layout.PROFILE:  # nothing reads it: a new trace goes beside the damaged one
     _profile(wd)
   elif entry is layout.PLOTS:
