@@ -20,7 +20,7 @@ from t2t_jax.inference import modes as inference_modes  # noqa: E402
 from t2t_jax.inference import score_mode  # noqa: E402
 from t2t_jax.inspect import attention_mode  # noqa: E402
 from t2t_jax.model import info as model_info  # noqa: E402
-from t2t_jax.plan import mode as plan_mode  # noqa: E402
+from t2t_jax.plan import mode as plan_mode, step_memory  # noqa: E402
 from t2t_jax.runtime import interruptible, resolution  # noqa: E402
 from t2t_jax.storage import workdir as workdir_lib  # noqa: E402
 from t2t_jax.training import mesh_info, optim, plots, summary  # noqa: E402
@@ -141,7 +141,8 @@ def _plan(config) -> None:
 def _info() -> None:
   config, header = inference_modes.info_config(FLAGS.workdir, _overrides())
   print(header + model_info.describe(config) + '\n' + resolution.describe(config) + '\n'
-        + mesh_info.describe(config) + '\n' + optim.describe(config, recorded=bool(FLAGS.workdir)))
+        + mesh_info.describe(config) + '\n' + step_memory.describe(config) + '\n'
+        + optim.describe(config, recorded=bool(FLAGS.workdir)))
 
 
 MODE_FUNCTIONS = {

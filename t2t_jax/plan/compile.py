@@ -262,7 +262,8 @@ class Run:
     config = self.config
     kwargs = dict(label_smoothing=config.label_smoothing, seed=config.seed,
                   debug_nonfinite_steps=tuple(config.debug_nonfinite_steps),
-                  shard_optimizer_state=self.shard_optimizer_state)
+                  shard_optimizer_state=self.shard_optimizer_state,
+                  aux_loss_weight=config.aux_loss_weight, trainable=config.trainable)
     batch = self._batch(rows, length, bool(config.pack_examples))
     shapes = {'batch': (rows, length)}
     if config.grad_accum_steps == 1:
