@@ -4,6 +4,7 @@ the decoded outputs), places its parameters and optimizer state where the rules 
 its checkpoints to any other layout bitwise, and refuses what it would not honour."""
 
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -228,8 +229,14 @@ def test_main_refuses_a_mesh_in_one_line_and_info_shows_the_bytes_per_device(cor
   assert any(line.split()[:2] == ['layer_*/ffn/wi/kernel', "('embed',"]
              and line.endswith("P('fsdp', 'tensor')") for line in lines)
   per_device = [line for line in lines if 'per device' in line]
-  assert len(per_device) == 1 and per_device[0].strip().startswith(
+  assert len(per_device) == 2 and per_device[0].strip().startswith(
       'training state per device: parameters ')
+  # The train step compiled for that mesh on the 8 test devices, XLA's bytes per device.
+  assert per_device[1].startswith("compiled train step, per device (XLA's memory analysis on "
+                                  "this machine's 8 cpu devices, mesh data:2, fsdp:2, tensor:2")
+  [step] = [line for line in lines if line.startswith('  train: temporaries')]
+  temporaries, peak = (float(x) for x in re.findall(r'([\d.]+) MiB', step)[:2])
+  assert 0 < temporaries < peak
   # ZeRO-2 beside fsdp: subsumed, said in one warning line, recorded as off; a part without
   # logical axes (SwiGLU's) is listed as replicated.
   result = run_main('--mode=info', *TINY, '--config.mesh=fsdp:-1',
