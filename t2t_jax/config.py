@@ -342,6 +342,7 @@ def absolute_paths(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
   when it starts: its checkpoints then name the files it read, and eval or decode run from
   another folder read those, not that folder's files of the same relative name."""
   config = ml_collections.ConfigDict(config.to_dict())
+  config.writers = ','.join(choices.parse_writers(config.writers))  # as recorded: no spaces
   for key in PATH_KEYS + FACTORY_KEYS + ('init_from',):
     if key in config:
       config[key] = absolute_value(key, config[key])

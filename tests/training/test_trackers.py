@@ -15,6 +15,7 @@ from conftest import ROOT, TINY, read_metrics, run_main
 from t2t_jax import config as config_lib
 from t2t_jax.choices import ConfigError, parse_writers
 from t2t_jax.configs import default as default_config
+from t2t_jax.runtime import resolution
 from t2t_jax.training import metrics, trackers
 
 wandb_pb = pytest.importorskip('wandb.proto.wandb_internal_pb2')
@@ -113,7 +114,12 @@ def test_writers_refused_in_one_line_before_any_work(corpus, tmp_path, monkeypat
     with pytest.raises(ConfigError, match="^config key 'writers': .*" + expected[:20]):
       parse_writers(value)
   config = default_config.get_config()
-  config.writers = 'jsonl,wandb'
+  config.writers = ' jsonl , wandb'
+  assert resolution.resolve(config).writers == 'jsonl,wandb'  # as the checkpoint records it
+  config.update(writers='jsonl', wandb_project='p')
+  with pytest.raises(ConfigError, match="wandb_project.*only writers with 'wandb' write to W&B"):
+    resolution.resolve(config, explicit=['wandb_project'])
+  config.update(writers='jsonl,wandb', wandb_project='')
   monkeypatch.setitem(sys.modules, 'wandb', None)  # not installed
   with pytest.raises(ConfigError, match=r"'wandb' needs the wandb package.*pip install -r "
                      r'requirements-tracking.txt$'):
