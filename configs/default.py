@@ -130,4 +130,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.decode_batch_sentences = 64   # sentences per decode batch
   c.decode_threads = 0            # batches decoded at once; 0: one per core on CPU, else 1
   c.decode_parallelism = 'auto'   # decoding over a host's devices: 'sharded' (each batch's rows split over all local chips), 'threads' (one device, decode_threads batches at once), 'auto' (sharded on several accelerators, else threads)
+  # --mode=serve (docs/serving.md, "A translation server"): concurrent requests decoded together
+  c.serve_max_wait_ms = 5.0       # how long the first queued sentence waits for others to join its batch
+  c.serve_max_sentences = 64      # sentences decoded together at most (sorted by length into the decode buckets)
+  c.serve_max_tokens = 8192       # source tokens decoded together at most
+  c.serve_max_queue = 2048        # sentences waiting at most; a request beyond is answered 503 with Retry-After
+  c.serve_max_body_bytes = 1048576  # a request body over this is answered 413
   return c

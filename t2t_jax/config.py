@@ -46,16 +46,15 @@ _POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_layers', 'max_le
              'keep_checkpoints', 'log_every_steps', 'average_last', 'beam_size',
              'decode_batch_sentences', 'vocab_sample_sentences', 'learning_rate_scale',
              'adam_eps', 'max_consecutive_nonfinite', 'num_train_steps', 'nbest',
-             'temperature')
+             'temperature', 'serve_max_sentences', 'serve_max_tokens', 'serve_max_body_bytes',
+             'serve_max_queue')
 _NON_NEGATIVE = ('d_k', 'd_v', 'num_kv_heads', 'num_encoder_layers', 'num_decoder_layers',
-                 'decoder_window', 'source_vocab_size',
-                 'weight_decay', 'aux_loss_weight',
-                 'checkpoint_every_steps',
-                 'checkpoint_every_minutes', 'eval_every_steps', 'eval_batches',
-                 'eval_bleu_sentences', 'length_penalty_alpha', 'max_decode_extra',
+                 'decoder_window', 'source_vocab_size', 'weight_decay', 'aux_loss_weight',
+                 'checkpoint_every_steps', 'checkpoint_every_minutes', 'eval_every_steps',
+                 'eval_batches', 'eval_bleu_sentences', 'length_penalty_alpha', 'max_decode_extra',
                  'decode_threads', 'learning_rate', 'min_learning_rate', 'clip_grad_norm',
                  'keep_best', 'early_stop_patience', 'average_best', 'top_k',
-                 'no_repeat_ngram_size', 'sample_seed', 'decoder_start_id')
+                 'no_repeat_ngram_size', 'sample_seed', 'decoder_start_id', 'serve_max_wait_ms')
 _PROBABILITIES = ('dropout_rate', 'attention_dropout_rate', 'label_smoothing', 'adam_b1',
                   'adam_b2', 'ema_decay')
 

@@ -28,7 +28,7 @@ from t2t_jax.training import train as train_lib  # noqa: E402
 from t2t_jax.configs import quickstart as _quickstart  # noqa: E402
 
 MODES = ('train', 'eval', 'decode', 'score', 'average', 'info', 'plot', 'attention', 'export',
-         'plan', 'import')
+         'plan', 'import', 'serve')
 
 
 def _override_keys(argv):
@@ -59,13 +59,17 @@ flags.DEFINE_enum('mode', 'train', MODES,
                   '<workdir>/plots); attention (attention maps of the --input sentences into '
                   '--output); export (a CTranslate2 model or a StableHLO artifact into --output); '
                   'plan (compile the steps for a TPU --topology on this machine: memory, FLOPs, '
-                  'collectives, step time; no workdir).')
+                  'collectives, step time; no workdir); serve (an HTTP server speaking '
+                  "LibreTranslate's API on --host:--port, docs/serving.md).")
 flags.DEFINE_string('input', None, 'decode: text file to translate, or to parse for a '
                     'treebank run (default: stdin); '
                     'attention: the source sentences, one per line.')
 flags.DEFINE_string('output', None, 'decode: file to write, must not exist (default: stdout); '
                     'attention: a new or empty directory; export: a new directory; plan: a '
                     'new JSON file.')
+flags.DEFINE_string('host', '127.0.0.1', 'serve: the address to listen on (0.0.0.0: every '
+                    'interface).')
+flags.DEFINE_integer('port', 8000, 'serve: the TCP port to listen on.')
 flags.DEFINE_string('topology', None, 'plan: a TPU slice as libtpu names it, e.g. v5e:2x4, '
                     'v4:2x2x1, v5p:2x2x1, v6e:2x4, v5e:16x16 (needs requirements-tpu.txt).')
 flags.DEFINE_bool('search_batch', True, 'plan: find the largest tokens_per_batch that fits a '
@@ -164,7 +168,13 @@ MODE_FUNCTIONS = {
         FLAGS.quantization),
     'plan': _plan,
     'import': lambda config: _import(),
+    'serve': lambda config: _serve(),
 }
+
+
+def _serve() -> None:
+  from t2t_jax.serving import server  # pylint: disable=import-outside-toplevel
+  server.serve(FLAGS.workdir, _overrides(), FLAGS.checkpoint, FLAGS.host, FLAGS.port)
 
 
 def _import() -> None:
@@ -240,10 +250,11 @@ def main(argv) -> None:
     config = _resolved_config()
   if FLAGS.mode in WORKDIR_WRITING_MODES:
     workdir_lib.check_writable(FLAGS.workdir, create=False)  # train creates it, once checked
-  if FLAGS.mode != 'train':
+  stops_itself = FLAGS.mode in ('train', 'serve')  # a checkpoint first; a drain, then exit 0
+  if not stops_itself:
     cli.raise_on_sigterm()
   MODE_FUNCTIONS[FLAGS.mode](config)
-  if FLAGS.mode != 'train':
+  if not stops_itself:
     interruptible.raise_if_signalled()  # one swallowed by a finalizer: reported as any other
 
 

@@ -29,14 +29,14 @@ from t2t_jax import config as config_lib
 from t2t_jax.configs import default as default_config
 
 USED, NO_EFFECT, REFUSED = 'used', 'no effect', 'refused'
-MODES = ('train', 'eval', 'decode', 'score', 'attention', 'export', 'average')
+MODES = ('train', 'eval', 'decode', 'score', 'attention', 'export', 'average', 'serve')
 STRATEGIES = ('beam', 'greedy', 'sample')
 # The modes that read a trained run's checkpoint (its model keys are fixed there).
-READS_A_RUN = ('eval', 'decode', 'score', 'attention', 'export', 'average')
-_RUNS_THE_MODEL = ('train', 'eval', 'decode', 'score', 'attention', 'export')
+READS_A_RUN = ('eval', 'decode', 'score', 'attention', 'export', 'average', 'serve')
+_RUNS_THE_MODEL = ('train', 'eval', 'decode', 'score', 'attention', 'export', 'serve')
 # Training decodes dev sentences (eval_bleu_sentences) and the final split's; eval decodes
 # for BLEU; attention translates --input when no --targets are given.
-_SEARCHES = ('train', 'eval', 'decode', 'attention')
+_SEARCHES = ('train', 'eval', 'decode', 'attention', 'serve')
 
 Condition = Optional[Callable[[ml_collections.ConfigDict], bool]]
 
@@ -89,7 +89,10 @@ _ROWS: Tuple[Tuple[Tuple[str, ...], Tuple, str], ...] = (
      'this mode searches for no translation'),
     (('decode_strategy', 'no_repeat_ngram_size', 'temperature', 'top_k', 'top_p',
       'sample_seed'), _SEARCHES, 'this mode searches for no translation'),
-    (('nbest', 'output_scores', 'target_prefix_file'), ('decode',), '--mode=decode only'),
+    (('nbest', 'output_scores', 'target_prefix_file'), ('decode',), '--mode=decode only (a '
+     'server takes nbest and a target prefix per request)'),
+    (('serve_max_wait_ms', 'serve_max_sentences', 'serve_max_tokens', 'serve_max_queue',
+      'serve_max_body_bytes'), ('serve',), '--mode=serve only'),
     (('decode_batch_sentences',), _RUNS_THE_MODEL, 'this mode runs no model'),
     (('decode_threads', 'decode_parallelism'), _SEARCHES, 'this mode searches for no '
      'translation'),

@@ -77,14 +77,19 @@ def token_id(tok: Any, pattern: str, lang: str, key: str) -> int:
   pieces = tok.pieces(range(tok.vocab_size))
   if piece in pieces:
     return pieces.index(piece)
-  prefix, _, suffix = pattern.partition('{lang}')
-  known = [p[len(prefix):len(p) - len(suffix)] for p in pieces
-           if p.startswith(prefix) and p.endswith(suffix) and len(p) > len(prefix + suffix)
-           # a bare '{lang}' (NLLB's eng_Latn) matches every piece: name the codes only
-           and (prefix or suffix or re.fullmatch(r'[a-z]{3}_[A-Z][a-z]{3}', p))]
+  known = known_languages(tok, pattern)
   raise LanguageTokenError(
       f'--config.{key}={lang}: the vocabulary has no language token {piece!r}; its languages: '
       f'{", ".join(known[:20])}{", ..." if len(known) > 20 else ""}')
+
+
+def known_languages(tok: Any, pattern: str) -> List[str]:
+  """The languages whose token (`pattern` filled) `tok` has, in id order."""
+  prefix, _, suffix = pattern.partition('{lang}')
+  return [p[len(prefix):len(p) - len(suffix)] for p in tok.pieces(range(tok.vocab_size))
+          if p.startswith(prefix) and p.endswith(suffix) and len(p) > len(prefix + suffix)
+          # a bare '{lang}' (NLLB's eng_Latn) matches every piece: the codes only
+          and (prefix or suffix or re.fullmatch(r'[a-z]{3}_[A-Z][a-z]{3}', p))]
 
 
 class TargetTokens(VocabPair):

@@ -58,6 +58,17 @@ def source_lengths(buckets: Sequence[int], max_len: int) -> List[int]:
   return sorted({source_length(n, buckets, max_len) for n in range(1, max(max_len, 2))})
 
 
+def truncation_warning(lines: Sequence[int], max_len: int, shown: int = 10) -> str:
+  """'3 inputs longer than max_len=256 tokens were truncated: lines 4, 17, 90', naming the
+  first `shown` line numbers and counting the rest ('and 5 more')."""
+  listed, more = ', '.join(map(str, lines[:shown])), f' and {len(lines) - shown} more'
+  if len(lines) == 1:
+    return f'1 input longer than max_len={max_len} tokens was truncated: line {listed}'
+  more = more if len(lines) > shown else ''
+  return (f'{len(lines)} inputs longer than max_len={max_len} tokens were truncated: '
+          f'lines {listed}{more}')
+
+
 class Batch(NamedTuple):
   """One fixed-shape decode batch: `indices` of its sentences (rows beyond are padding)."""
   indices: List[int]

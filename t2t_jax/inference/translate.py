@@ -9,7 +9,6 @@ one batch per core at once (`choose_parallelism`).
 """
 
 import functools
-import sys
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
@@ -19,6 +18,8 @@ from absl import logging
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from t2t_jax.inference import portable
+from t2t_jax.inference.portable import truncation_warning  # noqa: F401  (re-exported)
+from t2t_jax.inference.progress import end_progress_line, print_progress  # noqa: F401  (re-exported)
 from t2t_jax.inference import prefixes as prefix_lib
 from t2t_jax.inference.batch_search import (  # noqa: F401  (re-exported: translate.decode_batch)
     SearchSettings, decode_batch, decode_batch_n_best, decoder, sharded_decoder)
@@ -282,6 +283,20 @@ class Translator:
     self._note_truncated(truncated, line_numbers)
     return [sorted(h, key=lambda x: -x.score) if copies > 1 else h for h in results]
 
+  def compile_buckets(self) -> List[int]:
+    """Compiles (or reads from the persistent cache) what `translate` runs at every padded
+    source length (`portable.source_lengths`), which it returns: a stand-in sentence of a
+    repeated token per length through `translate` itself, as a server does before it is up."""
+    lengths = portable.source_lengths(self.bucket_lengths, self.cfg.max_len)
+    token, encode = (self._encode('a') or [3])[-1], self._encode
+    self._encode = lambda count: [token] * int(count)  # EOS added after: `count` + 1 tokens
+    try:
+      for length in lengths:  # n tokens + EOS within max_len - 1 (`encode_sources`'s cut)
+        self.translate([str(min(length, self.cfg.max_len - 1) - 1)])
+    finally:
+      self._encode = encode
+    return lengths
+
   def _check_n(self, n: int) -> int:
     strategy = self.settings.strategy
     if strategy == 'beam' and not 1 <= n <= self.beam_size:
@@ -313,47 +328,6 @@ class Translator:
                             if line_numbers is not None else truncated)
     if self.truncated_lines:
       logging.warning('%s', truncation_warning(self.truncated_lines, self.cfg.max_len))
-
-
-def truncation_warning(lines: Sequence[int], max_len: int, shown: int = 10) -> str:
-  """'3 inputs longer than max_len=256 tokens were truncated: lines 4, 17, 90', naming the
-  first `shown` line numbers and counting the rest ('and 5 more')."""
-  listed, more = ', '.join(map(str, lines[:shown])), f' and {len(lines) - shown} more'
-  if len(lines) == 1:
-    return f'1 input longer than max_len={max_len} tokens was truncated: line {listed}'
-  more = more if len(lines) > shown else ''
-  return (f'{len(lines)} inputs longer than max_len={max_len} tokens were truncated: '
-          f'lines {listed}{more}')
-
-
-_OPEN_PROGRESS: List[Any] = []  # the stream whose progress line still awaits its newline
-
-
-def print_progress(done: int, total: int, elapsed: float, stream: Any = None) -> None:
-  """A one-line progress bar with sentences/s, redrawn in place (`end_progress_line` ends
-  it early), on `stream` (None: the `sys.stderr` of the moment, which a notebook replaces)."""
-  stream = sys.stderr if stream is None else stream
-  width = 30
-  filled = int(width * done / max(total, 1))
-  rate = done / max(elapsed, 1e-9)
-  stream.write(f'\r[{"#" * filled}{"." * (width - filled)}] {done}/{total} sentences '
-               f'{rate:.1f} sent/s')
-  _OPEN_PROGRESS[:] = [] if done >= total else [stream]
-  if done >= total:
-    stream.write('\n')
-  stream.flush()
-
-
-def end_progress_line() -> None:
-  """Ends a progress line that a stopped command left open, so that the one line written
-  next (its `error: ...`) starts a line of its own instead of trailing the bar."""
-  while _OPEN_PROGRESS:
-    stream = _OPEN_PROGRESS.pop()
-    try:
-      stream.write('\n')
-      stream.flush()
-    except (OSError, ValueError):  # a closed or full stream: nothing more to end
-      pass
 
 
 def _check_tokenizer(tokenizer, vocab_size: int) -> None:

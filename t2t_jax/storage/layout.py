@@ -372,6 +372,7 @@ MODE_WRITES: Tuple[ModeWrites, ...] = (
         'vocab/source_spm.meta.json', 'averaged/step_0_last_1', ATOMIC_TEMP, ORBAX_TEMP),
                _WORKDIR_CHECK + '; a workdir that holds a vocabulary or checkpoints is refused'),
     ModeWrites('info', NO_TARGET, (), 'writes nothing: it prints the sizes'),
+    ModeWrites('serve', NO_TARGET, (XLA_CACHE,), 'writes nothing: it answers HTTP requests'),
     ModeWrites('plan', OUTPUT_TARGET, (
         '--output (a new JSON file; optional)', ATOMIC_TEMP,
         '<compilation cache>/plan (plan/cache.py; a failed write is skipped)'),

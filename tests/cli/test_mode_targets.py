@@ -10,6 +10,7 @@ workdir (`tiny_workdir`): the workdir itself, or the folder of its `--output`.
 import ast
 import os
 import shutil
+import socket
 
 import pytest
 import write_faults
@@ -65,6 +66,9 @@ def test_every_mode_of_main_has_a_row():
     assert f'\n| {row.mode} | {target} | ' in documented, f'docs/architecture.md: {row.mode}'
 
 
+_KEPT_OPEN = []  # sockets holding a port taken for --mode=serve
+
+
 def _case(row, fault, tiny_workdir, tmp_path):
   """(the folder under which writes fail, argv, the expected last line or None)."""
   target = tmp_path / 'target'
@@ -72,6 +76,16 @@ def _case(row, fault, tiny_workdir, tmp_path):
     shutil.copytree(tiny_workdir, target)
     return target, [f'--workdir={target}', '--config.average_last=1'], (
         f'error: workdir {target} is not writable: {_REASON[fault]}')
+  if row.mode == 'serve':  # runs until stopped: here its port is taken, so it stops at once
+    shutil.copytree(tiny_workdir, target)
+    taken = socket.socket()
+    taken.bind(('127.0.0.1', 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    _KEPT_OPEN.append(taken)
+    return target, [f'--workdir={target}', f'--port={port}'], (
+        f'error: --port={port}: 127.0.0.1:{port} is in use (another server?); stop it or '
+        'choose another --port')
   if row.target == layout.NO_TARGET:  # reads the run (info --workdir), writes nothing
     shutil.copytree(tiny_workdir, target)
     return target, [f'--workdir={target}'], None
