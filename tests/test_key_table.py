@@ -120,7 +120,7 @@ def test_conditions_narrow_a_mode():
     assert key_table.effect(key, 'train', ends_with_eval) == (key_table.USED, '')
   assert key_table.unused('train', DEFAULTS, ['eval_sentence_scores', 'nbest']) == [
       ('eval_sentence_scores', "training with final_eval_split='' ends with no evaluation"),
-      ('nbest', '--mode=decode only')]
+      ('nbest', '--mode=decode only (a server takes nbest and a target prefix per request)')]
 
 
 def test_docs_print_the_table():
