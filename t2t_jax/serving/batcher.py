@@ -2,8 +2,10 @@
 
 A request's lines wait in one queue. A worker takes the oldest request and, behind it, the
 next ones decoded with the same settings (`requests.Settings`), until the group holds
-`max_sentences` sentences or `max_tokens` source tokens, or until the oldest has waited
-`max_wait_s`; the group is one `decode` call (the Translator sorts its sentences by length
+`max_sentences` sentences or `max_tokens` source tokens, or until no request has arrived for
+`max_wait_s` (a burst keeps its group open, up to `WAIT_CAP` times that after the oldest
+arrived: a decode batch has a fixed number of rows, so a fuller one costs little more);
+the group is one `decode` call (the Translator sorts its sentences by length
 into the decode buckets and decodes its batches). `workers` groups decode at once (a CPU's
 cores: two half-full batches keep two cores busy). A request is never split, so one larger
 than the bounds goes alone. More than `max_queue` sentences waiting: `Busy` (the server's 503).
@@ -15,6 +17,9 @@ import concurrent.futures
 import threading
 import time
 from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence
+
+
+WAIT_CAP = 10  # a group waits at most this many `max_wait_s` after its first request
 
 
 class Busy(Exception):
@@ -103,7 +108,9 @@ class Batcher:
           self._cond.wait()
           continue
         group = self._group()
-        wait = group[0].arrived + self.max_wait_s - time.monotonic()
+        # A burst keeps coming: wait for the next arrival, up to WAIT_CAP times the gap.
+        gap_end = max(i.arrived for i in self._pending) + self.max_wait_s
+        wait = min(gap_end, group[0].arrived + WAIT_CAP * self.max_wait_s) - time.monotonic()
         if self._closed or wait <= 0 or self._full(group):
           break
         self._cond.wait(wait)

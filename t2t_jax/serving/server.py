@@ -3,6 +3,7 @@ request per connection) in front of a `service.Service`.
 
   GET  /health         {"status": "ok"} once the decode programs are compiled; 503 before
   GET  /languages      LibreTranslate's list: [{"code", "name", "targets"}]
+  GET  /v1/stats       the decoded groups by size: {"batches": {sentences: count}, "queued"}
   POST /translate      LibreTranslate's translate (JSON or form body)
   POST /v1/translate   ours: the decode keys a request may set (`requests.DECODE_KEYS`)
 
@@ -58,9 +59,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                   {'status': 'ok' if self.server.ready else 'starting'})
     elif path == '/languages':
       self._reply(200, self.server.service.pairs.languages())
+    elif path == '/v1/stats':  # how the batcher grouped what it decoded, so far
+      batcher = self.server.service.batcher
+      self._reply(200, {'batches': {str(k): v for k, v in sorted(batcher.stats.items())},
+                        'queued': batcher.queued})
     else:
-      self._reply(404, {'error': f'no such path {path!r}: GET /health, /languages; POST '
-                                 '/translate, /v1/translate'})
+      self._reply(404, {'error': f'no such path {path!r}: GET /health, /languages, /v1/stats; '
+                                 'POST /translate, /v1/translate'})
 
   def do_POST(self):  # noqa: N802
     path = self.path.split('?')[0]
