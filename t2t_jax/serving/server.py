@@ -89,6 +89,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                   {'Retry-After': str(RETRY_AFTER_S)})
     except (ValueError, ConfigError) as e:  # what a Translator refuses of a request's text
       self._reply(400, {'error': str(e).split('\n')[0]})
+    except Exception as e:  # noqa: BLE001  a bug: this request fails, the server goes on
+      logging.exception('POST %s failed', path)
+      self._reply(500, {'error': f'internal error: {type(e).__name__}: {e}'})
 
   def _body(self) -> bytes:
     length = self.headers.get('Content-Length')

@@ -10,6 +10,7 @@ batcher; `decode_group` is the batcher's `decode`.
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import jax
 import ml_collections
 
 from t2t_jax.choices import ConfigError
@@ -25,6 +26,9 @@ class Service:
 
   def __init__(self, workdir: str, overrides: modes.Overrides, checkpoint: Optional[str]):
     self.workdir = workdir
+    if jax.process_count() > 1:
+      raise ConfigError('--mode=serve runs in one process (on its host\'s devices); run it '
+                        'without --distributed')
     self.config, inference = modes.load(workdir, checkpoint, overrides)
     if tasks.get(self.config.dataset) is not None:
       raise ConfigError(f'--mode=serve translates; {workdir} is a {self.config.dataset} run, '
