@@ -223,3 +223,11 @@ def test_a_second_server_on_the_same_port_is_one_line(server, run):
   assert result.stderr.strip().splitlines()[-1] == (
       f'error: --port={server.port}: 127.0.0.1:{server.port} is in use (another server?); stop '
       'it or choose another --port')
+
+
+def test_a_bad_serve_key_is_one_line(run):
+  result = run_main('--mode=serve', f'--workdir={run}', '--port=0',
+                    '--config.serve_max_queue=0')
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines()[-1].startswith(
+      "error: config key 'serve_max_queue'"), result.stderr[-2000:]
