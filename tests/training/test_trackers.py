@@ -6,6 +6,7 @@ schema (its transaction log), MLflow's with MLflow's own client: the outside's c
 import glob
 import json
 import os
+import shutil
 import struct
 import sys
 
@@ -73,9 +74,11 @@ def _train(workdir, corpus, steps):
 
 
 def test_a_run_and_its_resume_reach_every_writer_as_metrics_jsonl(corpus, tmp_path):
-  workdir = str(tmp_path / 'run')
-  _train(workdir, corpus, 10)
-  ids = json.load(open(os.path.join(workdir, 'tracking', 'runs.json')))
+  first = str(tmp_path / 'run')
+  _train(first, corpus, 10)
+  ids = json.load(open(os.path.join(first, 'tracking', 'runs.json')))
+  workdir = str(tmp_path / 'moved')  # the workdir is self-contained: its tracking runs move too
+  shutil.move(first, workdir)
   _train(workdir, corpus, 20)  # resumes from step 10
   assert json.load(open(os.path.join(workdir, 'tracking', 'runs.json'))) == ids
   logged = {r['step']: r for r in read_metrics(workdir) if 'loss' in r}
