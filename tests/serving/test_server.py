@@ -124,6 +124,7 @@ def test_libretranslatepy_gets_decodes_translations(server, run, sentences, tmp_
   assert status == 200 and body == {'translatedText': '\n'.join(expected[:2])}
 
 
+@pytest.mark.slow
 def test_200_concurrent_requests_equal_decode_and_one_request_of_all(server, run, sentences,
                                                                       tmp_path):
   lines = [sentences[i % len(sentences)] for i in range(200)]
@@ -188,6 +189,7 @@ def test_v1_decode_keys_are_checked_as_the_config_is(server, body, field):
   assert (got, answer.get('field')) == (400, field), answer
 
 
+@pytest.mark.slow
 def test_limits_a_full_queue_a_client_that_leaves_and_sigterm(run, sentences):
   serving = Server(run, '--config.serve_max_body_bytes=3000', '--config.serve_max_queue=1',
                    '--config.serve_max_wait_ms=1500')

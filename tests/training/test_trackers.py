@@ -73,6 +73,7 @@ def _train(workdir, corpus, steps):
   return result
 
 
+@pytest.mark.slow
 def test_a_run_and_its_resume_reach_every_writer_as_metrics_jsonl(corpus, tmp_path):
   first = str(tmp_path / 'run')
   _train(first, corpus, 10)
