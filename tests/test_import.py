@@ -116,6 +116,7 @@ def test_dependency_groups_are_the_requirements_files():
   assert _group_names(groups, 'serve') == _requirement_names('requirements-serving.txt') - pinned
   assert _group_names(groups, 'plan') == _requirement_names('requirements-tpu.txt') - pinned
   assert _group_names(groups, 'gcs') == _requirement_names('requirements-gcs.txt')
+  assert _group_names(groups, 'tracking') == _requirement_names('requirements-tracking.txt') - pinned
   assert (base | _group_names(groups, 'dev')
           == _requirement_names('requirements-dev.txt') - {'jaxlib'})
 

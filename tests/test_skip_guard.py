@@ -19,7 +19,7 @@ def test_requirements_dev_lists_every_optional_extra_through_its_files():
           'gcpstorageemulator', 'importlinter', 'pytestxdist', 'jax'} <= packages
   assert files == {'requirements.txt', 'requirements-test.txt', 'requirements-notebook.txt',
                    'requirements-serving.txt', 'requirements-tpu.txt', 'requirements-gcs.txt',
-                   'requirements-hf.txt'}
+                   'requirements-hf.txt', 'requirements-tracking.txt'}
 
 
 @pytest.mark.parametrize('reason, culprit', [

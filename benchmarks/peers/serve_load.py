@@ -25,7 +25,6 @@ import json
 import os
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from benchmarks.shared import serving_common  # noqa: E402
+from benchmarks.shared import harness, serving_common  # noqa: E402
 
 ROOT = serving_common.ROOT
 
@@ -51,7 +50,7 @@ class _Server:
     self.port = _free_port()
     self.url = f'http://127.0.0.1:{self.port}'
     self.log = tempfile.TemporaryFile('w+')
-    start = time.monotonic()
+    self.watch = harness.timed().start()
     self.process = subprocess.Popen(
         [sys.executable, os.path.join(ROOT, 'main.py'), '--mode=serve', f'--workdir={workdir}',
          f'--port={self.port}', *keys], stdout=subprocess.DEVNULL, stderr=self.log)
@@ -65,7 +64,7 @@ class _Server:
       except OSError:
         pass
       time.sleep(0.2)
-    self.startup_s = time.monotonic() - start
+    self.startup_s = self.watch.stop().seconds
 
   def get(self, path):
     with urllib.request.urlopen(self.url + path, timeout=600) as r:
@@ -106,25 +105,24 @@ def _batches(before, after):
 def _clients(server, sentences, clients: int, seconds: float):
   """C threads sending one sentence per request back to back for `seconds`."""
   latencies, lock, counter = [], threading.Lock(), [0]
-  stop_at = time.monotonic() + seconds
+  stop_at = harness.now() + seconds
 
   def client():
-    while time.monotonic() < stop_at:
+    while harness.now() < stop_at:
       with lock:
         k = counter[0]
         counter[0] += 1
-      began = time.monotonic()
-      server.translate(sentences[k % len(sentences)])
+      _, latency = harness.time_call(server.translate, sentences[k % len(sentences)])
       with lock:
-        latencies.append(time.monotonic() - began)
+        latencies.append(latency)
   before = server.get('/v1/stats')
-  began = time.monotonic()
   threads = [threading.Thread(target=client) for _ in range(clients)]
-  for t in threads:
-    t.start()
-  for t in threads:
-    t.join()
-  elapsed = time.monotonic() - began
+  with harness.timed() as t:
+    for thread in threads:
+      thread.start()
+    for thread in threads:
+      thread.join()
+  elapsed = t.seconds
   latencies.sort()
   return dict(sentences=len(latencies), seconds=elapsed,
               sentences_per_s=len(latencies) / elapsed,
@@ -146,30 +144,7 @@ def _ct2(workdir: str, scratch: str, sentences, repeats: int = 3):
         translator, pieces, beam_size=c.beam_size, alpha=c.length_penalty_alpha,
         max_decode_extra=c.max_decode_extra, max_len=c.max_len, exact_lengths=False,
         max_batch_size=c.decode_batch_sentences)
-  once()
-  times = []
-  for _ in range(repeats):
-    began = time.monotonic()
-    once()
-    times.append(time.monotonic() - began)
-  return statistics.median(times)
-
-
-def _emit(out, record):
-  record.update(time=time.strftime('%Y-%m-%dT%H:%M:%S%z'), machine=_machine())
-  print(json.dumps(record), flush=True)
-  if out:
-    with open(out, 'a', encoding='utf-8') as f:
-      f.write(json.dumps(record) + '\n')
-
-
-def _machine() -> str:
-  try:
-    with open('/proc/cpuinfo', encoding='utf-8') as f:
-      model = next(line.split(':', 1)[1].strip() for line in f if line.startswith('model name'))
-  except (OSError, StopIteration):
-    model = 'unknown CPU'
-  return f'{model}, {os.cpu_count()} cores'
+  return harness.median_time(once, repeats)['median_s']
 
 
 def main(argv=None):
@@ -183,6 +158,7 @@ def main(argv=None):
   parser.add_argument('--no-ct2', action='store_true')
   parser.add_argument('keys', nargs='*', help='--config.serve_* keys for the server')
   args = parser.parse_args(argv)
+  emit = harness.Emitter(args.out)
   os.makedirs(args.scratch, exist_ok=True)
   sentences = serving_common.test_set('en', args.limit)
   expected = _decode(args.workdir, sentences)
@@ -190,35 +166,29 @@ def main(argv=None):
   base = dict(name='serve_load', workdir=args.workdir, sentences_in_list=len(sentences),
               keys=args.keys)
   try:
-    _emit(args.out, dict(base, system='startup', seconds=server.startup_s))
+    emit(dict(base, system='startup', seconds=server.startup_s))
     assert server.translate(sentences) == expected, 'whole list: not decode\'s lines'
-    times = []
-    for _ in range(3):
-      began = time.monotonic()
-      server.translate(sentences)
-      times.append(time.monotonic() - began)
-    whole = statistics.median(times)
-    _emit(args.out, dict(base, system='whole_list', seconds=whole,
+    whole = harness.median_time(lambda: server.translate(sentences), 3, warmup=0)['median_s']
+    emit(dict(base, system='whole_list', seconds=whole,
                          sentences_per_s=len(sentences) / whole))
     before = server.get('/v1/stats')
-    began = time.monotonic()
-    with concurrent.futures.ThreadPoolExecutor(len(sentences)) as pool:
+    with concurrent.futures.ThreadPoolExecutor(len(sentences)) as pool, harness.timed() as t:
       answers = list(pool.map(server.translate, sentences))
-    concurrent_s = time.monotonic() - began
+    concurrent_s = t.seconds
     assert answers == expected, 'concurrent: not decode\'s lines'
-    _emit(args.out, dict(base, system=f'concurrent_{len(sentences)}', seconds=concurrent_s,
+    emit(dict(base, system=f'concurrent_{len(sentences)}', seconds=concurrent_s,
                          sentences_per_s=len(sentences) / concurrent_s,
                          ratio_to_whole_list=concurrent_s / whole,
                          **_batches(before, server.get('/v1/stats'))))
     for clients in (int(c) for c in args.clients.split(',')):
-      _emit(args.out, dict(base, system=f'clients_{clients}',
+      emit(dict(base, system=f'clients_{clients}',
                            **_clients(server, sentences, clients, args.seconds)))
   finally:
     code = server.stop()
-  _emit(args.out, dict(base, system='sigterm', exit_status=code))
+  emit(dict(base, system='sigterm', exit_status=code))
   if not args.no_ct2:
     seconds = _ct2(args.workdir, args.scratch, sentences)
-    _emit(args.out, dict(base, system='ct2_float32@2x1', seconds=seconds,
+    emit(dict(base, system='ct2_float32@2x1', seconds=seconds,
                          sentences_per_s=len(sentences) / seconds))
 
 

@@ -7,6 +7,9 @@ state and batch), the outputs not donated back into them, and the program. A mes
 devices than this machine has is not compiled here: `--mode=plan` compiles for a TPU slice.
 """
 
+import contextlib
+import io
+
 import jax
 import ml_collections
 
@@ -32,8 +35,10 @@ def describe(config: ml_collections.ConfigDict) -> str:
           f'{len(devices)} {devices[0].platform} devices, mesh '
           f"{', '.join(f'{a}:{n}' for a, n in run.mesh.shape.items())}, the largest bucket's "
           f'global batch {rows} x {length}):')
+  with contextlib.redirect_stderr(io.StringIO()):  # the plan's progress lines: not info's
+    compiled = run.compile_train(rows, length)
   lines = [f'  {s.name}: temporaries (activations) {_mib(s.temp_bytes)}, peak '
            f'{_mib(s.hbm_bytes)} (arguments {_mib(s.argument_bytes)}, outputs '
            f'{_mib(s.output_bytes - s.alias_bytes)} not donated, code {_mib(s.code_bytes)})'
-           for s in run.compile_train(rows, length)]
+           for s in compiled]
   return '\n'.join([head] + lines)
