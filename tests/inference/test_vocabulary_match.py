@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import shutil
-import types
 
 import pytest
 
@@ -15,7 +14,7 @@ from t2t_jax import config as config_lib
 from t2t_jax.data import tokenizer, vocab_record
 from t2t_jax.inference import checkpoint_choice
 from t2t_jax.runtime import checkpoint
-from t2t_jax.training import train
+from t2t_jax.training import resume_checks, train
 from conftest import BUNDLED
 
 
@@ -70,10 +69,8 @@ def test_a_replaced_vocabulary_stops_eval_decode_and_resume_in_one_line(run, oth
   assert 'replaced' in message
   # Resume: the checkpoint's hash, also where the record was replaced with the vocabulary.
   os.remove(vocab_record.path(run))
-  fake = types.SimpleNamespace(checkpointer=checkpoint.Checkpointer(run),
-                               data=types.SimpleNamespace(tokenizer=tokenizer.load(vocab)))
   with pytest.raises(checkpoint.CheckpointError) as raised:
-    train._Run._check_vocabulary(fake, 10)  # pylint: disable=protected-access
+    resume_checks.check_vocabulary(checkpoint.Checkpointer(run), 10, tokenizer.load(vocab))
   assert '\n' not in str(raised.value) and str(raised.value).startswith(
       f'{vocab} is not the vocabulary checkpoint step 10')
 
@@ -107,9 +104,7 @@ def test_checkpoints_from_before_vocabulary_hashes_are_accepted(run):
   loaded = checkpoint_choice.load_inference_params(run)
   assert loaded.vocabulary is None and loaded.step == 10
   tok = tokenizer.load(tokenizer.vocab_path(run))
-  fake = types.SimpleNamespace(checkpointer=checkpoint.Checkpointer(run),
-                               data=types.SimpleNamespace(tokenizer=tok))
-  train._Run._check_vocabulary(fake, 10)  # pylint: disable=protected-access
+  resume_checks.check_vocabulary(checkpoint.Checkpointer(run), 10, tok)
 
 
 def test_resume_with_an_edited_record_beside_the_checkpoints_vocabulary_warns_and_goes_on(
