@@ -73,7 +73,9 @@ def upsample(args):
     record(args.out, name='upsample', arm=arm, flags=arms[arm], test_bleu=result.get('bleu'),
            test_chrf=result.get('chrf'), dev_bleu=dev, seconds=seconds,
            p_vs_indomain=None if arm == 'indomain' else
-           p_against(os.path.join(args.root, 'indomain'), final))
+           p_against(os.path.join(args.root, 'indomain'), final),
+           p_vs_concat=p_against(os.path.join(args.root, 'concat'), final)
+           if arm == 'upsample_4' else None)
 
 
 def distill(args):
