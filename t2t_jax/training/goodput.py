@@ -17,6 +17,7 @@ Phases do not nest (a compile inside a phase is taken out of it), so the fractio
 import contextlib
 import threading
 import time
+import weakref
 from typing import Dict, Iterator
 
 import jax
@@ -27,7 +28,9 @@ COMPILE_EVENTS = frozenset((
     '/jax/core/compile/jaxpr_to_mlir_module_duration',
     '/jax/core/compile/backend_compile_duration'))
 
-_active = []  # the accounts listening; jax.monitoring's listeners cannot be removed one by one
+# The accounts listening (weakly: a run that failed before `close` drops out with it); one
+# listener for them all, registered once.
+_active: 'weakref.WeakSet[Goodput]' = weakref.WeakSet()
 _lock = threading.Lock()
 
 
@@ -35,7 +38,7 @@ def _on_event(event: str, seconds: float, **kwargs) -> None:
   del kwargs
   if event in COMPILE_EVENTS:
     with _lock:
-      for account in _active:
+      for account in list(_active):
         account.seconds['compile'] += seconds
 
 
@@ -48,7 +51,7 @@ def _listen(account: 'Goodput') -> None:
     if not _registered:
       jax.monitoring.register_event_duration_secs_listener(_on_event)
       _registered = True
-    _active.append(account)
+    _active.add(account)
 
 
 class Goodput:
@@ -92,8 +95,7 @@ class Goodput:
 
   def close(self) -> None:
     with _lock:
-      if self in _active:
-        _active.remove(self)
+      _active.discard(self)
 
 
 class _TimedInput:
