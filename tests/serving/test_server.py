@@ -25,10 +25,10 @@ START_S = 240  # compiling the buckets at -O0 beside other tests
 
 @pytest.fixture(scope='module')
 def run(corpus, tmp_path_factory):
-  """A TINY run trained long enough (400 steps) to give non-empty, varied translations."""
+  """A TINY run trained long enough (200 steps) to give non-empty, varied translations."""
   def train(path):
     result = run_main(f'--workdir={path}', f'--config.local_corpus_dir={corpus}', *TINY,
-                      '--config.num_train_steps=400', '--config.eval_every_steps=0',
+                      '--config.num_train_steps=200', '--config.eval_every_steps=0',
                       '--config.learning_rate_scale=2.0', '--config.warmup_steps=30')
     assert result.returncode == 0, result.stderr[-3000:]
   return shared_once(tmp_path_factory, 'serve_run', train)
