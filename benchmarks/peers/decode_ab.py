@@ -23,6 +23,11 @@ Two measures per side, both through the commit's own public decoding path:
          hypothesis runs to max_decode_len. Timed at two output lengths, the difference
          divided by the steps between them is the time of one decode step (the encoder and
          the once-per-batch work cancel).
+With `--ct2 FOLDER` (the run's CTranslate2 float32 export, as `serve.py` writes it) a third
+system, `ct2:serve`, translates the same sentences in its own process (`serve.py`'s), at
+`--ct2-rows` sentences a batch and the `--ct2-split` IxJ (inter x intra threads; 2x1 is its
+fastest on the 2-core EPYC), interleaved with the two sides: each side's serve speed over
+CTranslate2's comes from one run, before and after alike.
 Also reported per side: the compiled step program's size (instructions, fusions, copies,
 transposes, while loops in the XLA text), and whether both sides' outputs are identical.
 Ratios are head speed / base speed (> 1: head faster) of the medians, of the calls paired as
@@ -177,7 +182,22 @@ def _parse(argv):
                       'of the systems (4 step + 2 serve) lets each lead equally often')
   parser.add_argument('--step-repeats', type=count, default=3,
                       help='step-measure calls of a side in its turn, each timed')
+  parser.add_argument('--ct2', default=None,
+                      help="the run's CTranslate2 float32 export: time it beside the sides")
+  parser.add_argument('--ct2-rows', type=count, default=64, help="CTranslate2's max_batch_size")
+  parser.add_argument('--ct2-split', default='2x1',
+                      help='CTranslate2 inter_threads x intra_threads (default 2x1)')
   args = harness.add_out_argument(parser).parse_args(argv)
+  if args.ct2 is not None:
+    from benchmarks.peers import serve
+    if args.workdir is None:
+      parser.error('--ct2 needs --workdir (the run it was exported from)')
+    if not os.path.isfile(os.path.join(args.ct2, 'model.bin')):
+      parser.error(f'--ct2={args.ct2}: no CTranslate2 model.bin there')
+    try:
+      (args.ct2_split,) = serve._splits(args.ct2_split)
+    except (SystemExit, ValueError):
+      parser.error(f'--ct2-split={args.ct2_split}: expected one IxJ, e.g. 2x1')
   for flag, rev in (('--base', args.base), ('--head', args.head)):
     if rev != 'WORKTREE' and subprocess.run(
         ['git', 'rev-parse', '--verify', '--quiet', f'{rev}^{{commit}}'], cwd=ROOT,
@@ -273,10 +293,31 @@ def _sides(trees, spec):
     child.close()
 
 
+@contextlib.contextmanager
+def _ct2_system(args, run, spec):
+  """`serve.py`'s CTranslate2 child for the spec's sentences (None without `--ct2`), closed
+  after the block."""
+  if args.ct2 is None:
+    yield None
+    return
+  from benchmarks.peers import serve
+  c = run.config
+  inter, intra = args.ct2_split
+  child = serve._Ct2Process({
+      'path': args.ct2, 'threads': intra, 'inter_threads': inter, 'rows': args.ct2_rows,
+      'pieces': run.pieces(spec['sentences']), 'beam_size': args.beam,
+      'alpha': c.length_penalty_alpha, 'max_decode_extra': c.max_decode_extra,
+      'max_len': c.max_len})
+  try:
+    yield child
+  finally:
+    child.close()
+
+
 def _measure(harness, spec, trees, args, run):
   """Both children started, warmed up, timed interleaved: the record's numbers."""
   load_before = harness.load_average()
-  with _sides(trees, spec) as children:
+  with _sides(trees, spec) as children, _ct2_system(args, run, spec) as ct2:
     measures = (['serve'] if run is not None else []) + ['step']
     systems, digests = {}, {}
     for side, child in children.items():
@@ -289,6 +330,8 @@ def _measure(harness, spec, trees, args, run):
             digests.setdefault(name, set()).add(reply['digest'])
             return harness.Measured(reply['seconds'])
           systems[name] = call
+    if ct2 is not None:
+      systems['ct2:serve'] = ct2.translate
     for call in systems.values():  # compile, first allocations
       call()
     repeats = {n: args.step_repeats for n in systems if ':step' in n}
@@ -310,6 +353,13 @@ def _measure(harness, spec, trees, args, run):
       entry['serve_s'] = med[f'{side}:serve']
       entry['sentences_per_s'] = len(spec['sentences']) / med[f'{side}:serve']
     per_side[side] = entry
+  if ct2 is not None:
+    out['ct2'] = {'rows': args.ct2_rows, 'split': '%dx%d' % args.ct2_split,
+                  'sentences_per_s': len(spec['sentences']) / med['ct2:serve'],
+                  'fastest_sentences_per_s': len(spec['sentences']) / min(times['ct2:serve'])}
+    for side, entry in per_side.items():
+      entry['over_ct2'] = med['ct2:serve'] / med[f'{side}:serve']
+      entry['over_ct2_fastest'] = min(times['ct2:serve']) / min(times[f'{side}:serve'])
   out['sides'] = per_side
   # Per round ratios too (base / head seconds: > 1 means head is faster).
   out['speedup_head_over_base'] = {
@@ -337,8 +387,14 @@ def _print_summary(record):
     line = f"  {side}: step {s['step_ms']:.2f} ms (fastest calls {s['step_ms_fastest']:.2f})"
     if 'sentences_per_s' in s:
       line += f", serve {s['sentences_per_s']:.1f} sent/s"
+    if 'over_ct2' in s:
+      line += f" = {s['over_ct2']:.3f}x CTranslate2's (fastest {s['over_ct2_fastest']:.3f}x)"
     line += f", hlo {record['hlo'][side]}"
     print(line, file=sys.stderr)
+  if 'ct2' in record:
+    c = record['ct2']
+    print(f"  CTranslate2 float32 @{c['rows']} {c['split']}: {c['sentences_per_s']:.1f} sent/s "
+          f"(fastest pass {c['fastest_sentences_per_s']:.1f})", file=sys.stderr)
   fmt = lambda d: ', '.join(f'{k} {v:.3f}x' for k, v in d.items())  # noqa: E731
   print(f"  head/base speed (medians): {fmt(record['speedup_head_over_base'])}", file=sys.stderr)
   print(f"  paired calls: {fmt(record['paired_speedup_head_over_base'])}; fastest calls: "

@@ -208,7 +208,7 @@ def _train_profiles(args, record):
     state, metrics = step(state, batch)
     jax.block_until_ready(metrics)
     return state, batch
-  ours = profile_jax(call, (state, batch), args.calls, text)
+  ours = profile_jax(call, (state, batch), args.calls, text, args.top)
   record['shapes'] = {'rows': args.rows, 'length': args.length}
   if args.no_peer:
     return ours, None
@@ -239,7 +239,7 @@ def _decode_profiles(args, record):
   def call(params, src):
     jax.block_until_ready(fn(params, src))
     return params, src
-  ours = profile_jax(call, (params, src_np), args.calls, text)
+  ours = profile_jax(call, (params, src_np), args.calls, text, args.top)
   record['shapes'] = {'batch': args.batch, 'src_len': args.src_len, 'max_len': args.max_len}
   if args.no_peer:
     return ours, None
@@ -269,6 +269,7 @@ def main(argv=None):
   parser.add_argument('--src-len', type=int, default=32)
   parser.add_argument('--max-len', type=int, default=40)
   parser.add_argument('--calls', type=int, default=2)
+  parser.add_argument('--top', type=int, default=25, help='ops listed (all: a large number)')
   parser.add_argument('--torch-threads', default='auto')
   args = parser.parse_args(argv)
   common.require_peer(parser, args)

@@ -100,6 +100,11 @@ VARIANTS: Dict[str, List[str]] = {
     'r7_cosine': ['--config.lr_schedule=cosine'],
     'r7_linear_3e3_w1000': ['--config.lr_schedule=linear', '--config.learning_rate=3e-3',
                             '--config.warmup_steps=1000'],
+    # Round 7b: cosine (dev +0.56 over rsqrt, linear +0.41) with a higher peak.
+    'r7_cosine_3e3_w1500': ['--config.lr_schedule=cosine', '--config.learning_rate=3e-3',
+                            '--config.warmup_steps=1500'],
+    'r7_cosine_4e3_w1000': ['--config.lr_schedule=cosine', '--config.learning_rate=4e-3',
+                            '--config.warmup_steps=1000'],
 }
 SECOND = frozenset(n for n in VARIANTS if n.startswith('r7_'))
 
