@@ -20,6 +20,13 @@ def entry() -> None:
   if sys.argv[1:] == ['--version']:
     print(f't2t-jax {version()}')
     return
+  # First, before the imports: the command again with huge pages for malloc (a third of the
+  # embedded default's CPU time went to page faults; t2t_jax/runtime/huge_pages.py).
+  from t2t_jax.runtime import huge_pages  # pylint: disable=import-outside-toplevel
+  try:
+    huge_pages.reexec()
+  except huge_pages.HugePagesError as e:
+    sys.exit(f'error: {e}')
   # Python's cycle collector walks every live object on each full collection, and the imports
   # of `dispatch` make ~175k (jax, flax, TFDS, orbax): collections during the imports, during
   # the run and at interpreter exit took ~0.9 s of a 3.6 s tiny train or decode command
