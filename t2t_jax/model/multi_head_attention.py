@@ -13,11 +13,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from t2t_jax.model import attention, fused_projection
+from t2t_jax.model import attention
 
 Array = jax.Array
 Dtype = Any
-_QKV = ('query', 'key', 'value')
 
 
 class QKTransform(Protocol):
@@ -146,22 +145,15 @@ class MultiHeadAttention(nn.Module):
         self._transform(jnp.zeros((inputs_kv.shape[0], 0, self.num_heads, self.d_k),
                                   self.dtype or inputs_kv.dtype), None, 'query')
       return tuple(x.transpose(0, 2, 1, 3) for x in self._key_values(inputs_kv, key_positions))
+    query = self._project(self.num_heads, self.d_k, 'query')(inputs_q)
     dropout_rate = 0.0 if deterministic else self.attention_dropout_rate
     caching = self.decode and self.has_variable('cache', 'cached_key')
-    fused = caching and key_value is None and inputs_kv is inputs_q and self._fusable()
-    if fused:  # a decoding step's self-attention: one product instead of three
-      query, key, value = fused_projection.fused_head_projections(
-          inputs_q, self.variables['params'], _QKV, self.dtype)
-    else:
-      query = self._project(self.num_heads, self.d_k, 'query')(inputs_q)
     if query_positions is None and caching:
       query_positions = self.get_variable('cache', 'cache_index')[None, None]
     if query_positions is None:
       query_positions = _arange(query.shape[1])
     query = self._transform(query, query_positions, 'query')
-    if fused:
-      key = self._transform(key, query_positions, 'key')
-    elif key_value is None:
+    if key_value is None:
       # A cached step's one new key sits at the query's position (its cache slot).
       key, value = self._key_values(inputs_kv, query_positions if caching else key_positions)
     else:  # heads-first -> the attention_fn layout (XLA cancels the transposes: see attention)
@@ -196,14 +188,6 @@ class MultiHeadAttention(nn.Module):
     if grouped:
       out = out.reshape(rows, q_len, *out.shape[2:])
     return out
-
-  def _fusable(self) -> bool:
-    """Whether W^Q, W^K, W^V are this class's plain projections, so that
-    `fused_projection` may compute them as one product."""
-    cls = type(self)
-    return (cls._project is MultiHeadAttention._project and
-            cls._key_values is MultiHeadAttention._key_values and
-            fused_projection.can_fuse(self.variables.get('params', {}), _QKV, self.bias))
 
   def _project(self, heads: int, features: int, name: str) -> nn.DenseGeneral:
     # Keys and values have their own logical axis: grouped-query attention's fewer kv heads
@@ -320,12 +304,8 @@ def _ancestors(ancestry, slot: Array, keys: Array, values: Array) -> Tuple[Array
   ancestry.value = jax.lax.dynamic_update_slice(
       ancestry.value, jnp.zeros((rows, 1), jnp.int32), (jnp.zeros((), jnp.int32), slot))
   source = jnp.arange(rows, dtype=jnp.int32)[:, None] + ancestry.value           # [rows, slots]
-  # One index per (row, slot), each gathering all heads' [kv_heads, d] at once (`[rows,
-  # slots, kv_heads, d]`, then heads-first again): an index per (row, head, slot) made the
-  # gather 1.4x slower at 16 rows x 64 slots.
-  slot = jnp.arange(slots, dtype=jnp.int32)[None]
-  return tuple(x.at[source, :, slot].get(mode='promise_in_bounds').transpose(0, 2, 1, 3)
-               for x in (keys, values))
+  index = (source[:, None, :], jnp.arange(heads)[None, :, None], jnp.arange(slots)[None, None])
+  return tuple(x.at[index].get(mode='promise_in_bounds') for x in (keys, values))
 
 
 def _arange(n: int) -> Array:

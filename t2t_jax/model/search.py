@@ -208,14 +208,12 @@ def _top_candidates(logits: jax.Array, s: _State, *, max_lengths: jax.Array, eos
   i = s.step
   vocab = logits.shape[-1]
   x = logits.astype(jnp.float32).reshape(b, k, vocab)
+  x_max = jnp.max(x, axis=-1, keepdims=True)
+  log_sum = jnp.log(jnp.sum(jnp.exp(x - x_max), axis=-1, keepdims=True))   # [B, K, 1]
   n = min(2 * k, vocab)  # per beam; K x n >= 2K for any vocabulary of 2 or more
   constrained = bool(no_repeat_ngram_size) or prefix is not None
   choice = allowed_logits(x, s.live_seqs, i, no_repeat_ngram_size, prefix) if constrained else x
   beam_x, beam_token = top_k.top_k(choice, n)                              # [B, K, n]
-  # Unconstrained, each row's best candidate is its maximum (exactly: a max does not round),
-  # which spares a pass over the [B, K, V] logits.
-  x_max = jnp.max(x, axis=-1, keepdims=True) if constrained else beam_x[:, :, :1]
-  log_sum = jnp.log(jnp.sum(jnp.exp(x - x_max), axis=-1, keepdims=True))   # [B, K, 1]
 
   # At the last allowed position only EOS may follow (per sentence).
   forced = (i >= max_lengths - 1)[:, None, None]                            # [B, 1, 1]
