@@ -35,13 +35,11 @@ os.environ['XLA_FLAGS'] = (_USER_XLA_FLAGS + ' --xla_force_host_platform_device_
     + (' --xla_cpu_use_fusion_emitters=false' if _OLD_EMITTERS else ''))).strip()
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
-# One persistent XLA compilation cache for the tests, in this process, in pytest-xdist's
-# workers and in main.py children, kept between runs: most of the suite's time is compiling,
-# and the edit-test loop then recompiles only what a change touched (measured: 148 s cold,
-# 64 s warm for the model, inference, export and inspect tests). Its own directory, never the
-# user's ~/.cache/t2t_jax/xla; T2T_TEST_XLA_CACHE='' gives each session a fresh one instead,
-# empty as on a new machine: one for the whole session, which pytest-xdist's workers (started
-# after this runs in the controller) inherit, as they share the default one.
+# One persistent XLA compilation cache for the tests, this process, xdist's workers and the
+# main.py children, kept between runs: most of the suite is compiling, and an edit-test loop
+# recompiles only what changed (model, inference, export, inspect tests: 148 s cold, 64 s
+# warm). Never the user's ~/.cache/t2t_jax/xla; T2T_TEST_XLA_CACHE='' gives the session a
+# fresh one, empty as on a new machine, which the workers (started after this) inherit.
 _XLA_CACHE = os.environ.get('T2T_TEST_XLA_CACHE',
                             os.path.join(os.path.expanduser('~'), '.cache', 't2t_jax', 'test-xla'))
 if not _XLA_CACHE:
@@ -53,11 +51,13 @@ os.environ['T2T_COMPILATION_CACHE_DIR'] = _XLA_CACHE
 os.environ['T2T_CPU_PEAK_CACHE'] = os.path.join(_XLA_CACHE, 'cpu_peak.json')  # not the user's
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
 os.environ['JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES'] = '0'
-# No JAX_COMPILATION_CACHE_MAX_SIZE: JAX's least-recently-used eviction takes a file lock and
-# keeps an access-time file per entry on every read and write, which made a cold run of
-# tests/model/test_multi_head_attention.py and test_depth_embeddings.py 74-110 s instead of
-# 55 s (warm: 20 s either way; 2026-11-27). The bound is kept here instead, once a session:
-# past 2 GiB the oldest entries go, down to 1.5 GiB.
+# Huge pages for malloc in workers and main.py children, as the command gives itself: no re-exec.
+from t2t_jax.runtime import huge_pages  # noqa: E402  (no jax: the package is lazy)
+if huge_pages.wanted(os.environ):
+  os.environ['GLIBC_TUNABLES'] = huge_pages.with_tunable(os.environ)['GLIBC_TUNABLES']
+# No JAX_COMPILATION_CACHE_MAX_SIZE: JAX's LRU eviction locks and touches a file per entry on
+# every read and write (cold test_multi_head_attention + test_depth_embeddings 74-110 s, not
+# 55 s; 2026-11-27). The bound is kept here, once a session: past 2 GiB, down to 1.5 GiB.
 _XLA_CACHE_BOUND = (2 << 30, 3 << 29)
 
 
