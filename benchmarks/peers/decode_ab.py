@@ -190,14 +190,14 @@ def _parse(argv):
   args = harness.add_out_argument(parser).parse_args(argv)
   if args.ct2 is not None:
     from benchmarks.peers import serve
-    if args.workdir is None:
-      parser.error('--ct2 needs --workdir (the run it was exported from)')
-    if not os.path.isfile(os.path.join(args.ct2, 'model.bin')):
-      parser.error(f'--ct2={args.ct2}: no CTranslate2 model.bin there')
     try:
       (args.ct2_split,) = serve._splits(args.ct2_split)
     except (SystemExit, ValueError):
       parser.error(f'--ct2-split={args.ct2_split}: expected one IxJ, e.g. 2x1')
+    if args.workdir is None:
+      parser.error('--ct2 needs --workdir (the run it was exported from)')
+    if not os.path.isfile(os.path.join(args.ct2, 'model.bin')):
+      parser.error(f'--ct2={args.ct2}: no CTranslate2 model.bin there')
   for flag, rev in (('--base', args.base), ('--head', args.head)):
     if rev != 'WORKTREE' and subprocess.run(
         ['git', 'rev-parse', '--verify', '--quiet', f'{rev}^{{commit}}'], cwd=ROOT,

@@ -5,8 +5,11 @@ configs/quickstart.py, set back to the first tuning's recipe by `FIRST_TUNING`) 
 `--config.KEY=VALUE` overrides, dev loss and dev BLEU
 (`SWEEP_EVAL`) every `eval_every_steps`. With `--cores 0,1` the variants run concurrently, one
 per core (`taskset`), which halves each run's speed but compares them at equal steps; the
-wall-time column is then that of one core. One JSON line per variant: the overrides, the
-curve (step, seconds, dev NLL, dev BLEU) and the best dev BLEU.
+wall-time column is then that of one core. Round 7's variants (`r7_*`) start from the second
+tuning's recipe instead (`SECOND_TUNING`) and end with a whole-dev-split evaluation; a name
+`VARIANT@S` runs a variant with seed and shuffle_seed S in its own workdir. One JSON line per
+variant: the overrides, the curve (step, seconds, dev NLL, dev BLEU), the best dev BLEU and
+the final evaluation's BLEU and chrF per split.
 
   python -m benchmarks.studies.quickstart_sweep --root /tmp/sweep --variants lr025,lr050 \\
       --out benchmarks/results/quickstart_sweep.jsonl

@@ -57,6 +57,13 @@ def test_worktree_side_is_this_checkout():
      "--workdir={tmp}/notes.txt: is a file; expected a trained run's folder"),
     (['--base', 'HEAD', '--workdir', '{tmp}', '--sentences', '1011'],
      '--sentences=1011: the test set has 1010'),
+    (['--base', 'HEAD', '--ct2', '{tmp}'], '--ct2 needs --workdir (the run it was exported from)'),
+    (['--base', 'HEAD', '--workdir', '{tmp}', '--ct2', '{tmp}'],
+     '--ct2={tmp}: no CTranslate2 model.bin there'),
+    (['--base', 'HEAD', '--ct2', '{tmp}', '--ct2-split', '2y1'],
+     '--ct2-split=2y1: expected one IxJ, e.g. 2x1'),
+    (['--base', 'HEAD', '--ct2', '{tmp}', '--ct2-split', '1x2,2x1'],
+     '--ct2-split=1x2,2x1: expected one IxJ, e.g. 2x1'),
     (['--base', 'HEAD', '--out', '{tmp}/notes.txt/ab.jsonl'],
      'argument --out: {tmp}/notes.txt/ab.jsonl: {tmp}/notes.txt is a file, not a folder'),
 ])
