@@ -116,8 +116,8 @@ BUNDLED = os.path.join(ROOT, 't2t_jax', 'data', 'bible_en_es')
 # A model and data small enough for a few dozen CPU steps in seconds (end-to-end tests).
 TINY = ['--config=configs/quickstart.py', '--config.vocab_size=400',
         '--config.vocab_sample_sentences=1200', '--config.d_model=32', '--config.d_ff=64',
-        '--config.num_heads=4', '--config.num_layers=1', '--config.max_len=64',
-        '--config.max_length=32', '--config.bucket_lengths=(16,32)',
+        '--config.num_heads=4', '--config.num_layers=1', '--config.lr_schedule=rsqrt',
+        '--config.max_len=64', '--config.max_length=32', '--config.bucket_lengths=(16,32)',
         '--config.tokens_per_batch=2048', '--config.warmup_steps=10',
         '--config.learning_rate_scale=4.0', '--config.dropout_rate=0.0',
         '--config.checkpoint_every_steps=10', '--config.log_every_steps=10',

@@ -184,6 +184,11 @@ def describe(config: ml_collections.ConfigDict, recorded: bool = False) -> str:
     rate = (f"the paper's (d_model={config.d_model}, warmup_steps={config.warmup_steps}, "
             f'learning_rate_scale={config.learning_rate_scale:g}: peak {peak:.3g} at step '
             f'{config.warmup_steps})')
+  elif config.warmup_steps > config.num_train_steps:  # a short trial: all warmup
+    last = float(schedules.from_config(config)(config.num_train_steps - 1))
+    rate = (f'{config.lr_schedule} (linear warmup over {config.warmup_steps} steps to peak '
+            f'{peak:.3g}; this run ends at step {config.num_train_steps}, still warming up, '
+            f'at {last:.3g})')
   else:
     rate = (f'{config.lr_schedule} (linear warmup over {config.warmup_steps} steps to peak '
             f'{peak:.3g}' + ('' if config.lr_schedule == 'constant' else

@@ -177,9 +177,13 @@ def test_every_preset_resolves_to_the_model_it_always_built(preset):
   config = module.get_config(row) if row else module.get_config()
   resolved = resolution.resolve(config)
   assert TransformerConfig.from_config(resolved) == TransformerConfig.from_config(config)
+  derived = ['d_k', 'd_v', 'num_decoder_layers', 'num_encoder_layers', 'num_kv_heads']
+  if config.lr_schedule != 'rsqrt':  # a warmup-decay schedule records its peak (the same rate)
+    derived += ['learning_rate', 'learning_rate_scale']
+    assert resolved.learning_rate == pytest.approx(config_lib.paper_peak(
+        config.d_model, config.warmup_steps, config.learning_rate_scale), rel=1e-12)
   assert [k for k in config.keys() if config[k] != resolved[k]] == [
-      k for k in ('d_k', 'd_v', 'num_decoder_layers', 'num_encoder_layers', 'num_kv_heads')
-      if config[k] != resolved[k]]
+      k for k in sorted(derived, key=list(config.keys()).index) if config[k] != resolved[k]]
 
 
 def test_separate_vocabularies_resolve_their_source_size_and_refuse_what_does_nothing(

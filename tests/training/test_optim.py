@@ -162,8 +162,11 @@ def test_adafactor_at_adams_rate_is_warned_with_the_measured_remedy():
   config.optimizer = 'adafactor'
   line = optim.advice(config)
   assert 'peak learning rate of 0.0024' in line and 'test BLEU 12.9' in line
-  assert '--config.learning_rate_scale=8.1 (peak 1.6e-2)' in line  # 1.2 * 1.6e-2 / 2.37e-3
+  # The embedded default decays along a cosine, whose peak is learning_rate (eq. 3: the scale).
+  assert '--config.learning_rate=0.016 (peak 1.6e-2)' in line
   assert optim.describe(config).endswith('\nwarning: ' + line)
+  config.lr_schedule = 'rsqrt'
+  assert '--config.learning_rate_scale=8.1 (peak 1.6e-2)' in optim.advice(config)  # 1.2*1.6e-2/2.37e-3
   config.learning_rate_scale = 8.0
   assert optim.advice(config) is None and 'warning' not in optim.describe(config)
 

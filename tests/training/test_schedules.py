@@ -62,6 +62,16 @@ def test_a_warmup_decay_peak_defaults_to_the_papers_and_is_recorded():
   assert float(schedules.from_config(config)(9)) == pytest.approx(config.learning_rate, rel=1e-6)
 
 
+def test_a_run_shorter_than_the_warmup_only_warms_up_and_says_so():
+  # A short trial of the embedded default (cosine, warmup 2000) with 20 steps: allowed, as eq. 3.
+  config = _config(lr_schedule='cosine', warmup_steps=2000, num_train_steps=20)
+  schedule = schedules.from_config(config)
+  rates = [float(schedule(c)) for c in range(20)]
+  assert rates == pytest.approx([config.learning_rate * (c + 1) / 2000 for c in range(20)])
+  assert (f'this run ends at step 20, still warming up, at {rates[-1]:.3g})'
+          in optim.describe(config))
+
+
 @pytest.mark.parametrize('values, key', [
     (dict(learning_rate=1e-3), 'learning_rate'),
     (dict(min_learning_rate=1e-5), 'min_learning_rate'),
