@@ -24,8 +24,10 @@
 #
 # **Runtime.** It runs anywhere: on Colab pick *Runtime > Change runtime type* and a **TPU**
 # (the mesh spans all its cores) or a **GPU** (T4 or better); the CPU runtime works too (the
-# full 5200 steps took 9.5 minutes of training on a 2-core CPU). Outside Colab, run it from a
-# clone of the repository (`pip install -r requirements.txt` first).
+# full 7000 steps take ~9 minutes of training on a 2-core CPU from `main.py`, which
+# runs with huge pages for malloc; in a notebook ~1.5x that, unless
+# `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` is set before Python starts). Outside Colab, run
+# it from a clone of the repository (`pip install -r requirements.txt` first).
 #
 # Everything below goes through the library in this process (`t2t_jax.training.train.train`,
 # `t2t_jax.average_checkpoints`, `t2t_jax.Translator`, ...); each cell names the command line
@@ -45,7 +47,7 @@ import sys
 
 REPO_URL = 'https://github.com/t2t-jax/t2t_jax'  # installed from here on Colab
 REPO_REF = 'main'                                 # branch, tag or commit
-STEPS = int(os.environ.get('T2T_NOTEBOOK_STEPS', 5200))  # configs/quickstart.py: 5200
+STEPS = int(os.environ.get('T2T_NOTEBOOK_STEPS', 7000))  # configs/quickstart.py: 7000
 CONFIG_OVERRIDES = json.loads(os.environ.get('T2T_NOTEBOOK_CONFIG', '{}'))
 TEST_SENTENCES = int(os.environ.get('T2T_NOTEBOOK_TEST_SENTENCES', 0))  # 0: the whole split
 USE_DRIVE = False  # Colab: keep the run on Google Drive, so it survives the runtime
