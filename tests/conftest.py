@@ -54,7 +54,7 @@ os.environ['JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES'] = '0'
 # Huge pages for malloc in workers and main.py children, as the command gives itself: no re-exec.
 from t2t_jax.runtime import huge_pages  # noqa: E402  (no jax: the package is lazy)
 if huge_pages.wanted(os.environ):
-  os.environ['GLIBC_TUNABLES'] = huge_pages.with_tunable(os.environ)['GLIBC_TUNABLES']
+  os.environ['GLIBC_TUNABLES'] = huge_pages.tunables(os.environ)
 # No JAX_COMPILATION_CACHE_MAX_SIZE: JAX's LRU eviction locks and touches a file per entry on
 # every read and write (cold test_multi_head_attention + test_depth_embeddings 74-110 s, not
 # 55 s; 2026-11-27). The bound is kept here, once a session: past 2 GiB, down to 1.5 GiB.

@@ -23,11 +23,10 @@ Two measures per side, both through the commit's own public decoding path:
          hypothesis runs to max_decode_len. Timed at two output lengths, the difference
          divided by the steps between them is the time of one decode step (the encoder and
          the once-per-batch work cancel).
-With `--ct2 FOLDER` (the run's CTranslate2 float32 export, as `serve.py` writes it) a third
-system, `ct2:serve`, translates the same sentences in its own process (`serve.py`'s), at
-`--ct2-rows` sentences a batch and the `--ct2-split` IxJ (inter x intra threads; 2x1 is its
-fastest on the 2-core EPYC), interleaved with the two sides: each side's serve speed over
-CTranslate2's comes from one run, before and after alike.
+With `--ct2 FOLDER` (the run's CTranslate2 float32 export) a third system, `ct2:serve`,
+translates the same sentences in `serve.py`'s child process at `--ct2-rows` a batch and the
+`--ct2-split` IxJ (inter x intra threads; 2x1, its fastest on the 2-core EPYC), interleaved
+with the sides: each side's speed over CTranslate2's comes from one run, before and after.
 Also reported per side: the compiled step program's size (instructions, fusions, copies,
 transposes, while loops in the XLA text), and whether both sides' outputs are identical.
 Ratios are head speed / base speed (> 1: head faster) of the medians, of the calls paired as
@@ -301,13 +300,8 @@ def _ct2_system(args, run, spec):
     yield None
     return
   from benchmarks.peers import serve
-  c = run.config
-  inter, intra = args.ct2_split
-  child = serve._Ct2Process({
-      'path': args.ct2, 'threads': intra, 'inter_threads': inter, 'rows': args.ct2_rows,
-      'pieces': run.pieces(spec['sentences']), 'beam_size': args.beam,
-      'alpha': c.length_penalty_alpha, 'max_decode_extra': c.max_decode_extra,
-      'max_len': c.max_len})
+  child = serve.ct2_process(run, args.ct2, run.pieces(spec['sentences']), args.ct2_rows,
+                            *args.ct2_split, args.beam)
   try:
     yield child
   finally:

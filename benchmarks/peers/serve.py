@@ -92,6 +92,18 @@ class _Ct2Process:
     self.child.close()
 
 
+def ct2_process(run, path: str, pieces, rows: int, inter: int, intra: int,
+                beam_size: int) -> '_Ct2Process':
+  """A CTranslate2 translator of the export at `path` in a child process, translating
+  `pieces` (source piece lists) `rows` at a time with `inter` x `intra` threads, with the run's
+  alpha and length limits."""
+  c = run.config
+  return _Ct2Process({'path': path, 'threads': intra, 'inter_threads': inter, 'rows': rows,
+                      'pieces': pieces, 'beam_size': beam_size,
+                      'alpha': c.length_penalty_alpha, 'max_decode_extra': c.max_decode_extra,
+                      'max_len': c.max_len})
+
+
 def _serve_ct2():
   """Child side of `_Ct2Process` (`harness.child_protocol`): one pass per request."""
   from t2t_jax.export import ctranslate2_decoding
@@ -127,10 +139,7 @@ def _systems(run, sources, args):
     path = serving_common.ctranslate2_model(
         run, args.scratch, None if quantization == 'float32' else quantization)
     for r, (inter, intra) in ((r, split) for r in args.ct2_rows for split in args.ct2_splits):
-      child = _Ct2Process({'path': path, 'threads': intra, 'inter_threads': inter, 'rows': r,
-                           'pieces': run.pieces(sources), 'beam_size': c.beam_size,
-                           'alpha': c.length_penalty_alpha,
-                           'max_decode_extra': c.max_decode_extra, 'max_len': c.max_len})
+      child = ct2_process(run, path, run.pieces(sources), r, inter, intra, c.beam_size)
       name = f'ct2_{quantization}@{r}' + (f'/{inter}x{intra}' if len(args.ct2_splits) > 1
                                           else '')
       first[name] = lambda child=child: (child.translate(), child.outputs)[1]

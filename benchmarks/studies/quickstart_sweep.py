@@ -147,14 +147,15 @@ def _seed(name: str) -> List[str]:
 
 
 def _final_evals(workdir: str) -> Dict[str, Any]:
-  """The final evaluation's BLEU and chrF per split (`eval_<split>_<step>.json`), if any."""
+  """The newest step's BLEU and chrF per split (`eval_<split>_<step>.json`), if any."""
   out = {}
-  for entry in sorted(os.listdir(workdir)):
+  for entry in os.listdir(workdir):
     if entry.startswith('eval_') and entry.endswith('.json'):
       with open(os.path.join(workdir, entry), encoding='utf-8') as f:
         result = json.load(f)
-      out[result['split']] = {'bleu': result['bleu'], 'chrf': result['chrf'],
-                              'step': result['step'], 'checkpoint': result['checkpoint']}
+      if result['step'] >= out.get(result['split'], {}).get('step', -1):
+        out[result['split']] = {'bleu': result['bleu'], 'chrf': result['chrf'],
+                                'step': result['step'], 'checkpoint': result['checkpoint']}
   return out
 
 

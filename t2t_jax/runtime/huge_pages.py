@@ -67,12 +67,10 @@ def wanted(environ: Mapping[str, str], platform: str = sys.platform,
   return (_thp_mode() if thp == 'read' else thp) in ('always', 'madvise')
 
 
-def with_tunable(environ: Mapping[str, str]) -> dict:
-  """A copy of `environ` with `TUNABLE` appended to `GLIBC_TUNABLES` (':'-separated)."""
-  env = dict(environ)
-  current = env.get('GLIBC_TUNABLES')
-  env['GLIBC_TUNABLES'] = f'{current}:{TUNABLE}' if current else TUNABLE
-  return env
+def tunables(environ: Mapping[str, str]) -> str:
+  """`environ`'s `GLIBC_TUNABLES` with `TUNABLE` appended (':'-separated)."""
+  current = environ.get('GLIBC_TUNABLES')
+  return f'{current}:{TUNABLE}' if current else TUNABLE
 
 
 def reexec(argv: Optional[Sequence[str]] = None) -> None:
@@ -84,4 +82,5 @@ def reexec(argv: Optional[Sequence[str]] = None) -> None:
   argv = list(sys.orig_argv if argv is None else argv)
   sys.stdout.flush()
   sys.stderr.flush()
-  os.execve(sys.executable, [sys.executable, *argv[1:]], with_tunable(os.environ))
+  os.execve(sys.executable, [sys.executable, *argv[1:]],
+            dict(os.environ, GLIBC_TUNABLES=tunables(os.environ)))

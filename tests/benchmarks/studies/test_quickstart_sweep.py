@@ -33,6 +33,9 @@ def test_the_summary_holds_the_curve_and_the_final_evaluation_per_split(tmp_path
   (workdir / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in records))
   (workdir / 'eval_dev_100.json').write_text(json.dumps(
       {'split': 'dev', 'bleu': 21.5, 'chrf': 45.0, 'step': 100, 'checkpoint': 'averaged'}))
+  # An older step whose name sorts after the newest one's: the newest step counts.
+  (workdir / 'eval_dev_90.json').write_text(json.dumps(
+      {'split': 'dev', 'bleu': 1.0, 'chrf': 1.0, 'step': 90, 'checkpoint': 'step 90'}))
   summary = sweep.collect('r7_cosine', str(workdir), ['--config.lr_schedule=cosine'])
   assert summary['steps'] == 100 and summary['target_tokens_per_s'] == 100.0
   assert summary['best_dev_bleu'] == 20.0
